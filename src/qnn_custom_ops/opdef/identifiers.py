@@ -1,0 +1,45 @@
+"""Which names may reach C++ and file paths, and how tolerated names are made safe."""
+
+from __future__ import annotations
+
+import re
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+CPP_KEYWORDS = frozenset(
+    """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t
+    char16_t char32_t class compl concept const consteval constexpr constinit const_cast
+    continue co_await co_return co_yield decltype default delete do double dynamic_cast
+    else enum explicit export extern false float for friend goto if inline int long mutable
+    namespace new noexcept not not_eq nullptr operator or or_eq private protected public
+    register reinterpret_cast requires return short signed sizeof static static_assert
+    static_cast struct switch template this thread_local throw true try typedef typeid
+    typename union unsigned using virtual void volatile wchar_t while xor xor_eq""".split()
+)
+
+# Names the generated C++ itself uses in the scope of an op's arguments.
+GENERATED_NAMES = frozenset({"Tensor", "TensorType", "GraphStatus", "Op", "qco", "std", "op"})
+
+MAX_NAME_LENGTH = 128
+
+
+def is_c_identifier(name: str) -> bool:
+    """True if ``name`` can be used verbatim as a C++ identifier and a file name."""
+    return (
+        bool(_IDENTIFIER.match(name))
+        and name not in CPP_KEYWORDS
+        and name not in GENERATED_NAMES
+        and not name.startswith("__")
+        and len(name) <= MAX_NAME_LENGTH
+    )
+
+
+def sanitize_identifier(name: str) -> str:
+    """Map a tolerated tensor name such as ``in[0]`` to a safe identifier (``in_0``)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "arg"
+    cleaned = re.sub(r"_+", "_", cleaned)
+    if cleaned[0].isdigit():
+        cleaned = "t_" + cleaned
+    if cleaned in CPP_KEYWORDS or cleaned in GENERATED_NAMES or cleaned.startswith("__"):
+        cleaned += "_"
+    return cleaned[:MAX_NAME_LENGTH]
