@@ -20,6 +20,9 @@ CPP_KEYWORDS = frozenset(
 # Names the generated C++ itself uses in the scope of an op's arguments.
 GENERATED_NAMES = frozenset({"Tensor", "TensorType", "GraphStatus", "Op", "qco", "std", "op"})
 
+# Generated code names its own helpers with this prefix; user names may not use it.
+RESERVED_PREFIX = "qco_"
+
 MAX_NAME_LENGTH = 128
 
 
@@ -29,7 +32,7 @@ def is_c_identifier(name: str) -> bool:
         bool(_IDENTIFIER.match(name))
         and name not in CPP_KEYWORDS
         and name not in GENERATED_NAMES
-        and not name.startswith("__")
+        and not name.startswith(("__", RESERVED_PREFIX))
         and len(name) <= MAX_NAME_LENGTH
     )
 
@@ -38,7 +41,7 @@ def sanitize_identifier(name: str) -> str:
     """Map a tolerated tensor name such as ``in[0]`` to a safe identifier (``in_0``)."""
     cleaned = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "arg"
     cleaned = re.sub(r"_+", "_", cleaned)
-    if cleaned[0].isdigit():
+    if cleaned[0].isdigit() or cleaned.startswith(RESERVED_PREFIX):
         cleaned = "t_" + cleaned
     if cleaned in CPP_KEYWORDS or cleaned in GENERATED_NAMES or cleaned.startswith("__"):
         cleaned += "_"

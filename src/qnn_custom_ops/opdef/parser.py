@@ -177,7 +177,7 @@ def _read_op(el: etree._Element, path: Path, reporter: Reporter) -> OpDef:
     if not is_c_identifier(name):
         reporter.error(path, line, f"op name {name!r} cannot become a C++ identifier or file name",
                        "use letters, digits and '_' only, not starting with a digit or '__', "
-                       "and not a C++ keyword")
+                       "and not a C++ keyword or a name starting with qco_")
     backends = tuple(_read_backend(b, path, reporter) for b in el.iterfind("SupportedBackend"))
     return OpDef(
         name=name,
@@ -365,10 +365,10 @@ def _merge(configs: list[_ConfigFile], reporter: Reporter) -> OpPackage:
     """One package from several configs; their names, domains and versions must agree."""
     first = configs[0]
     for config in configs[1:]:
-        for attr in ("package", "domain", "version"):
+        for attr, xml_name in (("package", "PackageName"), ("domain", "Domain"), ("version", "Version")):
             if getattr(config, attr) != getattr(first, attr):
                 reporter.error(config.path, config.line,
-                               f"{attr} {getattr(config, attr)!r} differs from {getattr(first, attr)!r} "
+                               f"{xml_name} {getattr(config, attr)!r} differs from {getattr(first, attr)!r} "
                                f"in {first.path}",
                                "configs merged into one package must share PackageName, Domain and Version")
     if not is_c_identifier(first.package):

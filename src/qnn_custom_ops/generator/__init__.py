@@ -1,0 +1,44 @@
+"""The HTP op package generator: an ``OpPackage`` becomes ``<out>/<PackageName>/``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..opdef import OpPackage
+from .render import PlannedFile, render_package
+from .writer import Action, Step, UnsafeOutputError, apply_steps, plan_steps
+
+__all__ = ["Action", "GenerationResult", "Step", "UnsafeOutputError", "generate"]
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    package_dir: Path
+    steps: tuple[Step, ...]
+    dry_run: bool
+
+    def count(self, action: Action) -> int:
+        return sum(1 for s in self.steps if s.action == action)
+
+    def summary(self) -> str:
+        counts = ", ".join(f"{self.count(a)} {a.value}" for a in Action if self.count(a))
+        verb = "would write" if self.dry_run else "wrote"
+        return f"{self.package_dir}: {verb} {sum(s.writes for s in self.steps)} files ({counts})"
+
+
+def generate(package: OpPackage, out_dir: str | Path, *, force: bool = False,
+             dry_run: bool = False) -> GenerationResult:
+    """Generate (or update) the package under ``out_dir/<PackageName>``.
+
+    User-owned files (``src/ops/*.cpp``, ``kernels/*.h``) are created once and then kept
+    unless ``force``; files of ops that left the config are reported as stale, not deleted.
+    Everything is rendered and checked before the first byte is written.
+    """
+    out_dir = Path(out_dir)
+    root = out_dir / package.name
+    files: list[PlannedFile] = render_package(package)
+    steps = plan_steps(root, out_dir, files, force)
+    if not dry_run:
+        apply_steps(steps, files, root)
+    return GenerationResult(root, tuple(steps), dry_run)

@@ -1,0 +1,73 @@
+"""Render the package tree in memory: relative path -> bytes, nothing written yet."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import PurePosixPath
+
+import jinja2
+
+from ..opdef import OpPackage
+from .context import PackageContext, package_context
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """One file of the generated package. ``user_owned`` files are the user's after creation."""
+
+    path: PurePosixPath
+    content: bytes
+    user_owned: bool = False
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("qnn_custom_ops.generator", "templates"),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def _render(template: str, **context: object) -> bytes:
+    return _environment().get_template(template).render(**context).encode("utf-8")
+
+
+def render_package(package: OpPackage) -> list[PlannedFile]:
+    """Every file of ``<PackageName>/``, deterministic for a given package."""
+    config_names = _config_names(package)
+    ctx: PackageContext = package_context(package, config_names)
+    name = ctx.name
+    files = [
+        PlannedFile(PurePosixPath("Makefile"), _render("htp/Makefile.j2", package=ctx)),
+        PlannedFile(PurePosixPath("include/qco/htp_adapter.h"), _render("htp/adapter.h.j2")),
+        PlannedFile(PurePosixPath(f"src/{name}Interface.cpp"), _render("htp/interface.cpp.j2", package=ctx)),
+        PlannedFile(PurePosixPath("kernels/qco/tensor_view.h"), _render("kernels/tensor_view.h.j2")),
+        PlannedFile(PurePosixPath("host/CMakeLists.txt"), _render("host/CMakeLists.txt.j2", package=ctx)),
+        PlannedFile(PurePosixPath(f"host/src/{name}CApi.cpp"), _render("host/capi.cpp.j2", package=ctx)),
+    ]
+    files += [
+        PlannedFile(PurePosixPath("config") / config_name, path.read_bytes())
+        for config_name, path in zip(config_names, package.paths)
+    ]
+    for op in ctx.ops:
+        files.append(PlannedFile(PurePosixPath(f"src/ops/{op.name}.cpp"),
+                                 _render("htp/op.cpp.j2", package=ctx, op=op), user_owned=True))
+        files.append(PlannedFile(PurePosixPath(f"kernels/{op.name}.h"),
+                                 _render("kernels/op.h.j2", package=ctx, op=op), user_owned=True))
+    return files
+
+
+def _config_names(package: OpPackage) -> list[str]:
+    """Config file names under config/, made unique when two inputs share a base name."""
+    names: list[str] = []
+    for index, path in enumerate(package.paths):
+        name = path.name
+        if name in names:
+            name = f"{path.stem}_{index}{path.suffix}"
+        names.append(name)
+    return names
