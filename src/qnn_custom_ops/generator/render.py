@@ -9,6 +9,7 @@ from pathlib import PurePosixPath
 import jinja2
 
 from ..opdef import OpPackage
+from .abi import KernelDType, KernelStatus
 from .context import PackageContext, package_context
 
 
@@ -37,6 +38,14 @@ def _render(template: str, **context: object) -> bytes:
     return _environment().get_template(template).render(**context).encode("utf-8")
 
 
+def abi_context() -> dict[str, list[tuple]]:
+    """The ABI enums as (name, value[, description]) rows for tensor_view.h."""
+    return {
+        "dtypes": [(d.name, d.value) for d in KernelDType],
+        "statuses": [(s.name, s.value, s.description) for s in KernelStatus],
+    }
+
+
 def render_package(package: OpPackage) -> list[PlannedFile]:
     """Every file of ``<PackageName>/``, deterministic for a given package."""
     config_names = _config_names(package)
@@ -46,7 +55,7 @@ def render_package(package: OpPackage) -> list[PlannedFile]:
         PlannedFile(PurePosixPath("Makefile"), _render("htp/Makefile.j2", package=ctx)),
         PlannedFile(PurePosixPath("include/qco/htp_adapter.h"), _render("htp/adapter.h.j2")),
         PlannedFile(PurePosixPath(f"src/{name}Interface.cpp"), _render("htp/interface.cpp.j2", package=ctx)),
-        PlannedFile(PurePosixPath("kernels/qco/tensor_view.h"), _render("kernels/tensor_view.h.j2")),
+        PlannedFile(PurePosixPath("kernels/qco/tensor_view.h"), _render("kernels/tensor_view.h.j2", **abi_context())),
         PlannedFile(PurePosixPath("host/CMakeLists.txt"), _render("host/CMakeLists.txt.j2", package=ctx)),
         PlannedFile(PurePosixPath(f"host/src/{name}CApi.cpp"), _render("host/capi.cpp.j2", package=ctx)),
     ]
