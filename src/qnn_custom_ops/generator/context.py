@@ -136,7 +136,7 @@ def package_context(package: OpPackage, config_files: list[str]) -> PackageConte
 
 def _htp_datatypes(op: OpDef, tensor: TensorDef) -> tuple[Datatype, ...]:
     """What the HTP accepts for a tensor (supplemental lists applied) -- the package's target."""
-    return op.datatypes(tensor.name, "HTP") if "HTP" in op.backends else tensor.datatypes
+    return op.datatypes(tensor, "HTP") if "HTP" in op.backends else tensor.datatypes
 
 
 def op_context(op: OpDef) -> OpContext:

@@ -21,13 +21,10 @@ def check_package_ops(ops: list[OpDef], reporter: Reporter) -> None:
             seen[op.name] = op
 
 
-def check_supplement_target(op: OpDef | None, op_name: str, kind: str, tensor_name: str,
+def check_supplement_target(op: OpDef, kind: str, tensor_name: str,
                             file: str, line: int, reporter: Reporter) -> bool:
-    """A SupplementalOpDef must name an op of the package and one of that op's tensors."""
-    if op is None:
-        reporter.error(file, line, f"SupplementalOpDef names unknown op {op_name!r}",
-                       "use the Name of an OpDef in this package")
-        return False
+    """A SupplementalOpDef tensor must be one of the op's tensors, of the same kind."""
+    op_name = op.name
     matches = [t for t in op.tensors if t.name == tensor_name]
     if not matches:
         reporter.error(file, line, f"op {op_name}: SupplementalOpDef names unknown {kind} {tensor_name!r}",
@@ -96,7 +93,7 @@ def _check_backend_resolution(op: OpDef, reporter: Reporter) -> None:
     """Every tensor needs concrete datatypes on every backend the op supports."""
     for backend in op.backends:
         for tensor in op.tensors:
-            if Datatype.BACKEND_SPECIFIC in op.datatypes(tensor.name, backend):
+            if Datatype.BACKEND_SPECIFIC in op.datatypes(tensor, backend):
                 reporter.error(op.file, tensor.line,
                                f"op {op.name}: {tensor.kind} {tensor.name!r} is BACKEND_SPECIFIC "
                                f"but backend {backend} does not resolve it",

@@ -60,7 +60,7 @@ class Reporter:
     def raise_if_errors(self) -> None:
         """Raise every error found so far; warnings are re-emitted so none is lost."""
         if self.errors:
-            raise OpDefError(self.errors + self.warnings)
+            raise OpDefError(sorted(self.diagnostics, key=lambda d: (d.file, d.line)))
 
     def emit_warnings(self) -> None:
         for diagnostic in self.warnings:

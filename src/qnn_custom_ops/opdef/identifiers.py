@@ -31,10 +31,14 @@ def is_c_identifier(name: str) -> bool:
     return (
         bool(_IDENTIFIER.match(name))
         and name not in CPP_KEYWORDS
-        and name not in GENERATED_NAMES
         and not name.startswith(("__", RESERVED_PREFIX))
         and len(name) <= MAX_NAME_LENGTH
     )
+
+
+def is_argument_name(name: str) -> bool:
+    """True if ``name`` can name a function argument beside the generated code's own names."""
+    return is_c_identifier(name) and name not in GENERATED_NAMES
 
 
 def sanitize_identifier(name: str) -> str:

@@ -183,12 +183,14 @@ class OpDef:
                 return tensor
         raise KeyError(f"op {self.name!r} has no input, output or parameter named {name!r}")
 
-    def datatypes(self, tensor_name: str, backend: str = "HTP") -> tuple[Datatype, ...]:
-        """The datatypes ``backend`` accepts for a tensor, supplemental lists applied."""
-        supplement = self.supplements.get(backend, {}).get(tensor_name)
+    def datatypes(self, tensor: str | TensorDef, backend: str = "HTP") -> tuple[Datatype, ...]:
+        """The datatypes ``backend`` accepts for a tensor (given by name or itself),
+        supplemental lists applied."""
+        tensor = self.tensor(tensor) if isinstance(tensor, str) else tensor
+        supplement = self.supplements.get(backend, {}).get(tensor.name)
         if supplement is not None and supplement.datatypes:
             return supplement.datatypes
-        return self.tensor(tensor_name).datatypes
+        return tensor.datatypes
 
     def layout(self, tensor_name: str, backend: str = "HTP") -> Layout:
         supplement = self.supplements.get(backend, {}).get(tensor_name)

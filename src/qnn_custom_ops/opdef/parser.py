@@ -13,7 +13,7 @@ from lxml import etree
 
 from .checks import check_op, check_package_ops, check_supplement_target
 from .diagnostics import Reporter
-from .identifiers import is_c_identifier, sanitize_identifier
+from .identifiers import is_argument_name, is_c_identifier, sanitize_identifier
 from .model import (
     KNOWN_BACKENDS,
     Constraint,
@@ -53,12 +53,18 @@ def _secure_parser() -> etree.XMLParser:
 
 
 @dataclass(frozen=True)
-class _SupplementEntry:
+class _SupplementalTensor:
+    kind: str
+    name: str
+    supplement: Supplement
+    line: int
+
+
+@dataclass(frozen=True)
+class _SupplementalOp:
     backend: str
     op_name: str
-    kind: str
-    tensor_name: str
-    supplement: Supplement
+    tensors: tuple[_SupplementalTensor, ...]
     file: str
     line: int
 
@@ -71,7 +77,7 @@ class _ConfigFile:
     version: str
     line: int
     ops: tuple[OpDef, ...]
-    supplements: tuple[_SupplementEntry, ...]
+    supplements: tuple[_SupplementalOp, ...]
 
 
 def load_package(*paths: str | Path) -> OpPackage:
@@ -84,7 +90,8 @@ def load_package(*paths: str | Path) -> OpPackage:
         raise TypeError("load_package() needs at least one config path")
     reporter = Reporter()
     configs = [c for c in (_read_config(Path(p), reporter) for p in paths) if c is not None]
-    reporter.raise_if_errors()
+    if not configs:
+        reporter.raise_if_errors()
     package = _merge(configs, reporter)
     reporter.raise_if_errors()
     reporter.emit_warnings()
@@ -146,7 +153,7 @@ def _parse_tree(path: Path, reporter: Reporter) -> etree._Element | None:
     if not schema.validate(root):
         for entry in schema.error_log:
             reporter.error(path, entry.line, _schema_message(entry.message),
-                           "see the OpDef element order in DESIGN.md / the QNN SDK OpDef schema")
+                           "follow the element order and counts of the QNN OpDef schema")
         return None
     return root
 
@@ -251,7 +258,7 @@ def _read_constraints(el: etree._Element) -> tuple[Constraint, ...]:
 def _read_tensor(el: etree._Element, kind: str, op: str, path: Path, reporter: Reporter) -> TensorDef:
     name_el = el.find("Name")
     name = _text(name_el)
-    c_name = name if is_c_identifier(name) else sanitize_identifier(name)
+    c_name = name if is_argument_name(name) else sanitize_identifier(name)
     if c_name != name:
         reporter.warning(path, name_el.sourceline,
                          f"op {op}: {kind} name {name!r} is not a C++ identifier; generated code uses {c_name!r}",
@@ -336,29 +343,39 @@ def _integer_range(datatype: Datatype) -> tuple[int, int]:
     return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
 
 
-def _read_supplement_list(el: etree._Element, path: Path, reporter: Reporter) -> list[_SupplementEntry]:
+def _read_supplement_list(el: etree._Element, path: Path, reporter: Reporter) -> list[_SupplementalOp]:
     backend = el.get("Backend").strip().upper()
-    entries = []
-    for op_el in el.iterfind("SupplementalOpDef"):
-        op_name = _text(op_el.find("Name"))
-        for kind, tag in (("input", "Input"), ("output", "Output"), ("param", "Parameter")):
-            for t_el in op_el.iterfind(tag):
-                shape_el = t_el.find("Shape")
-                layout_el = shape_el.find("Layout") if shape_el is not None else None
-                text_el = shape_el.find("Text") if shape_el is not None else None
-                only_default = t_el.find("OnlyDefaultSupported")
-                quant = t_el.find("QuantParam")
-                supplement = Supplement(
-                    datatypes=_read_datatypes(t_el, op_name, path, reporter),
-                    layout=_read_layout(layout_el, op_name, path, reporter),
-                    text=_text(text_el) if text_el is not None else None,
-                    constraints=_read_constraints(t_el),
-                    only_default_supported=None if only_default is None else _bool(only_default, False),
-                    quant_param=None if quant is None else etree.tostring(quant, encoding="unicode"),
-                )
-                entries.append(_SupplementEntry(backend, op_name, kind, _text(t_el.find("Name")),
-                                                supplement, str(path), t_el.sourceline or 0))
-    return entries
+    return [
+        _SupplementalOp(
+            backend=backend,
+            op_name=_text(op_el.find("Name")),
+            tensors=tuple(
+                _SupplementalTensor(kind, _text(t_el.find("Name")),
+                                    _read_supplement(t_el, _text(op_el.find("Name")), path, reporter),
+                                    t_el.sourceline or 0)
+                for kind, tag in (("input", "Input"), ("output", "Output"), ("param", "Parameter"))
+                for t_el in op_el.iterfind(tag)
+            ),
+            file=str(path),
+            line=op_el.sourceline or 0,
+        )
+        for op_el in el.iterfind("SupplementalOpDef")
+    ]
+
+
+def _read_supplement(el: etree._Element, op: str, path: Path, reporter: Reporter) -> Supplement:
+    shape_el = el.find("Shape")
+    text_el = shape_el.find("Text") if shape_el is not None else None
+    only_default = el.find("OnlyDefaultSupported")
+    quant = el.find("QuantParam")
+    return Supplement(
+        datatypes=_read_datatypes(el, op, path, reporter),
+        layout=_read_layout(shape_el.find("Layout") if shape_el is not None else None, op, path, reporter),
+        text=_text(text_el) if text_el is not None else None,
+        constraints=_read_constraints(el),
+        only_default_supported=None if only_default is None else _bool(only_default, False),
+        quant_param=None if quant is None else etree.tostring(quant, encoding="unicode"),
+    )
 
 
 def _merge(configs: list[_ConfigFile], reporter: Reporter) -> OpPackage:
@@ -381,10 +398,14 @@ def _merge(configs: list[_ConfigFile], reporter: Reporter) -> OpPackage:
     supplements: dict[str, dict[str, dict[str, Supplement]]] = {}
     for entry in (e for config in configs for e in config.supplements):
         op = by_name.get(entry.op_name)
-        if check_supplement_target(op, entry.op_name, entry.kind, entry.tensor_name,
-                                   entry.file, entry.line, reporter):
-            per_op = supplements.setdefault(entry.op_name, {}).setdefault(entry.backend, {})
-            per_op[entry.tensor_name] = entry.supplement
+        if op is None:
+            reporter.error(entry.file, entry.line, f"SupplementalOpDef names unknown op {entry.op_name!r}",
+                           "use the Name of an OpDef in this package")
+            continue
+        per_op = supplements.setdefault(entry.op_name, {}).setdefault(entry.backend, {})
+        for tensor in entry.tensors:
+            if check_supplement_target(op, tensor.kind, tensor.name, entry.file, tensor.line, reporter):
+                per_op[tensor.name] = tensor.supplement
     merged = {}
     for op in ops:
         frozen = {b: MappingProxyType(t) for b, t in supplements.get(op.name, {}).items()}

@@ -1,0 +1,116 @@
+"""Call a package's portable kernels through the C ABI of its host library (ctypes).
+
+Used by kernel tests: the same kernels/*.h the HTP build compiles, run on the host.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..generator.abi import ABI_VERSION, KernelDType, KernelStatus
+
+_NUMPY_DTYPE = {
+    KernelDType.Float32: np.float32,
+    KernelDType.Float16: np.float16,
+    KernelDType.Float64: np.float64,
+    KernelDType.UFixed8: np.uint8,
+    KernelDType.SFixed8: np.int8,
+    KernelDType.UFixed16: np.uint16,
+    KernelDType.SFixed16: np.int16,
+    KernelDType.SFixed32: np.int32,
+    KernelDType.UFixed32: np.uint32,
+    KernelDType.Int8: np.int8,
+    KernelDType.UInt8: np.uint8,
+    KernelDType.Int16: np.int16,
+    KernelDType.UInt16: np.uint16,
+    KernelDType.Int32: np.int32,
+    KernelDType.UInt32: np.uint32,
+    KernelDType.Int64: np.int64,
+    KernelDType.UInt64: np.uint64,
+    KernelDType.Bool: np.bool_,
+}
+
+
+class CTensorView(ctypes.Structure):
+    """Mirror of ``qco::TensorView`` (standard layout)."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dims", ctypes.POINTER(ctypes.c_int64)),
+        ("rank", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("scale", ctypes.c_float),
+        ("offset", ctypes.c_int32),
+    ]
+
+
+@dataclass
+class KernelTensor:
+    """A contiguous numpy array with the QNN encoding the kernel sees: real = scale*(q+offset)."""
+
+    array: np.ndarray
+    dtype: KernelDType
+    scale: float = 1.0
+    offset: int = 0
+
+    def __post_init__(self) -> None:
+        expected = np.dtype(_NUMPY_DTYPE[self.dtype])
+        if self.array.dtype != expected:
+            raise TypeError(f"{self.dtype.name} tensor needs a {expected} array, got {self.array.dtype}")
+        self.array = np.ascontiguousarray(self.array)
+
+    @classmethod
+    def empty(cls, shape: Sequence[int], dtype: KernelDType, scale: float = 1.0, offset: int = 0) -> "KernelTensor":
+        return cls(np.zeros(shape, dtype=_NUMPY_DTYPE[dtype]), dtype, scale, offset)
+
+    def view(self) -> tuple[CTensorView, ctypes.Array]:
+        """The C view and the dims buffer it points at (keep both alive for the call)."""
+        dims = (ctypes.c_int64 * max(self.array.ndim, 1))(*self.array.shape)
+        view = CTensorView(self.array.ctypes.data, dims, self.array.ndim, int(self.dtype),
+                           float(self.scale), int(self.offset))
+        return view, dims
+
+
+class KernelError(RuntimeError):
+    """A kernel returned a non-ok status."""
+
+    def __init__(self, op: str, status: int):
+        try:
+            what = KernelStatus(status).description
+        except ValueError:
+            what = f"unknown status {status}"
+        super().__init__(f"kernel {op} failed: {what}")
+        self.status = status
+
+
+class KernelLibrary:
+    """A built host kernel library of one op package."""
+
+    def __init__(self, path: str | Path, package_name: str):
+        self.path = Path(path)
+        self.package_name = package_name
+        self._lib = ctypes.CDLL(str(self.path))
+        version = getattr(self._lib, f"qco_{package_name}_abi_version")
+        version.restype = ctypes.c_int32
+        if version() != ABI_VERSION:
+            raise RuntimeError(f"{self.path}: kernel ABI version {version()}, this qnn-custom-ops "
+                               f"speaks {ABI_VERSION}; regenerate the package and rebuild")
+
+    def run(self, op: str, outputs: Sequence[KernelTensor], inputs: Sequence[KernelTensor],
+            params: Sequence[KernelTensor] = ()) -> None:
+        """Run one op in place on ``outputs``; raises ``KernelError`` on a non-ok status."""
+        function = getattr(self._lib, f"qco_{self.package_name}_{op}")
+        function.restype = ctypes.c_int32
+        arrays, keep_alive = [], []
+        for group in (outputs, inputs, params):
+            views = [t.view() for t in group]
+            keep_alive.append(views)
+            arrays.append((CTensorView * max(len(views), 1))(*(v for v, _ in views)))
+        status = function(arrays[0], len(outputs), arrays[1], len(inputs), arrays[2], len(params))
+        if status != KernelStatus.Ok:
+            raise KernelError(op, status)

@@ -1,0 +1,51 @@
+"""Shared test helpers: paths of the real fixtures and a writer for inline configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_FIXTURES = REPO.parent / "shared" / "fixtures" / "opdef"
+FIXTURE_CONFIGS = sorted(SHARED_FIXTURES.glob("*.xml"))
+DATA = Path(__file__).resolve().parent / "data"
+OP_PACKAGES = REPO / "op_packages"
+
+
+def opdef_xml(ops: str, package: str = "TestPackage", extra: str = "") -> str:
+    """A config wrapping ``ops`` (OpDef elements) in the collection boilerplate."""
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f'<OpDefCollection PackageName="{package}" Domain="test" Version="1.0">\n'
+        f"  <OpDefList>\n{ops}\n  </OpDefList>\n{extra}\n</OpDefCollection>\n"
+    )
+
+
+def simple_op(name: str = "Simple", body: str = "", backend: str = "HTP") -> str:
+    """An op with one float input and output, plus ``body`` (extra tensors) before the backend."""
+    return f"""\
+    <OpDef>
+      <Name>{name}</Name>
+      <Input><Name>x</Name><Mandatory>true</Mandatory>
+        <Datatype>QNN_DATATYPE_FLOAT_32</Datatype><Shape><Rank>ND</Rank></Shape></Input>
+      <Output><Name>y</Name><Mandatory>true</Mandatory>
+        <Datatype>QNN_DATATYPE_FLOAT_32</Datatype><Shape><Rank>ND</Rank></Shape></Output>
+      {body}
+      <SupportedBackend>{backend}</SupportedBackend>
+    </OpDef>"""
+
+
+@pytest.fixture
+def write_config(tmp_path):
+    """Write text (or bytes) to a config file and return its path."""
+
+    def write(content: str | bytes, name: str = "config.xml") -> Path:
+        path = tmp_path / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+        return path
+
+    return write
