@@ -1,0 +1,102 @@
+"""The command line as a user runs it: exit codes, one line per problem, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qnn_custom_ops import cli
+
+from .conftest import DATA, SHARED_FIXTURES, opdef_xml, simple_op
+
+BIN = Path(sys.executable).parent
+
+
+def run(tool: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / tool), *map(str, args)], capture_output=True, text=True, cwd=cwd)
+
+
+def test_generate_op_package_writes_the_package(tmp_path):
+    result = run("generate-op-package", SHARED_FIXTURES / "example_op_package_htp.xml", "-o", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"create    {tmp_path}/ExampleOpPackage/kernels/ExampleCustomOp.h" in result.stdout
+    assert result.stdout.strip().endswith("wrote 9 files (9 create)")
+    again = run("generate-op-package", SHARED_FIXTURES / "example_op_package_htp.xml", "-o", tmp_path)
+    assert again.stdout.strip().splitlines() == [f"{tmp_path}/ExampleOpPackage: wrote 0 files (9 unchanged)"]
+
+
+def test_generate_defaults_to_the_current_directory(tmp_path):
+    result = run("qnn-custom-ops", "generate", SHARED_FIXTURES / "split_custom_op_package.xml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "SplitCustomOpPackage/src/ops/SplitCustomOp.cpp").is_file()
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
+    result = run("generate-op-package", DATA / "every_feature.xml", "-o", tmp_path / "out", "--dry-run")
+    assert result.returncode == 0
+    assert "create    " in result.stdout and "would write 11 files" in result.stdout
+    assert not (tmp_path / "out").exists()
+
+
+def test_validate_reports_ops_and_warnings(tmp_path):
+    result = run("qnn-custom-ops", "validate", DATA / "every_feature.xml")
+    assert result.returncode == 0
+    assert result.stdout.strip() == "FeaturePackage: 2 op(s) valid: FusedNorm, TopTwo"
+    assert len(result.stderr.strip().splitlines()) == 2
+    assert all(": warning: " in line for line in result.stderr.strip().splitlines())
+
+
+def test_invalid_config_exits_2_with_one_line_per_problem_and_writes_nothing(tmp_path):
+    config = tmp_path / "bad.xml"
+    config.write_text(opdef_xml(simple_op("class") + simple_op("Ok", backend="NPU")))
+    result = run("generate-op-package", config, "-o", tmp_path / "out")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith(f"{config}:") for line in lines)
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\x01binary", b"<a>"])
+def test_garbage_exits_2_without_traceback(tmp_path, content):
+    config = tmp_path / "garbage.xml"
+    config.write_bytes(content)
+    result = run("qnn-custom-ops", "validate", config)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_unsafe_output_exits_2(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "ExampleOpPackage").symlink_to(tmp_path)
+    result = run("generate-op-package", SHARED_FIXTURES / "example_op_package_htp.xml", "-o", out)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and "outside the output directory" in result.stderr
+
+
+def test_usage_error_exits_2(tmp_path):
+    assert run("qnn-custom-ops").returncode == 2
+    assert run("generate-op-package").returncode == 2
+
+
+def test_internal_error_exits_1_with_one_line(monkeypatch, capsys):
+    import qnn_custom_ops.generator as generator
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(generator, "generate", explode)
+    code = cli.generate_op_package_main([str(SHARED_FIXTURES / "example_op_package_htp.xml"), "-o", "/nonexistent"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "internal error: RuntimeError: boom (rerun with QCO_DEBUG=1 and report it)"
+
+
+def test_module_entry_point():
+    result = subprocess.run([sys.executable, "-m", "qnn_custom_ops", "validate",
+                             str(SHARED_FIXTURES / "example_op_package_htp.xml")], capture_output=True, text=True)
+    assert result.returncode == 0 and "ExampleOpPackage: 1 op(s) valid" in result.stdout

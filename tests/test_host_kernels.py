@@ -1,0 +1,153 @@
+"""The shipped kernels, built with CMake for the host and called through the C ABI,
+checked against PyTorch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from qnn_custom_ops.runtime import (
+    HostBuildError,
+    KernelDType,
+    KernelError,
+    KernelLibrary,
+    KernelTensor,
+    build_host_kernels,
+)
+
+from .conftest import OP_PACKAGES
+
+U8 = KernelDType.UFixed8
+
+
+@pytest.fixture(scope="module")
+def build_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("host-builds")
+
+
+@pytest.fixture(scope="module")
+def example(build_root):
+    path = build_host_kernels(OP_PACKAGES / "ExampleOpPackage", build_root=build_root)
+    return KernelLibrary(path, "ExampleOpPackage")
+
+
+@pytest.fixture(scope="module")
+def split(build_root):
+    path = build_host_kernels(OP_PACKAGES / "SplitCustomOpPackage", build_root=build_root)
+    return KernelLibrary(path, "SplitCustomOpPackage")
+
+
+def torch_requantize(q: torch.Tensor, in_scale: float, in_offset: int, out_scale: float, out_offset: int,
+                     fn) -> torch.Tensor:
+    """PyTorch reference with QNN's convention real = scale * (q + offset), in float32."""
+    real = torch.tensor(in_scale, dtype=torch.float32) * (q.to(torch.int32) + in_offset).to(torch.float32)
+    out = torch.round(fn(real) / torch.tensor(out_scale, dtype=torch.float32)) - float(out_offset)
+    return out.clamp(0, 255).to(torch.uint8)
+
+
+def test_mul3_float32_matches_torch(example):
+    x = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(0)) * 100
+    out = KernelTensor.empty(x.shape, KernelDType.Float32)
+    example.run("ExampleCustomOp", [out], [KernelTensor(x.numpy(), KernelDType.Float32)])
+    assert torch.equal(torch.from_numpy(out.array), x * 3)
+
+
+ENCODINGS = [  # (in_scale, in_offset, out_scale, out_offset)
+    (0.02, -128, 0.06, -128),  # symmetric around 0, same range after *3
+    (0.05, 0, 0.05, 0),  # saturates at 255 from 85 up
+    (0.1, -200, 0.1, -50),  # negative reals saturate at 0
+    (0.0137, -17, 0.0071, -231),  # odd scales, both ends saturate
+    (1.0, -128, 3.0, -128),  # exact thirds: ties never hit, values land exactly
+    (0.5, -100, 1.0, -128),  # 1.5 * k: many exact .5 ties, round half to even
+]
+
+
+@pytest.mark.parametrize("in_scale, in_offset, out_scale, out_offset", ENCODINGS)
+def test_mul3_uint8_requantizes_with_offsets_rounding_and_saturation(example, in_scale, in_offset,
+                                                                   out_scale, out_offset):
+    q = torch.arange(256, dtype=torch.uint8).reshape(1, 4, 8, 8)  # every possible input value
+    out = KernelTensor.empty(q.shape, U8, out_scale, out_offset)
+    example.run("ExampleCustomOp", [out], [KernelTensor(q.numpy(), U8, in_scale, in_offset)])
+    expected = torch_requantize(q, in_scale, in_offset, out_scale, out_offset, lambda r: 3 * r)
+    assert torch.equal(torch.from_numpy(out.array), expected)
+
+
+def test_mul3_uint8_saturates_at_both_ends(example):
+    q = torch.tensor([0, 1, 127, 128, 254, 255], dtype=torch.uint8).reshape(1, 1, 1, 6)
+    out = KernelTensor.empty(q.shape, U8, 0.01, -128)
+    example.run("ExampleCustomOp", [out], [KernelTensor(q.numpy(), U8, 0.01, -128)])
+    assert out.array.ravel().tolist() == [0, 0, 125, 128, 255, 255]  # q=127: 3*(-0.01) -> -3 + 128
+
+
+def test_mul3_round_half_to_even(example):
+    # real = 0.5 * q; 3 * real / 1.0 = 1.5 q: q=1 -> 1.5 -> 2, q=3 -> 4.5 -> 4, q=5 -> 7.5 -> 8
+    q = np.array([1, 3, 5], dtype=np.uint8).reshape(1, 1, 1, 3)
+    out = KernelTensor.empty(q.shape, U8, 1.0, 0)
+    example.run("ExampleCustomOp", [out], [KernelTensor(q, U8, 0.5, 0)])
+    assert out.array.ravel().tolist() == [2, 4, 8]
+
+
+def test_kernel_errors_are_named(example):
+    x = KernelTensor(np.zeros((1, 2, 2, 2), np.float32), KernelDType.Float32)
+    with pytest.raises(KernelError, match="ExampleCustomOp failed: shape mismatch"):
+        example.run("ExampleCustomOp", [KernelTensor.empty((1, 2, 2, 3), KernelDType.Float32)], [x])
+    with pytest.raises(KernelError, match="unsupported dtype"):
+        example.run("ExampleCustomOp", [KernelTensor.empty((1, 2, 2, 2), U8)], [x])
+    with pytest.raises(KernelError, match="invalid argument"):
+        example.run("ExampleCustomOp", [KernelTensor.empty((1, 2, 2, 2), KernelDType.Float32)], [])
+
+
+def test_split_float32_matches_torch(split):
+    x = torch.randn(2, 3, 4, 6, generator=torch.Generator().manual_seed(1))
+    first = KernelTensor.empty((2, 3, 4, 3), KernelDType.Float32)
+    second = KernelTensor.empty((2, 3, 4, 3), KernelDType.Float32)
+    split.run("SplitCustomOp", [first, second], [KernelTensor(x.numpy(), KernelDType.Float32)])
+    expected_first, expected_second = torch.chunk(x, 2, dim=-1)
+    assert torch.equal(torch.from_numpy(first.array), expected_first)
+    assert torch.equal(torch.from_numpy(second.array), expected_second)
+
+
+def test_split_uint8_keeps_or_requantizes_each_output_encoding(split):
+    q = torch.arange(256, dtype=torch.uint8).reshape(1, 2, 4, 32)
+    first = KernelTensor.empty((1, 2, 4, 16), U8, 0.1, -128)  # same encoding as the input: a copy
+    second = KernelTensor.empty((1, 2, 4, 16), U8, 0.05, -100)  # its own encoding: requantized
+    split.run("SplitCustomOp", [first, second], [KernelTensor(q.numpy(), U8, 0.1, -128)])
+    expected_first, second_in = torch.chunk(q, 2, dim=-1)
+    assert torch.equal(torch.from_numpy(first.array), expected_first)
+    assert torch.equal(torch.from_numpy(second.array),
+                       torch_requantize(second_in, 0.1, -128, 0.05, -100, lambda r: r))
+
+
+def test_split_rejects_odd_channels(split):
+    x = KernelTensor(np.zeros((1, 1, 1, 5), np.float32), KernelDType.Float32)
+    outs = [KernelTensor.empty((1, 1, 1, 2), KernelDType.Float32) for _ in range(2)]
+    with pytest.raises(KernelError, match="shape mismatch"):
+        split.run("SplitCustomOp", outs, [x])
+
+
+def test_build_is_cached_by_content(tmp_path, build_root):
+    import shutil
+
+    package = tmp_path / "ExampleOpPackage"
+    shutil.copytree(OP_PACKAGES / "ExampleOpPackage", package)
+    first = build_host_kernels(package, build_root=build_root)
+    assert build_host_kernels(package, build_root=build_root) == first
+    kernel = package / "kernels/ExampleCustomOp.h"
+    kernel.write_text(kernel.read_text().replace("kFactor = 3.0f", "kFactor = 4.0f"))
+    rebuilt = build_host_kernels(package, build_root=build_root)
+    assert rebuilt != first and rebuilt.is_file()
+    library = KernelLibrary(rebuilt, "ExampleOpPackage")
+    out = KernelTensor.empty((1, 1, 1, 2), KernelDType.Float32)
+    library.run("ExampleCustomOp", [out], [KernelTensor(np.ones((1, 1, 1, 2), np.float32), KernelDType.Float32)])
+    assert out.array.ravel().tolist() == [4.0, 4.0]
+
+
+def test_build_error_shows_the_compiler_message(tmp_path, build_root):
+    import shutil
+
+    package = tmp_path / "ExampleOpPackage"
+    shutil.copytree(OP_PACKAGES / "ExampleOpPackage", package)
+    (package / "kernels/ExampleCustomOp.h").write_text("#pragma once\nint broken( {\n")
+    with pytest.raises(HostBuildError, match=r"ExampleCustomOp\.h:2:\d+: error"):
+        build_host_kernels(package, build_root=build_root)
