@@ -1,10 +1,40 @@
 """qnn-custom-ops: custom PyTorch operators on Qualcomm NPUs through ExecuTorch.
 
-Reading and generating need only lxml and Jinja; nothing here imports torch at import time,
-so the CLI's ``validate`` and ``generate`` start fast.
+Reading and generating need only lxml and Jinja. Everything that needs torch or executorch
+is imported on first use, so ``validate`` and ``generate`` start fast.
 """
+
+from importlib import import_module
+from typing import Any
 
 from .opdef import Datatype, OpDef, OpDefError, OpDefWarning, OpPackage, TensorDef, load_package
 
-__all__ = ["Datatype", "OpDef", "OpDefError", "OpDefWarning", "OpPackage", "TensorDef", "load_package"]
 __version__ = "0.1.0"
+
+# Public name -> module that defines it (imported lazily: these pull in torch/executorch).
+_LAZY = {
+    "bind": "binding",
+    "OpPackageBinding": "binding",
+    "AlignmentError": "builder",
+    "OpMappingError": "builder",
+    "QnnOpSpec": "builder",
+    "QnnParam": "builder",
+    "opdef_from_torch": "builder.from_torch",
+    "define_torch_ops": "builder.define",
+    "compile_spec": "partitioner",
+    "OpPackageBuild": "partitioner",
+    "CompileSpecError": "partitioner",
+    "PreflightError": "partitioner",
+    "QnnCustomOpPartitioner": "partitioner",
+    "QnnSdkMissingError": "qnn_sdk",
+}
+
+__all__ = ["Datatype", "OpDef", "OpDefError", "OpDefWarning", "OpPackage", "TensorDef", "load_package", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'qnn_custom_ops' has no attribute {name!r}")
+    value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value

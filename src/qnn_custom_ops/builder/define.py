@@ -1,0 +1,136 @@
+"""OpDef -> torch ops, for users who start from XML: functional op, ``.out`` variant, fake kernel."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Mapping
+
+import torch
+
+from ..opdef import OpDef, OpPackage, TensorDef
+
+_LIBRARIES: list[torch.library.Library] = []  # a Library deregisters its ops when collected
+
+
+def torch_name_for(qnn_type: str) -> str:
+    """``FusedRmsNorm`` -> ``fused_rms_norm``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", qnn_type).lower()
+
+
+def _param_type(tensor: TensorDef) -> str:
+    if tensor.is_enum:
+        base = "str"
+    elif all(d.name == "BOOL_8" for d in tensor.datatypes):
+        base = "bool"
+    elif all(d.is_integer for d in tensor.datatypes):
+        base = "int"
+    elif all(d.is_float for d in tensor.datatypes):
+        base = "float"
+    else:
+        raise ValueError(f"param '{tensor.name}' has datatypes {', '.join(d.short_name for d in tensor.datatypes)}, "
+                         "which map to no single torch type (use integer, float or BOOL_8 datatypes)")
+    if tensor.shape.rank == 1 and base in ("int", "float"):
+        base += "[]"
+    return base
+
+
+def _default(tensor: TensorDef) -> str:
+    if tensor.mandatory:
+        return ""
+    value = tensor.default.value if tensor.default is not None else None
+    if value is None:
+        return "=None"
+    if tensor.is_enum:
+        return f'="{tensor.enum_values[value]}"'
+    if isinstance(value, bool):
+        return f"={value}"
+    if isinstance(value, tuple):
+        return "=[" + ",".join(repr(v) for v in value) + "]"
+    return f"={value!r}"
+
+
+def schema_arguments(op: OpDef) -> str:
+    """The argument list of the functional schema derived from the OpDef."""
+    args = [f"Tensor{'' if t.mandatory else '?'} {t.c_name}" for t in op.inputs]
+    for param in op.params:
+        optional = "?" if not param.mandatory and _default(param) == "=None" else ""
+        args.append(f"{_param_type(param)}{optional} {param.c_name}{_default(param)}")
+    return ", ".join(args)
+
+
+def _returns(op: OpDef, out: bool) -> str:
+    if len(op.outputs) == 1:
+        return "Tensor(a!)" if out else "Tensor"
+    aliases = [f"Tensor({chr(ord('a') + i)}!)" if out else "Tensor" for i in range(len(op.outputs))]
+    return "(" + ", ".join(aliases) + ")"
+
+
+def _out_arguments(op: OpDef) -> str:
+    if len(op.outputs) == 1:
+        return "Tensor(a!) out"
+    return ", ".join(f"Tensor({chr(ord('a') + i)}!) out{i}" for i in range(len(op.outputs)))
+
+
+def define_torch_ops(package: OpPackage, namespace: str, impls: Mapping[str, Callable[..., Any]], *,
+                     names: Mapping[str, str] | None = None,
+                     fakes: Mapping[str, Callable[..., Any]] | None = None) -> dict[str, torch._ops.OpOverload]:
+    """Define ``namespace::<op>`` (and ``.out``) for each QNN op type in ``impls``.
+
+    ``impls`` maps a QNN op type to its Python reference implementation; the torch name is
+    ``names[qnn_type]`` or the snake_case of the type. The fake kernel is ``fakes[qnn_type]``
+    or the reference itself (which must then use torch ops only). Returns the functional
+    overloads by QNN op type, ready for ``bind``.
+    """
+    names = names or {}
+    fakes = fakes or {}
+    unknown = [t for t in impls if t not in package.ops]
+    if unknown:
+        raise KeyError(f"{', '.join(unknown)}: not an op of {package.name} (ops: {', '.join(package.ops)})")
+    library = torch.library.Library(namespace, "FRAGMENT")
+    _LIBRARIES.append(library)
+    overloads = {}
+    for qnn_type, impl in impls.items():
+        op = package.ops[qnn_type]
+        name = names.get(qnn_type, torch_name_for(qnn_type))
+        overloads[qnn_type] = _define(library, namespace, name, op, impl, fakes.get(qnn_type, impl))
+    return overloads
+
+
+def _define(library: torch.library.Library, namespace: str, name: str, op: OpDef, impl: Callable[..., Any],
+            fake: Callable[..., Any]) -> torch._ops.OpOverload:
+    functional = f"{name}({schema_arguments(op)}) -> {_returns(op, out=False)}"
+    out_variant = f"{name}.out({schema_arguments(op)}, *, {_out_arguments(op)}) -> {_returns(op, out=True)}"
+    existing = getattr(getattr(torch.ops, namespace), name, None) if hasattr(torch.ops, namespace) else None
+    if existing is not None and hasattr(existing, "default"):
+        if str(existing.default._schema) != f"{namespace}::{functional}":
+            raise ValueError(f"{namespace}::{name} is already defined as {existing.default._schema}, "
+                             f"not {namespace}::{functional}: pick another namespace or name")
+        return existing.default
+    library.define(functional)
+    library.define(out_variant)
+    library.impl(name, impl, "CompositeExplicitAutograd")
+    library.impl(f"{name}.out", _out_impl(impl, len(op.outputs)), "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{namespace}::{name}", fake, lib=library)
+    torch.library.register_fake(f"{namespace}::{name}.out", _out_fake(len(op.outputs)), lib=library)
+    return getattr(getattr(torch.ops, namespace), name).default
+
+
+def _out_impl(impl: Callable[..., Any], outputs: int) -> Callable[..., Any]:
+    """The ``.out`` kernel: run the reference, copy into the caller's tensors."""
+
+    def out_kernel(*args: Any, **kwargs: Any) -> Any:
+        outs = [kwargs.pop("out")] if outputs == 1 else [kwargs.pop(f"out{i}") for i in range(outputs)]
+        results = impl(*args, **kwargs)
+        results = (results,) if outputs == 1 else tuple(results)
+        for out, result in zip(outs, results):
+            out.copy_(result)
+        return outs[0] if outputs == 1 else tuple(outs)
+
+    return out_kernel
+
+
+def _out_fake(outputs: int) -> Callable[..., Any]:
+    def out_fake(*args: Any, **kwargs: Any) -> Any:
+        return kwargs["out"] if outputs == 1 else tuple(kwargs[f"out{i}"] for i in range(outputs))
+
+    return out_fake

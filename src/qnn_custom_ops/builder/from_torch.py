@@ -1,0 +1,120 @@
+"""torch -> OpDef XML, for users who start from an existing torch op."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Sequence
+
+import torch
+from lxml import etree
+
+from ..opdef.identifiers import is_c_identifier
+from .alignment import ArgKind, arg_kind, op_name
+
+ACTIVATION_DATATYPES = ("QNN_DATATYPE_FLOAT_32", "QNN_DATATYPE_UFIXED_POINT_8")
+_PARAM_DATATYPE = {ArgKind.INT: "QNN_DATATYPE_INT_32", ArgKind.INT_LIST: "QNN_DATATYPE_INT_32",
+                   ArgKind.FLOAT: "QNN_DATATYPE_FLOAT_32", ArgKind.FLOAT_LIST: "QNN_DATATYPE_FLOAT_32",
+                   ArgKind.BOOL: "QNN_DATATYPE_BOOL_8", ArgKind.STR: "QNN_DATATYPE_UINT_32"}
+
+
+def qnn_type_for(overload: torch._ops.OpOverload) -> str:
+    """A QNN op type name for a torch op: ``my_ops::fused_rms_norm`` -> ``FusedRmsNorm``."""
+    name = overload._schema.name.split("::")[1]
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"_+", name) if part)
+
+
+def opdef_from_torch(op_overload: Any, *, package: str, qnn_op_type: str | None = None,
+                     enums: Mapping[str, Sequence[str]] | None = None, domain: str = "custom",
+                     version: str = "1.0") -> str:
+    """An OpDef XML config for an existing torch op, ready for ``generate-op-package`` and ``bind``.
+
+    Tensor arguments become inputs and returns outputs, with FLOAT_32 and UFIXED_POINT_8 (the
+    HTP's activations); other arguments become parameters named as in the schema. A ``str``
+    argument needs its values in ``enums`` ({"mode": ["mean", "rms"]}).
+    """
+    return opdefs_from_torch({qnn_op_type or qnn_type_for(op_overload): op_overload}, package=package,
+                             enums=enums, domain=domain, version=version)
+
+
+def opdefs_from_torch(ops: Mapping[str, Any], *, package: str, enums: Mapping[str, Sequence[str]] | None = None,
+                      domain: str = "custom", version: str = "1.0") -> str:
+    """One config holding an OpDef per ``{qnn_op_type: overload}``."""
+    for name in (package, *ops):
+        if not is_c_identifier(name):
+            raise ValueError(f"{name!r} cannot name a QNN package or op: use letters, digits and '_'")
+    root = etree.Element("OpDefCollection", PackageName=package, Domain=domain, Version=version)
+    op_list = etree.SubElement(root, "OpDefList")
+    for qnn_type, overload in ops.items():
+        if not isinstance(overload, torch._ops.OpOverload):
+            raise TypeError(f"{overload!r} is not an op overload: pass e.g. torch.ops.my_ops.mul3.default")
+        op_list.append(_opdef(qnn_type, overload, enums or {}))
+    etree.indent(root, space="  ")
+    return etree.tostring(root, xml_declaration=True, encoding="UTF-8", pretty_print=True).decode()
+
+
+def _opdef(qnn_type: str, overload: torch._ops.OpOverload, enums: Mapping[str, Sequence[str]]) -> etree._Element:
+    schema = overload._schema
+    opdef = etree.Element("OpDef")
+    etree.SubElement(opdef, "Name").text = qnn_type
+    description = etree.SubElement(opdef, "Description")
+    etree.SubElement(description, "Content").text = f"QNN op for torch {op_name(overload)}: {schema}"
+    params = []
+    for arg in schema.arguments:
+        kind, optional = arg_kind(arg.type)
+        if kind is ArgKind.TENSOR:
+            opdef.append(_tensor("Input", arg.name, not optional))
+        elif kind is ArgKind.UNSUPPORTED:
+            raise ValueError(f"{op_name(overload)}: argument '{arg.name}' of type {arg.type} has no QNN "
+                             "equivalent (use Tensor, int, float, bool, str, int[] or float[])")
+        else:
+            params.append(_param(overload, arg, kind, optional, enums))
+    returns = schema.returns
+    for index, ret in enumerate(returns):
+        if arg_kind(ret.type) != (ArgKind.TENSOR, False):
+            raise ValueError(f"{op_name(overload)}: returns {ret.type}; QNN ops return Tensors")
+        name = ret.name or ("output" if len(returns) == 1 else f"output_{index}")
+        opdef.append(_tensor("Output", name, True))
+    opdef.extend(params)
+    etree.SubElement(opdef, "SupportedBackend").text = "HTP"
+    return opdef
+
+
+def _tensor(tag: str, name: str, mandatory: bool) -> etree._Element:
+    element = etree.Element(tag)
+    etree.SubElement(element, "Name").text = name
+    etree.SubElement(element, "Mandatory").text = "true" if mandatory else "false"
+    for datatype in ACTIVATION_DATATYPES:
+        etree.SubElement(element, "Datatype").text = datatype
+    shape = etree.SubElement(element, "Shape")
+    etree.SubElement(shape, "Rank").text = "ND"
+    return element
+
+
+def _param(overload: torch._ops.OpOverload, arg: Any, kind: ArgKind, optional: bool,
+           enums: Mapping[str, Sequence[str]]) -> etree._Element:
+    element = etree.Element("Parameter")
+    etree.SubElement(element, "Name").text = arg.name
+    has_default = arg.has_default_value()
+    etree.SubElement(element, "Mandatory").text = "false" if (optional or has_default) else "true"
+    etree.SubElement(element, "Datatype").text = _PARAM_DATATYPE[kind]
+    shape = etree.SubElement(element, "Shape")
+    etree.SubElement(shape, "Rank").text = "1D" if kind in (ArgKind.INT_LIST, ArgKind.FLOAT_LIST) else "SCALAR"
+    if has_default and arg.default_value is not None:
+        etree.SubElement(element, "Default").text = _default_text(arg.default_value)
+    if kind is ArgKind.STR:
+        values = enums.get(arg.name)
+        if not values:
+            raise ValueError(f"{op_name(overload)}: str argument '{arg.name}' needs its allowed values: "
+                             f"pass enums={{'{arg.name}': [...]}}")
+        enumeration = etree.SubElement(element, "Enumeration")
+        for value in values:
+            etree.SubElement(enumeration, "Enum").text = value
+    return element
+
+
+def _default_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_default_text(v) for v in value) + "]"
+    return str(value) if not isinstance(value, float) else repr(value)

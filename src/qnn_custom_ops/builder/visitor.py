@@ -1,0 +1,80 @@
+"""Our node visitor inside executorch's QNN lowering, for the bound ops.
+
+executorch builds one ``CustomOp`` visitor per op package info of the compile spec
+(``node_visitor_manager.get_node_visitors``). ``install`` swaps that class for a factory
+that hands bound ops to ``BoundOpVisitor`` -- which builds the ``PyQnnOpWrapper`` from a
+``QnnOpSpec`` -- and leaves any other custom op to executorch's own visitor.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import executorch.backends.qualcomm.python.PyQnnManagerAdaptor as PyQnnManager
+import torch
+from executorch.backends.qualcomm.builders import node_visitor_manager
+from executorch.backends.qualcomm.builders.node_visitor import NodeVisitor
+from executorch.backends.qualcomm.utils.constants import QCOM_DATA
+
+from .alignment import OpBinding
+from .spec import QnnOpSpec, qnn_op_spec
+
+_EXECUTORCH_CUSTOM_OP = node_visitor_manager.CustomOp
+_BOUND: dict[str, OpBinding] = {}  # custom op name ("ns.op.overload") -> binding
+
+NATIVE = PyQnnManager.Qnn_TensorType_t.QNN_TENSOR_TYPE_NATIVE
+
+
+def qnn_datatype(name: str) -> Any:
+    """``"QNN_DATATYPE_INT_32"`` -> ``PyQnnManager.Qnn_DataType_t.QNN_DATATYPE_INT_32``."""
+    return getattr(PyQnnManager.Qnn_DataType_t, name)
+
+
+class BoundOpVisitor(NodeVisitor):
+    """Builds the QNN op of a bound torch op from its ``QnnOpSpec``; never skips a node."""
+
+    def __init__(self, binding: OpBinding, *visitor_args: Any) -> None:
+        super().__init__(*visitor_args)
+        self.binding = binding
+        self.target = [binding.custom_op_name]
+
+    def define_node(self, node: torch.fx.Node,
+                    nodes_to_wrappers: Dict[str, Dict[int, Any]]) -> PyQnnManager.PyQnnOpWrapper:
+        spec = qnn_op_spec(self.binding, node)
+        op = PyQnnManager.PyQnnOpWrapper(spec.name, spec.package_name, spec.type_name)
+        inputs = [self.define_tensor(source, node, self.get_tensor(source, node), NATIVE, nodes_to_wrappers)
+                  for source in spec.inputs]
+        _add_params(op, spec)
+        op.AddInputTensors(inputs)
+        op.AddOutputTensors(self.define_outputs(node, spec, nodes_to_wrappers))
+        return op
+
+    def define_outputs(self, node: torch.fx.Node, spec: QnnOpSpec,
+                       nodes_to_wrappers: Dict[str, Dict[int, Any]]) -> list[Any]:
+        multi = len(spec.outputs) > 1 or isinstance(node.meta["val"], (tuple, list))
+        return [self.define_tensor(node, node, self.get_tensor(node, node, out.index if multi else None), NATIVE,
+                                   nodes_to_wrappers, wrapper_idx=out.index)
+                for out in spec.outputs]
+
+
+def _add_params(op: PyQnnManager.PyQnnOpWrapper, spec: QnnOpSpec) -> None:
+    for param in spec.params:
+        if param.is_tensor:
+            op.AddTensorParam(param.name, qnn_datatype(param.datatype), param.value.ndim,
+                              list(param.value.shape), param.value, True)
+        else:
+            op.AddScalarParam(param.name, qnn_datatype(param.datatype), {QCOM_DATA: param.value.item()})
+
+
+def _visitor_for(op_package_info: Any, *visitor_args: Any) -> NodeVisitor:
+    binding = _BOUND.get(op_package_info.custom_op_name)
+    if binding is None:
+        return _EXECUTORCH_CUSTOM_OP(op_package_info, *visitor_args)
+    return BoundOpVisitor(binding, *visitor_args)
+
+
+def install(bindings: dict[str, OpBinding]) -> None:
+    """Route executorch's custom-op visitors for these bindings to ``BoundOpVisitor``."""
+    for binding in bindings.values():
+        _BOUND[binding.custom_op_name] = binding
+    node_visitor_manager.CustomOp = _visitor_for

@@ -1,0 +1,22 @@
+"""Compile spec (op package options) and the QNN partitioner with our builder and preflight."""
+
+from ..qnn_sdk import guard_sdk_download
+
+guard_sdk_download()  # before anything imports executorch's QNN code
+
+from .compile_spec import (  # noqa: E402
+    DEVICE_WORKSPACE,
+    CompileSpecError,
+    OpPackageBuild,
+    Platform,
+    Target,
+    compile_spec,
+    device_library_path,
+    op_package_options,
+)
+from .partitioner import QnnCustomOpPartitioner  # noqa: E402
+from .preflight import PreflightError, preflight  # noqa: E402
+
+__all__ = ["DEVICE_WORKSPACE", "CompileSpecError", "OpPackageBuild", "Platform", "PreflightError",
+           "QnnCustomOpPartitioner", "Target", "compile_spec", "device_library_path", "op_package_options",
+           "preflight"]

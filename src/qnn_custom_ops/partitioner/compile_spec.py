@@ -1,0 +1,167 @@
+"""Compile spec: tell ExecuTorch's QNN backend where each op package library lives.
+
+The paths are baked into the .pte. For x86_64 builds that is the host path, which must
+exist; for Android builds it is the device path under ``DEVICE_WORKSPACE``, where the
+device runner pushes the library (``device_library_path`` is the one place it is decided).
+"""
+
+from __future__ import annotations
+
+import enum
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+from executorch.backends.qualcomm.serialization.qc_schema import (
+    QcomChipset,
+    QnnExecuTorchOpPackageInfo,
+    QnnExecuTorchOpPackageOptions,
+    QnnExecuTorchOpPackagePlatform,
+    QnnExecuTorchOpPackageTarget,
+)
+
+if TYPE_CHECKING:
+    from ..binding import OpPackageBinding
+
+DEVICE_WORKSPACE = "/data/local/tmp/qnn_custom_ops"
+
+
+class Target(str, enum.Enum):
+    HTP = "HTP"
+    CPU = "CPU"
+
+
+class Platform(str, enum.Enum):
+    X86_64 = "x86_64"
+    AARCH64_ANDROID = "aarch64-android"
+
+
+_TARGETS = {Target.HTP: QnnExecuTorchOpPackageTarget.HTP, Target.CPU: QnnExecuTorchOpPackageTarget.CPU}
+_PLATFORMS = {Platform.X86_64: QnnExecuTorchOpPackagePlatform.X86_64,
+              Platform.AARCH64_ANDROID: QnnExecuTorchOpPackagePlatform.AARCH64_ANDROID}
+
+
+class CompileSpecError(ValueError):
+    """Every problem of the op package builds, found before any QNN call."""
+
+
+def device_library_path(package_name: str, target: Target | str) -> str:
+    """Where an Android op package library lives on the device (pushed there by the runner)."""
+    return f"{DEVICE_WORKSPACE}/libQnn{package_name}_{Target(target).value}.so"
+
+
+@dataclass(frozen=True)
+class OpPackageBuild:
+    """One built op package library: ``make htp_x86`` -> (HTP or CPU, x86_64, build/x86_64-linux-clang/...),
+    ``make htp_v75`` -> (HTP, aarch64-android, build/hexagon-v75/...),
+    ``make htp_aarch64`` -> (CPU, aarch64-android, build/aarch64-android/...)."""
+
+    target: Target
+    platform: Platform
+    library: Path  # on this machine
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "target", Target(self.target))
+        object.__setattr__(self, "platform", Platform(self.platform))
+        object.__setattr__(self, "library", Path(self.library))
+
+    def baked_path(self, package_name: str) -> str:
+        """The path the .pte carries: the host path on x86_64, the device path on Android."""
+        if self.platform is Platform.X86_64:
+            return str(self.library.resolve())
+        return device_library_path(package_name, self.target)
+
+
+def interface_provider(package_name: str) -> str:
+    return f"{package_name}InterfaceProvider"
+
+
+def op_package_options(binding: "OpPackageBinding", builds: Iterable[OpPackageBuild]) -> QnnExecuTorchOpPackageOptions:
+    """One op package info per (bound op, build); raises ``CompileSpecError`` listing every problem."""
+    builds = list(builds)
+    name = binding.package.name
+    problems = _check_builds(name, builds)
+    if not binding.ops:
+        problems.append("the binding binds no op: bind at least one QNN op to a torch op")
+    if problems:
+        raise CompileSpecError(f"op package {name}:\n" + "\n".join(f"  {p}" for p in problems))
+    infos = [
+        QnnExecuTorchOpPackageInfo(
+            op_package_name=name,
+            op_package_path=build.baked_path(name),
+            interface_provider=interface_provider(name),
+            target=_TARGETS[build.target],
+            custom_op_name=op.custom_op_name,
+            qnn_op_type_name=op.qnn_op_type,
+            platform=_PLATFORMS[build.platform],
+        )
+        for op in binding.ops.values()
+        for build in builds
+    ]
+    return QnnExecuTorchOpPackageOptions(op_package_infos=infos)
+
+
+def _check_builds(package_name: str, builds: list[OpPackageBuild]) -> list[str]:
+    problems = []
+    if not any(b.target is Target.HTP for b in builds):
+        problems.append("no HTP build: add OpPackageBuild('HTP', ...) for the library made by `make htp_vNN` "
+                        "(device) or `make htp_x86` (simulator)")
+    seen = set()
+    for build in builds:
+        key = (build.target, build.platform)
+        if key in seen:
+            problems.append(f"two builds for {build.target.value} on {build.platform.value}: keep one")
+        seen.add(key)
+        if not build.library.is_file():
+            problems.append(f"{build.library}: no such library (build it with the package Makefile)")
+            continue
+        missing = _missing_symbol(build.library, interface_provider(package_name))
+        if missing:
+            problems.append(missing)
+    return problems
+
+
+def _missing_symbol(library: Path, symbol: str) -> str | None:
+    """A problem if ``library`` does not export ``symbol`` (checked with nm where it exists)."""
+    nm = shutil.which("nm")
+    if nm is None:
+        return None
+    result = subprocess.run([nm, "-D", "--defined-only", str(library)], capture_output=True, text=True)
+    if result.returncode != 0:
+        return f"{library}: not a shared library nm can read ({result.stderr.strip()})"
+    if not any(line.split()[-1:] == [symbol] for line in result.stdout.splitlines()):
+        return (f"{library}: does not export {symbol} (is it this package's library? "
+                "THIS_PKG_NAME must be the config's PackageName)")
+    return None
+
+
+def chipset(soc: str | QcomChipset) -> QcomChipset:
+    if isinstance(soc, QcomChipset):
+        return soc
+    try:
+        return QcomChipset[soc.upper()]
+    except KeyError:
+        known = ", ".join(c.name for c in QcomChipset if c.name != "UNKNOWN_SM")
+        raise CompileSpecError(f"unknown SoC {soc!r}: use one of {known}") from None
+
+
+def compile_spec(soc: str | QcomChipset, binding: "OpPackageBinding", builds: Iterable[OpPackageBuild],
+                 quant: bool = True, **options: object) -> list:
+    """The full QNN HTP compile spec for ``to_edge_transform_and_lower``, op packages included.
+
+    ``quant=False`` compiles for the HTP's fp16 precision. Extra ``options`` go to
+    executorch's ``generate_qnn_executorch_compiler_spec`` (e.g. ``online_prepare``).
+    """
+    from executorch.backends.qualcomm.utils.utils import (
+        generate_htp_compiler_spec,
+        generate_qnn_executorch_compiler_spec,
+    )
+
+    return generate_qnn_executorch_compiler_spec(
+        soc_model=chipset(soc),
+        backend_options=generate_htp_compiler_spec(use_fp16=not quant),
+        op_package_options=op_package_options(binding, builds),
+        **options,
+    )

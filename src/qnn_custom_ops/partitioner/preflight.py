@@ -1,0 +1,133 @@
+"""Preflight: every problem of an edge graph with custom ops, before any QNN call.
+
+A custom op with no binding, a bound op whose arguments do not map, a datatype at a node
+that the OpDef does not allow on the backend: all are collected and raised together.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..builder import OpBinding, OpMappingError
+from ..opdef import Datatype
+
+if TYPE_CHECKING:
+    from ..binding import OpPackageBinding
+
+# Namespaces of ops that are not user custom ops.
+STANDARD_NAMESPACES = frozenset({"aten", "prims", "quantized_decomposed", "dim_order_ops", "torchao",
+                                 "executorch_prim", "llama", "qaisw", "higher_order"})
+QUANT_ATTRS = "quant_attrs"  # executorch.backends.qualcomm.utils.constants.QCOM_QUANT_ATTRS
+
+_QUANTIZED = {torch.uint8: Datatype.UFIXED_POINT_8, torch.int8: Datatype.SFIXED_POINT_8,
+              torch.uint16: Datatype.UFIXED_POINT_16, torch.int16: Datatype.SFIXED_POINT_16,
+              torch.int32: Datatype.SFIXED_POINT_32}
+_PLAIN = {torch.float32: Datatype.FLOAT_32, torch.float16: Datatype.FLOAT_16, torch.float64: Datatype.FLOAT_64,
+          torch.int8: Datatype.INT_8, torch.int16: Datatype.INT_16, torch.int32: Datatype.INT_32,
+          torch.int64: Datatype.INT_64, torch.uint8: Datatype.UINT_8, torch.uint16: Datatype.UINT_16,
+          torch.uint32: Datatype.UINT_32, torch.bool: Datatype.BOOL_8}
+
+
+class PreflightError(ValueError):
+    """Every problem the preflight found in the graph."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = tuple(problems)
+        super().__init__(f"{len(problems)} problem(s) before QNN lowering:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def _target_name(node: torch.fx.Node) -> str:
+    return str(getattr(node.target, "__name__", node.target))
+
+
+def _is_dequantize(node: Any) -> bool:
+    return isinstance(node, torch.fx.Node) and "quantized_decomposed.dequantize" in _target_name(node)
+
+
+def _is_quantize(node: Any) -> bool:
+    return isinstance(node, torch.fx.Node) and "quantized_decomposed.quantize" in _target_name(node)
+
+
+def _quant_dtype(node: torch.fx.Node) -> torch.dtype | None:
+    """The integer dtype a tensor is quantized to, from QNN's quant attrs or a Q/DQ node."""
+    attrs = node.meta.get(QUANT_ATTRS)
+    if attrs:
+        return attrs["dtype"]
+    if _is_dequantize(node) or _is_quantize(node):
+        return node.args[5] if len(node.args) > 5 else node.kwargs.get("dtype")
+    return None
+
+
+def input_datatype(source: torch.fx.Node) -> Datatype | None:
+    """The QNN datatype of a tensor flowing into an op."""
+    quant = _quant_dtype(source)
+    if quant is not None:
+        return _QUANTIZED.get(quant)
+    value = source.meta.get("val")
+    return _PLAIN.get(value.dtype) if isinstance(value, torch.Tensor) else None
+
+
+def output_carrier(node: torch.fx.Node, index: int, multi: bool) -> torch.fx.Node | None:
+    """The node that carries output ``index``: the node itself, or its ``getitem`` user."""
+    if not multi:
+        return node
+    return next((u for u in node.users if u.target is operator.getitem and u.args[1] == index), None)
+
+
+def output_datatype(node: torch.fx.Node, index: int, multi: bool) -> Datatype | None:
+    """The QNN datatype of output ``index`` of ``node``: quantized if it is annotated or quantized."""
+    carrier = output_carrier(node, index, multi)
+    if carrier is not None:
+        quant = carrier.meta.get(QUANT_ATTRS, {}).get("dtype")
+        quantizer = next((u for u in carrier.users if _is_quantize(u)), None)
+        quant = quant or (_quant_dtype(quantizer) if quantizer is not None else None)
+        if quant is not None:
+            return _QUANTIZED.get(quant)
+    value = node.meta["val"][index] if multi else node.meta["val"]
+    return _PLAIN.get(value.dtype)
+
+
+def preflight(graph_module: torch.fx.GraphModule, binding: "OpPackageBinding", backend: str = "HTP") -> list[str]:
+    """Problems of the graph's custom op nodes (an empty list when all is well)."""
+    from ..binding import target_op_name
+
+    problems: list[str] = []
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = target_op_name(node.target)
+        if name is None or name.split(".")[0] in STANDARD_NAMESPACES:
+            continue
+        op_binding = binding.op_for(node)
+        if op_binding is None:
+            problems.append(f"node {node.name} calls custom op {name}, which has no binding (bind it to a QNN op "
+                            f"of {binding.package.name}: bind(package, {{'<QnnOpType>': torch.ops.{name}}}))")
+            continue
+        try:
+            spec = binding.qnn_op_spec(node)
+        except OpMappingError as exc:
+            problems.append(str(exc))
+            continue
+        problems += _datatype_problems(node, op_binding, spec.inputs, backend)
+    return problems
+
+
+def _datatype_problems(node: torch.fx.Node, op_binding: OpBinding, inputs: tuple[torch.fx.Node, ...],
+                       backend: str) -> list[str]:
+    op = op_binding.op
+    found = [(arg.tensor, input_datatype(source)) for arg, source in zip(op_binding.inputs, inputs)]
+    multi = len(op.outputs) > 1
+    found += [(out, output_datatype(node, i, multi)) for i, out in enumerate(op.outputs)]
+    problems = []
+    for tensor, datatype in found:
+        allowed = op.datatypes(tensor, backend)
+        if datatype is not None and datatype not in allowed:
+            problems.append(
+                f"node {node.name} ({op_binding.custom_op_name}): {tensor.kind} '{tensor.name}' is "
+                f"{datatype.short_name}, but {op_binding.package_name}::{op.name} allows only "
+                f"{', '.join(d.short_name for d in allowed)} on {backend} (quantize the model to one of those, or "
+                "add the datatype to the OpDef and the kernel)")
+    return problems
