@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
 import pytest
+
+# executorch's QNN helpers download the SDK when QNN_SDK_ROOT is unset; an empty value stops them.
+os.environ.setdefault("QNN_SDK_ROOT", "")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures" / "opdef"
@@ -49,3 +54,18 @@ def write_config(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture(autouse=True, scope="session")
+def no_network():
+    """Fail any test that connects anywhere but this machine."""
+    real_connect = socket.socket.connect
+
+    def guarded_connect(sock, address):
+        if isinstance(address, tuple) and not (str(address[0]).startswith("127.") or address[0] in ("localhost", "::1")):
+            raise RuntimeError(f"a test tried to reach the network: {address}")
+        return real_connect(sock, address)
+
+    socket.socket.connect = guarded_connect
+    yield
+    socket.socket.connect = real_connect

@@ -1,0 +1,48 @@
+"""torch ops defined once per test session (torch forbids defining an op twice)."""
+
+from __future__ import annotations
+
+import torch
+
+import qnn_custom_ops as qco
+
+from .conftest import DATA, OP_PACKAGES
+
+LIBRARY = torch.library.Library("qco_test", "FRAGMENT")
+LIBRARY.define("kitchen_sink(Tensor x, Tensor? bias, int shift, bool flag, float[] scales, float alpha=0.5, "
+               "str mode=\"rms\", int[] sizes=[1, 2], *, int axis=-1) -> Tensor")
+LIBRARY.define("two_halves(Tensor x) -> (Tensor, Tensor)")
+
+
+@torch.library.impl(LIBRARY, "kitchen_sink", "CompositeExplicitAutograd")
+def kitchen_sink(x, bias, shift, flag, scales, alpha=0.5, mode="rms", sizes=(1, 2), *, axis=-1):
+    y = x * alpha + shift
+    return y + bias if bias is not None else y
+
+
+@torch.library.register_fake("qco_test::kitchen_sink", lib=LIBRARY)
+def _kitchen_sink_fake(x, bias, shift, flag, scales, alpha=0.5, mode="rms", sizes=(1, 2), *, axis=-1):
+    return torch.empty_like(x)
+
+
+@torch.library.impl(LIBRARY, "two_halves", "CompositeExplicitAutograd")
+def two_halves(x):
+    first, second = torch.chunk(x, 2, dim=-1)
+    return first.clone(), second.clone()
+
+
+@torch.library.register_fake("qco_test::two_halves", lib=LIBRARY)
+def _two_halves_fake(x):
+    shape = (*x.shape[:-1], x.shape[-1] // 2)
+    return x.new_empty(shape), x.new_empty(shape)
+
+
+ARG_KIND_PACKAGE = qco.load_package(DATA / "every_arg_kind.xml")
+EXAMPLE_PACKAGE = qco.load_package(OP_PACKAGES / "ExampleOpPackage/config/ExampleOpPackage.xml")
+SPLIT_PACKAGE = qco.load_package(OP_PACKAGES / "SplitCustomOpPackage/config/SplitCustomOpPackage.xml")
+
+MUL3 = qco.define_torch_ops(EXAMPLE_PACKAGE, "my_ops", {"ExampleCustomOp": lambda input: input * 3},
+                            names={"ExampleCustomOp": "mul3"})["ExampleCustomOp"]
+SPLIT = qco.define_torch_ops(SPLIT_PACKAGE, "my_ops",
+                             {"SplitCustomOp": lambda input: tuple(t.clone() for t in torch.chunk(input, 2, -1))},
+                             names={"SplitCustomOp": "split_half"})["SplitCustomOp"]
