@@ -100,3 +100,23 @@ def test_module_entry_point():
     result = subprocess.run([sys.executable, "-m", "qnn_custom_ops", "validate",
                              str(SHARED_FIXTURES / "example_op_package_htp.xml")], capture_output=True, text=True)
     assert result.returncode == 0 and "ExampleOpPackage: 1 op(s) valid" in result.stdout
+
+
+def test_opdef_from_torch_writes_a_config_that_validates(tmp_path):
+    env_path = str(Path(__file__).parent / "data")
+    config = tmp_path / "gated.xml"
+    result = subprocess.run([str(BIN / "qnn-custom-ops"), "opdef-from-torch", "sample_ops:qco_sample.gated=Gated",
+                             "--package", "GatedPackage", "-o", str(config)],
+                            capture_output=True, text=True, env={**__import__("os").environ, "PYTHONPATH": env_path})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"wrote {config}: Gated"
+    validate = run("qnn-custom-ops", "validate", config)
+    assert validate.stdout.strip() == "GatedPackage: 1 op(s) valid: Gated"
+
+
+def test_opdef_from_torch_unknown_module_or_op_exits_2(tmp_path):
+    missing_module = run("qnn-custom-ops", "opdef-from-torch", "no_such_module:x.y", "--package", "P")
+    assert missing_module.returncode == 2 and "cannot import no_such_module" in missing_module.stderr
+    missing_op = run("qnn-custom-ops", "opdef-from-torch", "json:nope.nothing", "--package", "P")
+    assert missing_op.returncode == 2 and "no torch op nope::nothing.default" in missing_op.stderr
+    assert "Traceback" not in missing_module.stderr + missing_op.stderr

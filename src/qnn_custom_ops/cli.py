@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 import warnings
+from pathlib import Path
 from typing import Callable, Sequence
 
 from .opdef import OpDefError, OpDefWarning, OpPackage, load_package
@@ -53,6 +54,57 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _resolve_op(spec: str) -> tuple[str | None, object]:
+    """``MODULE:ns.op[.overload][=QnnType]`` -> (QNN type or None, the torch overload)."""
+    import importlib
+
+    import torch
+
+    target, _, qnn_type = spec.partition("=")
+    module, sep, op = target.rpartition(":")
+    if not sep or not module or not op:
+        raise UsageError(f"{spec!r}: expected MODULE:NAMESPACE.OP[.OVERLOAD][=QnnOpType]")
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise UsageError(f"{spec!r}: cannot import {module}: {exc}") from exc
+    parts = op.replace("::", ".").split(".")
+    if len(parts) not in (2, 3):
+        raise UsageError(f"{spec!r}: name the op as NAMESPACE.OP or NAMESPACE.OP.OVERLOAD")
+    namespace, name, overload = (*parts, "default")[:3]
+    try:
+        return qnn_type or None, getattr(getattr(getattr(torch.ops, namespace), name), overload)
+    except (AttributeError, RuntimeError) as exc:
+        raise UsageError(f"{spec!r}: no torch op {namespace}::{name}.{overload} after importing {module}") from exc
+
+
+def _cmd_opdef_from_torch(args: argparse.Namespace) -> int:
+    from .builder.from_torch import opdefs_from_torch, qnn_type_for
+
+    ops = {}
+    for spec in args.ops:
+        qnn_type, overload = _resolve_op(spec)
+        ops[qnn_type or qnn_type_for(overload)] = overload
+    enums = {}
+    for item in args.enum:
+        name, _, values = item.partition("=")
+        if not values:
+            raise UsageError(f"--enum {item!r}: expected ARG=value1,value2,...")
+        enums[name] = values.split(",")
+    try:
+        xml = opdefs_from_torch(ops, package=args.package, enums=enums)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if args.output:
+        from .generator.writer import write_atomic
+
+        write_atomic(Path(args.output), xml.encode())
+        print(f"wrote {args.output}: {', '.join(ops)}")
+    else:
+        sys.stdout.write(xml)
+    return EXIT_OK
+
+
 def _add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("configs", nargs="+", metavar="CONFIG", help="OpDef XML config(s) of one package")
     parser.add_argument("-o", "--output", default=".", metavar="OUT",
@@ -70,6 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("configs", nargs="+", metavar="CONFIG")
     validate.set_defaults(handler=_cmd_validate)
     _add_generate_arguments(commands.add_parser("generate", help="generate the HTP op package"))
+    from_torch = commands.add_parser("opdef-from-torch", help="write an OpDef config for existing torch ops")
+    from_torch.add_argument("ops", nargs="+", metavar="MODULE:OP[=QnnOpType]",
+                            help="module that registers the op, and the op, e.g. my_model.ops:my_ops.mul3.default")
+    from_torch.add_argument("--package", required=True, help="PackageName of the config")
+    from_torch.add_argument("--enum", action="append", default=[], metavar="ARG=V1,V2",
+                            help="allowed values of a str argument (repeatable)")
+    from_torch.add_argument("-o", "--output", help="config file to write (default: standard output)")
+    from_torch.set_defaults(handler=_cmd_opdef_from_torch)
     return parser
 
 
