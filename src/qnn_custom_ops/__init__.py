@@ -27,6 +27,9 @@ _LAZY = {
     "PreflightError": "partitioner",
     "QnnCustomOpPartitioner": "partitioner",
     "QnnSdkMissingError": "qnn_sdk",
+    "make_quantizer": "quantizer",
+    "QuantAnnotationError": "quantizer",
+    "Share": "quantizer",
 }
 
 __all__ = ["Datatype", "OpDef", "OpDefError", "OpDefWarning", "OpPackage", "TensorDef", "load_package", *_LAZY]

@@ -13,16 +13,9 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from .builder import OpBinding, OpMappingError, QnnOpSpec, bind_ops, qnn_op_spec
-from .builder.alignment import op_name
+from .builder import OpBinding, OpMappingError, QnnOpSpec, bind_ops, qnn_op_spec, target_op_name
 from .builder.visitor import install
 from .opdef import OpPackage
-
-
-def target_op_name(target: Any) -> str | None:
-    """``ns.op.overload`` of an fx node target (an OpOverload or executorch's EdgeOpOverload)."""
-    overload = getattr(target, "_op", target)
-    return op_name(overload) if isinstance(overload, torch._ops.OpOverload) else None
 
 
 @dataclass(frozen=True)
@@ -53,6 +46,12 @@ class OpPackageBinding:
         from .partitioner.compile_spec import op_package_options
 
         return op_package_options(self, builds)
+
+    def quant_annotation(self, quant_dtype: str = "8a8w", overrides: Any = None) -> Any:
+        """``(GraphModule) -> None`` for ``QnnQuantizer.add_custom_quant_annotations``; see ``quantizer``."""
+        from .quantizer import make_annotation
+
+        return make_annotation(self.ops, quant_dtype, overrides)
 
 
 def bind(package: OpPackage, mapping: Mapping[str, Any]) -> OpPackageBinding:

@@ -4,8 +4,17 @@ from ..qnn_sdk import guard_sdk_download
 
 guard_sdk_download()  # before anything imports executorch's QNN code
 
-from .alignment import AlignmentError, AlignmentProblem, ArgBinding, ArgKind, OpBinding, bind_ops  # noqa: E402
-from .spec import OpMappingError, QnnOpSpec, QnnOutput, QnnParam, qnn_op_spec  # noqa: E402
+from .alignment import (  # noqa: E402
+    AlignmentError,
+    AlignmentProblem,
+    ArgBinding,
+    ArgKind,
+    OpBinding,
+    bind_ops,
+    target_op_name,
+)
+from .spec import OpMappingError, QnnOpSpec, QnnOutput, QnnParam, node_arguments, output_carrier, qnn_op_spec  # noqa: E402
 
 __all__ = ["AlignmentError", "AlignmentProblem", "ArgBinding", "ArgKind", "OpBinding", "OpMappingError",
-           "QnnOpSpec", "QnnOutput", "QnnParam", "bind_ops", "qnn_op_spec"]
+           "QnnOpSpec", "QnnOutput", "QnnParam", "bind_ops", "node_arguments", "output_carrier", "qnn_op_spec",
+           "target_op_name"]

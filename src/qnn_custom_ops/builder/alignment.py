@@ -107,6 +107,12 @@ def op_name(overload: torch._ops.OpOverload) -> str:
     return f"{overload.namespace}.{overload._schema.name.split('::')[1]}.{overload._overloadname}"
 
 
+def target_op_name(target: Any) -> str | None:
+    """``ns.op.overload`` of an fx node target (an OpOverload or executorch's EdgeOpOverload)."""
+    overload = getattr(target, "_op", target)
+    return op_name(overload) if isinstance(overload, torch._ops.OpOverload) else None
+
+
 def overload_name(overload: Any) -> str:
     return getattr(overload, "_qualified_op_name", None) or str(overload)
 

@@ -8,6 +8,7 @@ element type, a str is the index of its Enum. A node that cannot be mapped raise
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,3 +191,10 @@ def _outputs(binding: OpBinding, node: torch.fx.Node, where: str) -> tuple[QnnOu
     return tuple(QnnOutput(i, out.name, v.dtype, tuple(int(d) for d in v.shape))
                  for i, (out, v) in enumerate(zip(binding.op.outputs, values)))
 
+
+
+def output_carrier(node: torch.fx.Node, index: int, multi: bool) -> torch.fx.Node | None:
+    """The node that carries output ``index``: the node itself, or its ``getitem`` user."""
+    if not multi:
+        return node
+    return next((u for u in node.users if u.target is operator.getitem and u.args[1] == index), None)

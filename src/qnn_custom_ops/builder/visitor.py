@@ -14,10 +14,10 @@ import executorch.backends.qualcomm.python.PyQnnManagerAdaptor as PyQnnManager
 import torch
 from executorch.backends.qualcomm.builders import node_visitor_manager
 from executorch.backends.qualcomm.builders.node_visitor import NodeVisitor
-from executorch.backends.qualcomm.utils.constants import QCOM_DATA
+from executorch.backends.qualcomm.utils.constants import QCOM_DATA, QCOM_QUANT_ATTRS
 
 from .alignment import OpBinding
-from .spec import QnnOpSpec, qnn_op_spec
+from .spec import QnnOpSpec, output_carrier, qnn_op_spec
 
 _EXECUTORCH_CUSTOM_OP = node_visitor_manager.CustomOp
 _BOUND: dict[str, OpBinding] = {}  # custom op name ("ns.op.overload") -> binding
@@ -51,10 +51,34 @@ class BoundOpVisitor(NodeVisitor):
 
     def define_outputs(self, node: torch.fx.Node, spec: QnnOpSpec,
                        nodes_to_wrappers: Dict[str, Dict[int, Any]]) -> list[Any]:
+        """One tensor per output, each with its own encoding.
+
+        executorch's AnnotateQuantAttrs pass copies each ``getitem``'s quant attrs onto the
+        op node, so the last output's encoding would be used for all of them; here output
+        ``i`` is defined with the quant attrs of its own ``getitem``.
+        """
         multi = len(spec.outputs) > 1 or isinstance(node.meta["val"], (tuple, list))
-        return [self.define_tensor(node, node, self.get_tensor(node, node, out.index if multi else None), NATIVE,
-                                   nodes_to_wrappers, wrapper_idx=out.index)
-                for out in spec.outputs]
+        if not multi:
+            return [self.define_tensor(node, node, self.get_tensor(node, node), NATIVE, nodes_to_wrappers)]
+        wrappers = []
+        shared_attrs = node.meta.get(QCOM_QUANT_ATTRS)
+        try:
+            for out in spec.outputs:
+                carrier = output_carrier(node, out.index, multi=True)
+                own_attrs = carrier.meta.get(QCOM_QUANT_ATTRS) if carrier is not None else None
+                _set_meta(node, QCOM_QUANT_ATTRS, own_attrs)
+                wrappers.append(self.define_tensor(node, node, self.get_tensor(node, node, out.index), NATIVE,
+                                                   nodes_to_wrappers, wrapper_idx=out.index))
+        finally:
+            _set_meta(node, QCOM_QUANT_ATTRS, shared_attrs)
+        return wrappers
+
+
+def _set_meta(node: torch.fx.Node, key: str, value: Any) -> None:
+    if value is None:
+        node.meta.pop(key, None)
+    else:
+        node.meta[key] = value
 
 
 def _add_params(op: PyQnnManager.PyQnnOpWrapper, spec: QnnOpSpec) -> None:

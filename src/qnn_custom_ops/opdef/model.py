@@ -49,6 +49,13 @@ class Datatype(str, enum.Enum):
             name = name[len(DATATYPE_PREFIX):]
         return cls.__members__.get(name)
 
+    @classmethod
+    def fixed_point(cls, low: int, high: int) -> "Datatype":
+        """The fixed-point datatype of an integer range: (0, 255) -> UFIXED_POINT_8, (-8, 7) -> SFIXED_POINT_4."""
+        bits = max(high - low, 1).bit_length()
+        width = next(w for w in (4, 8, 16, 32) if bits <= w)
+        return cls[f"{'S' if low < 0 else 'U'}FIXED_POINT_{width}"]
+
     @property
     def short_name(self) -> str:
         return self.name

@@ -6,12 +6,11 @@ that the OpDef does not allow on the backend: all are collected and raised toget
 
 from __future__ import annotations
 
-import operator
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..builder import OpBinding, OpMappingError
+from ..builder import OpBinding, OpMappingError, output_carrier, target_op_name
 from ..opdef import Datatype
 
 if TYPE_CHECKING:
@@ -22,9 +21,6 @@ STANDARD_NAMESPACES = frozenset({"aten", "prims", "quantized_decomposed", "dim_o
                                  "executorch_prim", "llama", "qaisw", "higher_order"})
 QUANT_ATTRS = "quant_attrs"  # executorch.backends.qualcomm.utils.constants.QCOM_QUANT_ATTRS
 
-_QUANTIZED = {torch.uint8: Datatype.UFIXED_POINT_8, torch.int8: Datatype.SFIXED_POINT_8,
-              torch.uint16: Datatype.UFIXED_POINT_16, torch.int16: Datatype.SFIXED_POINT_16,
-              torch.int32: Datatype.SFIXED_POINT_32}
 _PLAIN = {torch.float32: Datatype.FLOAT_32, torch.float16: Datatype.FLOAT_16, torch.float64: Datatype.FLOAT_64,
           torch.int8: Datatype.INT_8, torch.int16: Datatype.INT_16, torch.int32: Datatype.INT_32,
           torch.int64: Datatype.INT_64, torch.uint8: Datatype.UINT_8, torch.uint16: Datatype.UINT_16,
@@ -51,49 +47,39 @@ def _is_quantize(node: Any) -> bool:
     return isinstance(node, torch.fx.Node) and "quantized_decomposed.quantize" in _target_name(node)
 
 
-def _quant_dtype(node: torch.fx.Node) -> torch.dtype | None:
-    """The integer dtype a tensor is quantized to, from QNN's quant attrs or a Q/DQ node."""
+def _quant_datatype(node: torch.fx.Node) -> Datatype | None:
+    """The fixed-point datatype of a tensor, from QNN's quant attrs or a Q/DQ node's range."""
     attrs = node.meta.get(QUANT_ATTRS)
     if attrs:
-        return attrs["dtype"]
+        return Datatype.fixed_point(attrs["quant_min"], attrs["quant_max"])
     if _is_dequantize(node) or _is_quantize(node):
-        return node.args[5] if len(node.args) > 5 else node.kwargs.get("dtype")
+        return Datatype.fixed_point(node.args[3], node.args[4])  # (input, scale, zero_point, min, max, dtype)
     return None
 
 
 def input_datatype(source: torch.fx.Node) -> Datatype | None:
     """The QNN datatype of a tensor flowing into an op."""
-    quant = _quant_dtype(source)
+    quant = _quant_datatype(source)
     if quant is not None:
-        return _QUANTIZED.get(quant)
+        return quant
     value = source.meta.get("val")
     return _PLAIN.get(value.dtype) if isinstance(value, torch.Tensor) else None
-
-
-def output_carrier(node: torch.fx.Node, index: int, multi: bool) -> torch.fx.Node | None:
-    """The node that carries output ``index``: the node itself, or its ``getitem`` user."""
-    if not multi:
-        return node
-    return next((u for u in node.users if u.target is operator.getitem and u.args[1] == index), None)
 
 
 def output_datatype(node: torch.fx.Node, index: int, multi: bool) -> Datatype | None:
     """The QNN datatype of output ``index`` of ``node``: quantized if it is annotated or quantized."""
     carrier = output_carrier(node, index, multi)
     if carrier is not None:
-        quant = carrier.meta.get(QUANT_ATTRS, {}).get("dtype")
         quantizer = next((u for u in carrier.users if _is_quantize(u)), None)
-        quant = quant or (_quant_dtype(quantizer) if quantizer is not None else None)
+        quant = _quant_datatype(carrier) or (_quant_datatype(quantizer) if quantizer is not None else None)
         if quant is not None:
-            return _QUANTIZED.get(quant)
+            return quant
     value = node.meta["val"][index] if multi else node.meta["val"]
     return _PLAIN.get(value.dtype)
 
 
 def preflight(graph_module: torch.fx.GraphModule, binding: "OpPackageBinding", backend: str = "HTP") -> list[str]:
     """Problems of the graph's custom op nodes (an empty list when all is well)."""
-    from ..binding import target_op_name
-
     problems: list[str] = []
     for node in graph_module.graph.nodes:
         if node.op != "call_function":

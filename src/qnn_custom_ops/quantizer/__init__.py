@@ -1,0 +1,19 @@
+"""Quantizer annotation for bound custom ops, derived from their OpDef datatypes."""
+
+from ..qnn_sdk import guard_sdk_download
+
+guard_sdk_download()  # before anything imports executorch's QNN code
+
+from .annotation import (  # noqa: E402
+    FLOAT_TENSORS_KEY,
+    QUANT_DTYPES,
+    QuantAnnotationError,
+    Share,
+    make_annotation,
+    quant_dtype_of,
+    spec_datatype,
+)
+from .factory import make_quantizer  # noqa: E402
+
+__all__ = ["FLOAT_TENSORS_KEY", "QUANT_DTYPES", "QuantAnnotationError", "Share", "make_annotation",
+           "make_quantizer", "quant_dtype_of", "spec_datatype"]

@@ -1,0 +1,194 @@
+"""PT2E annotation of bound custom ops, derived from what their OpDef allows on the HTP.
+
+Activations the OpDef allows as fixed point get the activation spec of the requested
+``quant_dtype`` (executorch's own configs and observers); ``IsStaticTensor`` inputs get
+the weight spec; integer and bool inputs are never quantized; float-only tensors stay
+float, and the node says so explicitly (annotated, with no spec for them). Multi-output
+ops get one spec per output, on their ``getitem`` users. A spec the OpDef cannot take
+raises ``QuantAnnotationError`` -- never a silent fallback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Union
+
+import torch
+from executorch.backends.qualcomm.quantizer.quantizer import QUANT_CONFIG_DICT, QuantDtype
+from torchao.quantization.pt2e.quantizer import (
+    QuantizationAnnotation,
+    QuantizationSpec,
+    QuantizationSpecBase,
+    SharedQuantizationSpec,
+)
+from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
+
+from ..builder import OpBinding, node_arguments, output_carrier, target_op_name
+from ..opdef import Datatype, TensorDef
+
+BACKEND = "HTP"
+QUANT_DTYPES = {
+    "8a8w": QuantDtype.use_8a8w,
+    "16a8w": QuantDtype.use_16a8w,
+    "16a16w": QuantDtype.use_16a16w,
+    "16a4w": QuantDtype.use_16a4w,
+}
+#: node.meta key listing the tensors of a custom op node left float on purpose.
+FLOAT_TENSORS_KEY = "qco_float_tensors"
+
+
+class QuantAnnotationError(ValueError):
+    """The requested quantization needs a datatype the OpDef does not allow."""
+
+
+@dataclass(frozen=True)
+class Share:
+    """An override value: share the encoding of this op's input or output ``index``."""
+
+    kind: str  # "input" | "output"
+    index: int
+
+
+#: Override values: a spec, a ``Share``, or None to keep the tensor float.
+Override = Union[QuantizationSpecBase, Share, None]
+#: Per QNN op type: {("input" | "output", index) or tensor name: Override}.
+Overrides = Mapping[str, Mapping[Union[tuple, str], Override]]
+
+
+def quant_dtype_of(name: str) -> QuantDtype:
+    try:
+        return QUANT_DTYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown quant_dtype {name!r}: use one of {', '.join(QUANT_DTYPES)}") from None
+
+
+def spec_datatype(spec: QuantizationSpec) -> Datatype:
+    """The QNN datatype a quantization spec produces, from its integer range."""
+    info = torch.iinfo(spec.dtype)
+    low = info.min if spec.quant_min is None else spec.quant_min
+    high = info.max if spec.quant_max is None else spec.quant_max
+    return Datatype.fixed_point(low, high)
+
+
+def _is_numeric_only(datatypes: tuple[Datatype, ...]) -> bool:
+    """Integer or bool tensors (indices, position ids, masks): never quantized."""
+    return bool(datatypes) and all(d.is_integer or d == Datatype.BOOL_8 for d in datatypes)
+
+
+def _is_float_only(datatypes: tuple[Datatype, ...]) -> bool:
+    return bool(datatypes) and all(d.is_float for d in datatypes)
+
+
+class OpAnnotator:
+    """Annotates every node of one bound op for one ``quant_dtype``."""
+
+    def __init__(self, binding: OpBinding, quant_dtype: str, overrides: Mapping[Any, Override]):
+        self.binding = binding
+        self.quant_dtype = quant_dtype
+        self.config = QUANT_CONFIG_DICT[(quant_dtype_of(quant_dtype), False)][0]()
+        self.overrides = dict(overrides)
+        self._check_override_keys()
+
+    def _check_override_keys(self) -> None:
+        op = self.binding.op
+        valid = {("input", i) for i in range(len(op.inputs))} | {("output", i) for i in range(len(op.outputs))}
+        valid |= {t.name for t in op.inputs + op.outputs}
+        unknown = [k for k in self.overrides if k not in valid]
+        if unknown:
+            raise QuantAnnotationError(f"{op.name}: override keys {unknown} name no input or output "
+                                       f"(use ('input', i), ('output', i) or one of "
+                                       f"{', '.join(t.name for t in op.inputs + op.outputs)})")
+
+    def _override(self, kind: str, index: int, tensor: TensorDef) -> tuple[bool, Override]:
+        for key in ((kind, index), tensor.name):
+            if key in self.overrides:
+                return True, self.overrides[key]
+        return False, None
+
+    def _default_spec(self, tensor: TensorDef) -> QuantizationSpec | None:
+        """The spec the OpDef calls for, or None for a tensor that stays unquantized."""
+        datatypes = self.binding.op.datatypes(tensor, BACKEND)
+        if _is_numeric_only(datatypes) or _is_float_only(datatypes):
+            return None
+        return self.config.weight if tensor.is_static else self.config.input_activation
+
+    def _checked(self, tensor: TensorDef, spec: Any) -> Any:
+        if isinstance(spec, QuantizationSpec):
+            allowed = self.binding.op.datatypes(tensor, BACKEND)
+            produced = spec_datatype(spec)
+            if produced not in allowed:
+                raise QuantAnnotationError(
+                    f"{self.binding.package_name}::{self.binding.op.name}: {tensor.kind} '{tensor.name}' would be "
+                    f"{produced.short_name} under {self.quant_dtype}, but the OpDef allows only "
+                    f"{', '.join(d.short_name for d in allowed)} on {BACKEND} (add {produced.value} to its "
+                    "<Datatype>s and the kernel, choose another quant_dtype, or override this tensor)")
+        return spec
+
+    def spec_for(self, kind: str, index: int, node: torch.fx.Node) -> Any:
+        """The checked spec of input/output ``index`` of ``node`` (shares resolved to edges)."""
+        op = self.binding.op
+        tensor = (op.inputs if kind == "input" else op.outputs)[index]
+        overridden, value = self._override(kind, index, tensor)
+        spec = value if overridden else self._default_spec(tensor)
+        if isinstance(spec, Share):
+            return self._shared(spec, node)
+        return self._checked(tensor, spec)
+
+    def _shared(self, share: Share, node: torch.fx.Node) -> SharedQuantizationSpec:
+        inputs = self._input_nodes(node)
+        if share.kind == "input" and share.index < len(inputs) and inputs[share.index] is not None:
+            return SharedQuantizationSpec((inputs[share.index], node))
+        carrier = output_carrier(node, share.index, len(self.binding.op.outputs) > 1)
+        if share.kind == "output" and carrier is not None:
+            return SharedQuantizationSpec(carrier)
+        raise QuantAnnotationError(f"{self.binding.op.name}: node {node.name} has no {share.kind} {share.index} "
+                                   "to share an encoding with")
+
+    def _input_nodes(self, node: torch.fx.Node) -> list[torch.fx.Node | None]:
+        values = node_arguments(self.binding, node)
+        return [values[arg.schema_index] for arg in self.binding.inputs]
+
+    def annotate(self, node: torch.fx.Node) -> None:
+        """Annotate one node of the bound op (and its getitem users)."""
+        input_map: dict[torch.fx.Node, Any] = {}
+        float_tensors = []
+        for index, source in enumerate(self._input_nodes(node)):
+            if not isinstance(source, torch.fx.Node):
+                continue
+            spec = self.spec_for("input", index, node)
+            if spec is None:
+                float_tensors.append(self.binding.op.inputs[index].name)
+            else:
+                input_map[source] = spec
+        outputs = self.binding.op.outputs
+        multi = len(outputs) > 1
+        output_specs = [self.spec_for("output", i, node) for i in range(len(outputs))]
+        float_tensors += [out.name for out, spec in zip(outputs, output_specs) if spec is None]
+        node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(
+            input_qspec_map=input_map, output_qspec=None if multi else output_specs[0], _annotated=True)
+        node.meta[FLOAT_TENSORS_KEY] = tuple(float_tensors)
+        if multi:
+            for index, spec in enumerate(output_specs):
+                carrier = output_carrier(node, index, True)
+                if carrier is not None:
+                    carrier.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(output_qspec=spec, _annotated=True)
+
+
+def make_annotation(bindings: Mapping[str, OpBinding], quant_dtype: str = "8a8w",
+                    overrides: Overrides | None = None) -> Callable[[torch.fx.GraphModule], None]:
+    """The custom annotation function for ``QnnQuantizer.add_custom_quant_annotations``."""
+    overrides = overrides or {}
+    unknown = [t for t in overrides if t not in bindings]
+    if unknown:
+        raise QuantAnnotationError(f"overrides name ops that are not bound: {', '.join(unknown)}")
+    annotators = {b.custom_op_name: OpAnnotator(b, quant_dtype, overrides.get(t, {})) for t, b in bindings.items()}
+
+    def annotate_custom_ops(graph_module: torch.fx.GraphModule) -> None:
+        for node in graph_module.graph.nodes:
+            if node.op == "call_function":
+                annotator = annotators.get(target_op_name(node.target) or "")
+                if annotator is not None:
+                    annotator.annotate(node)
+
+    annotate_custom_ops.__name__ = f"annotate_{'_'.join(bindings)}_{quant_dtype}"
+    return annotate_custom_ops
