@@ -46,3 +46,11 @@ MUL3 = qco.define_torch_ops(EXAMPLE_PACKAGE, "my_ops", {"ExampleCustomOp": lambd
 SPLIT = qco.define_torch_ops(SPLIT_PACKAGE, "my_ops",
                              {"SplitCustomOp": lambda input: tuple(t.clone() for t in torch.chunk(input, 2, -1))},
                              names={"SplitCustomOp": "split_half"})["SplitCustomOp"]
+
+QUANT_PACKAGE = qco.load_package(DATA / "quant_ops.xml")
+QUANT_OPS = qco.define_torch_ops(QUANT_PACKAGE, "qco_quant", {
+    "FloatOnly": lambda x: torch.tanh(x) * 2,
+    "GatherRows": lambda table, indices: table.index_select(0, indices),
+    "ScaleRows": lambda x, weight: x * weight,
+    "Halves": lambda x: tuple(t.clone() for t in torch.chunk(x, 2, -1)),
+})

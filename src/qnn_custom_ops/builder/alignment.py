@@ -109,8 +109,9 @@ def op_name(overload: torch._ops.OpOverload) -> str:
 
 def target_op_name(target: Any) -> str | None:
     """``ns.op.overload`` of an fx node target (an OpOverload or executorch's EdgeOpOverload)."""
-    overload = getattr(target, "_op", target)
-    return op_name(overload) if isinstance(overload, torch._ops.OpOverload) else None
+    if not isinstance(target, torch._ops.OpOverload):
+        target = getattr(target, "_op", None)  # EdgeOpOverload wraps the OpOverload
+    return op_name(target) if isinstance(target, torch._ops.OpOverload) else None
 
 
 def overload_name(overload: Any) -> str:

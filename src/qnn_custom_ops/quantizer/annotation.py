@@ -88,6 +88,9 @@ class OpAnnotator:
         self.config = QUANT_CONFIG_DICT[(quant_dtype_of(quant_dtype), False)][0]()
         self.overrides = dict(overrides)
         self._check_override_keys()
+        for kind, tensors in (("input", binding.op.inputs), ("output", binding.op.outputs)):
+            for index, tensor in enumerate(tensors):
+                self._checked(tensor, self._tensor_spec(kind, index))
 
     def _check_override_keys(self) -> None:
         op = self.binding.op
@@ -124,15 +127,17 @@ class OpAnnotator:
                     "<Datatype>s and the kernel, choose another quant_dtype, or override this tensor)")
         return spec
 
-    def spec_for(self, kind: str, index: int, node: torch.fx.Node) -> Any:
-        """The checked spec of input/output ``index`` of ``node`` (shares resolved to edges)."""
+    def _tensor_spec(self, kind: str, index: int) -> Override:
+        """The override or OpDef-derived spec of input/output ``index`` (a ``Share`` unresolved)."""
         op = self.binding.op
         tensor = (op.inputs if kind == "input" else op.outputs)[index]
         overridden, value = self._override(kind, index, tensor)
-        spec = value if overridden else self._default_spec(tensor)
-        if isinstance(spec, Share):
-            return self._shared(spec, node)
-        return self._checked(tensor, spec)
+        return value if overridden else self._default_spec(tensor)
+
+    def spec_for(self, kind: str, index: int, node: torch.fx.Node) -> Any:
+        """The spec of input/output ``index`` of ``node``, a ``Share`` resolved to its edge."""
+        spec = self._tensor_spec(kind, index)
+        return self._shared(spec, node) if isinstance(spec, Share) else spec
 
     def _shared(self, share: Share, node: torch.fx.Node) -> SharedQuantizationSpec:
         inputs = self._input_nodes(node)

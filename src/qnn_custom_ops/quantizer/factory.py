@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from executorch.backends.qualcomm.quantizer.quantizer import QnnQuantizer
+from executorch.backends.qualcomm.serialization.qc_schema import QcomChipset
+
 from .annotation import Overrides, quant_dtype_of
 
 if TYPE_CHECKING:
@@ -11,13 +14,17 @@ if TYPE_CHECKING:
 
 
 def make_quantizer(binding: "OpPackageBinding", quant_dtype: str = "8a8w", overrides: Overrides | None = None,
-                   **options: Any) -> Any:
+                   soc_model: str = "SM8750", per_channel_conv: bool = True, per_channel_linear: bool = False,
+                   **default_config: Any) -> QnnQuantizer:
     """A ``QnnQuantizer`` for ``quant_dtype`` whose custom annotation covers the bound ops.
 
-    ``options`` go to executorch's ``make_quantizer`` (``per_channel_conv``, ``soc_model``, ...).
+    Configured as executorch's ``export_utils.make_quantizer`` does (which also accepts
+    ``binding.quant_annotation(...)`` as a custom annotation), without importing its debug
+    tooling. ``default_config`` goes to ``QnnQuantizer.set_default_quant_config``.
     """
-    from executorch.backends.qualcomm.export_utils import make_quantizer as executorch_make_quantizer
-
     annotation = binding.quant_annotation(quant_dtype, overrides)
-    return executorch_make_quantizer(quant_dtype=quant_dtype_of(quant_dtype), custom_annotations=(annotation,),
-                                     **options)
+    quantizer = QnnQuantizer(soc_model=QcomChipset[soc_model])
+    quantizer.add_custom_quant_annotations((annotation,))
+    quantizer.set_default_quant_config(quant_dtype_of(quant_dtype), is_conv_per_channel=per_channel_conv,
+                                       is_linear_per_channel=per_channel_linear, **default_config)
+    return quantizer

@@ -1,0 +1,219 @@
+"""OpDef-derived quantizer annotation, through real PT2E (export, prepare, calibrate, convert)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+import qnn_custom_ops as qco
+from qnn_custom_ops.quantizer import FLOAT_TENSORS_KEY, Share
+
+from .torch_ops import EXAMPLE_PACKAGE, MUL3, QUANT_OPS, QUANT_PACKAGE
+
+QD = torch.ops.quantized_decomposed
+DQ_OPS = (QD.dequantize_per_tensor.default, QD.dequantize_per_tensor.tensor)
+Q_OPS = (QD.quantize_per_tensor.default, QD.quantize_per_tensor.tensor)
+U8 = (0, 255, torch.uint8)
+U16 = (0, 65535, torch.int32)  # executorch keeps 16-bit activations in int32 with a uint16 range
+FLOAT_ONLY, GATHER, SCALE_ROWS, HALVES = (QUANT_OPS[k] for k in ("FloatOnly", "GatherRows", "ScaleRows", "Halves"))
+
+
+@pytest.fixture(scope="module")
+def quant_binding():
+    return qco.bind(QUANT_PACKAGE, QUANT_OPS)
+
+
+@pytest.fixture(scope="module")
+def mul3_binding():
+    return qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3})
+
+
+def quantize(model, samples, binding, quant_dtype="8a8w", overrides=None):
+    """PT2E with QnnQuantizer and our annotation; returns (converted module, quantizer)."""
+    quantizer = qco.make_quantizer(binding, quant_dtype, overrides)
+    prepared = prepare_pt2e(torch.export.export(model, samples[0]).module(), quantizer)
+    for sample in samples:
+        prepared(*sample)
+    return convert_pt2e(prepared)
+
+
+def node_of(graph_module, target):
+    (node,) = [n for n in graph_module.graph.nodes if n.target is target]
+    return node
+
+
+def qrange(node):
+    """(quant_min, quant_max, dtype) of a Q or DQ node."""
+    return tuple(node.args[3:6])
+
+
+def assert_dequantized(source, expected_range):
+    assert source.target in DQ_OPS, f"{source} is not a dequantize node"
+    assert qrange(source) == expected_range
+
+
+def assert_quantized_output(node, expected_range):
+    (user,) = node.users
+    assert user.target in Q_OPS, f"{node}'s output is not quantized"
+    assert qrange(user) == expected_range
+
+
+def sqnr_db(reference: torch.Tensor, approximation: torch.Tensor) -> float:
+    noise = (reference - approximation).pow(2).mean()
+    return float(10 * torch.log10(reference.pow(2).mean() / noise))
+
+
+def report(label, reference, approximation):
+    mae = (reference - approximation).abs().mean().item()
+    sqnr = sqnr_db(reference, approximation)
+    print(f"{label}: mean abs error {mae:.4g}, SQNR {sqnr:.1f} dB")
+    return mae, sqnr
+
+
+def samples_of(*shapes, count=8, seed=0, dtype=torch.float32):
+    generator = torch.Generator().manual_seed(seed)
+    return [tuple(torch.randn(*s, generator=generator, dtype=dtype) for s in shapes) for _ in range(count)]
+
+
+class ConvMul3(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        return torch.softmax(MUL3(self.conv(x)), dim=-1)
+
+
+def test_mul3_8a8w_qdq_around_the_custom_op(mul3_binding):
+    torch.manual_seed(0)
+    model = ConvMul3().eval()
+    samples = samples_of((1, 3, 8, 8))
+    converted = quantize(model, samples, mul3_binding, "8a8w")
+    mul3 = node_of(converted, MUL3)
+    assert_dequantized(mul3.args[0], U8)
+    assert mul3.args[0].args[0].target in Q_OPS and mul3.args[0].args[0].args[0].target is torch.ops.aten.conv2d.default
+    assert_quantized_output(mul3, U8)
+    test_input = samples_of((1, 3, 8, 8), seed=1, count=1)[0]
+    _, sqnr = report("ConvMul3 8a8w vs float", model(*test_input), converted(*test_input))
+    assert sqnr > 20
+
+
+def test_16a8w_on_an_op_that_only_takes_8_bit_is_an_error(mul3_binding):
+    with pytest.raises(qco.QuantAnnotationError) as info:
+        qco.make_quantizer(mul3_binding, "16a8w")
+    message = str(info.value)
+    assert "ExampleOpPackage::ExampleCustomOp: input 'input' would be UFIXED_POINT_16 under 16a8w" in message
+    assert "allows only FLOAT_32, UFIXED_POINT_8 on HTP" in message
+
+
+class RowsModel(torch.nn.Module):
+    """linear -> ScaleRows (static weight) -> Halves (two outputs) -> two consumers."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.weight = torch.nn.Parameter(torch.linspace(-1.0, 2.0, 8))
+
+    def forward(self, x):
+        low, high = HALVES(SCALE_ROWS(self.linear(x), self.weight))
+        return low * 0.5, torch.relu(high)
+
+
+@pytest.mark.parametrize("quant_dtype, act, weight, min_sqnr", [
+    ("8a8w", U8, (-127, 127, torch.int8), 20),
+    ("16a8w", U16, (0, 255, torch.uint8), 25),  # 8-bit weights bound it
+])
+def test_static_weight_and_two_outputs(quant_dtype, act, weight, min_sqnr):
+    # GatherRows takes 8-bit only, so 16a8w binds just the ops this model uses.
+    binding = qco.bind(QUANT_PACKAGE, {t: QUANT_OPS[t] for t in ("ScaleRows", "Halves")})
+    torch.manual_seed(0)
+    model = RowsModel().eval()
+    samples = samples_of((256, 8), count=4)  # calibration covers the test distribution
+    converted = quantize(model, samples, binding, quant_dtype)
+    scale_rows = node_of(converted, SCALE_ROWS)
+    assert_dequantized(scale_rows.args[0], act)
+    weight_dq = scale_rows.args[1]
+    assert weight_dq.target in DQ_OPS and tuple(weight_dq.args[3:5]) == weight[:2]
+    assert_quantized_output(scale_rows, act)
+    halves = node_of(converted, HALVES)
+    assert_dequantized(halves.args[0], act)
+    getitems = sorted(halves.users, key=lambda n: n.args[1])
+    assert [g.args[1] for g in getitems] == [0, 1]
+    for getitem in getitems:
+        assert_quantized_output(getitem, act)
+    test_input = samples_of((256, 8), seed=1, count=1)[0]
+    for index, (ref, got) in enumerate(zip(model(*test_input), converted(*test_input))):
+        _, sqnr = report(f"RowsModel {quant_dtype} output {index} vs float", ref, got)
+        assert sqnr > min_sqnr
+
+
+def test_two_outputs_keep_two_encodings(quant_binding):
+    class Split(torch.nn.Module):
+        def forward(self, x):
+            low, high = HALVES(x)
+            return low + 0, high + 0
+
+    samples = [(torch.cat([torch.rand(2, 4) * 0.1, torch.rand(2, 4) * 10.0], dim=-1),) for _ in range(4)]
+    converted = quantize(Split().eval(), samples, quant_binding)
+    scales = [next(iter(g.users)).args[1] for g in sorted(node_of(converted, HALVES).users, key=lambda n: n.args[1])]
+    assert scales[1] > 50 * scales[0]
+
+
+def test_integer_inputs_are_never_quantized(quant_binding):
+    class Gather(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x, indices):
+            return GATHER(self.linear(x), indices) * 2
+
+    samples = [(torch.randn(6, 4), torch.tensor([0, 5, 2], dtype=torch.int32)) for _ in range(4)]
+    converted = quantize(Gather().eval(), samples, quant_binding)
+    gather = node_of(converted, GATHER)
+    assert_dequantized(gather.args[0], U8)
+    assert gather.args[1].op == "placeholder"  # the indices, straight from the input
+    assert_quantized_output(gather, U8)
+
+
+def test_float_only_op_stays_float_and_says_so(quant_binding):
+    class Float(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return FLOAT_ONLY(self.linear(x))
+
+    converted = quantize(Float().eval(), samples_of((2, 4)), quant_binding)
+    float_only = node_of(converted, FLOAT_ONLY)
+    assert float_only.meta[FLOAT_TENSORS_KEY] == ("x", "y")
+    assert float_only.args[0].target in DQ_OPS  # receives the dequantized (float) linear output
+    assert [u.op for u in float_only.users] == ["output"]  # its output is never quantized
+
+
+def test_override_shares_the_input_encoding_with_the_output(quant_binding):
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.full((4,), 3.0))
+
+        def forward(self, x):
+            return SCALE_ROWS(x, self.weight) + 0
+
+    overrides = {"ScaleRows": {("output", 0): Share("input", 0)}}
+    converted = quantize(Scale().eval(), samples_of((2, 4)), quant_binding, overrides=overrides)
+    scale_rows = node_of(converted, SCALE_ROWS)
+    (output_q,) = scale_rows.users
+    input_dq = scale_rows.args[0]
+    assert output_q.args[1:5] == input_dq.args[1:5]  # same scale, zero point and range
+
+
+def test_overrides_are_checked(quant_binding):
+    with pytest.raises(qco.QuantAnnotationError, match="name no input or output"):
+        qco.make_quantizer(quant_binding, "8a8w", {"ScaleRows": {("output", 3): None}})
+    with pytest.raises(qco.QuantAnnotationError, match="not bound: Nope"):
+        qco.make_quantizer(quant_binding, "8a8w", {"Nope": {}})
+    with pytest.raises(ValueError, match="unknown quant_dtype '4a4w'"):
+        qco.make_quantizer(quant_binding, "4a4w")
