@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import pytest
 import torch
+from executorch.backends.qualcomm._passes.qnn_pass_manager import get_qnn_pass_manager_cls
+from executorch.backends.qualcomm.builders.node_visitor_manager import generate_node_to_external_map
+from executorch.backends.qualcomm.serialization.qc_schema import QnnExecuTorchBackendType
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 import qnn_custom_ops as qco
 from qnn_custom_ops.quantizer import FLOAT_TENSORS_KEY, Share
 
+from qnn_custom_ops.builder.visitor import _EXECUTORCH_CUSTOM_OP
+from qnn_custom_ops.partitioner import OpPackageBuild
+
+from .qnn_wrappers import all_op_wrappers, qnn_edge_program, readback
+from .test_compile_spec import fake_op_package_library
 from .torch_ops import EXAMPLE_PACKAGE, MUL3, QUANT_OPS, QUANT_PACKAGE
 
 QD = torch.ops.quantized_decomposed
@@ -217,3 +227,62 @@ def test_overrides_are_checked(quant_binding):
         qco.make_quantizer(quant_binding, "8a8w", {"Nope": {}})
     with pytest.raises(ValueError, match="unknown quant_dtype '4a4w'"):
         qco.make_quantizer(quant_binding, "4a4w")
+
+
+def quantized_halves_program():
+    """A model whose two Halves outputs have ranges ~[0, 0.1] and ~[0, 10], quantized 8a8w and
+    prepared as QNN lowering prepares it."""
+    class Split(torch.nn.Module):
+        def forward(self, x):
+            low, high = HALVES(x)
+            return low + 0, high + 0
+
+    binding = qco.bind(QUANT_PACKAGE, {"Halves": HALVES})
+    generator = torch.Generator().manual_seed(0)
+    samples = [(torch.cat([torch.rand(2, 4, generator=generator) * 0.1,
+                           torch.rand(2, 4, generator=generator) * 10.0], dim=-1),) for _ in range(4)]
+    converted = quantize(Split().eval(), samples, binding)
+    program = qnn_edge_program(converted, samples[0])
+    return binding, program
+
+
+@pytest.fixture
+def halves_builds(tmp_path):
+    return [OpPackageBuild("HTP", "x86_64", fake_op_package_library(tmp_path, "QuantTestPackage"))]
+
+
+def test_two_outputs_keep_their_own_encodings_down_to_the_qnn_tensors(halves_builds):
+    binding, program = quantized_halves_program()
+    infos = binding.op_package_options(halves_builds).op_package_infos
+    wrappers = all_op_wrappers(program, infos)
+    (halves,) = [w for w in wrappers if w.type == "Halves"]
+    assert halves.package == "QuantTestPackage"
+    low, high = halves.outputs
+    assert low.datatype == high.datatype == "QNN_DATATYPE_UFIXED_POINT_8"
+    assert low.encoding == high.encoding == "QNN_QUANTIZATION_ENCODING_SCALE_OFFSET"
+    assert 0 < low.scale <= 0.1 / 255 and high.scale > 50 * low.scale  # ranges ~[0, 0.1] and ~[0, 10]
+    assert halves.inputs[0].datatype == "QNN_DATATYPE_UFIXED_POINT_8" and halves.inputs[0].dims == [2, 8]
+    # the consumers read each output with that output's encoding
+    adds = [w for w in wrappers if w.type == "ElementWiseAdd"]
+    assert sorted(a.inputs[0].scale for a in adds) == pytest.approx(sorted([low.scale, high.scale]))
+
+
+def test_executorchs_own_custom_op_visitor_shares_one_encoding(halves_builds):
+    """Why ours exists: executorch's CustomOp reads the op node's quant attrs for every output,
+    which AnnotateQuantAttrs overwrote with the last getitem's."""
+    binding, program = quantized_halves_program()
+    infos = binding.op_package_options(halves_builds).op_package_infos
+    graph = get_qnn_pass_manager_cls(QnnExecuTorchBackendType.kHtpBackend)().transform_for_preprocess_pipeline(program)
+    node = next(n for n in graph.graph.nodes if binding.op_for(n) is not None)
+    visitor = _EXECUTORCH_CUSTOM_OP(infos[0], generate_node_to_external_map(program), program, False)
+    low, high = readback(visitor.define_node(node, defaultdict(dict))).outputs
+    assert low.scale == high.scale
+
+
+def test_executorchs_make_quantizer_accepts_our_annotation(mul3_binding):
+    from executorch.backends.qualcomm.export_utils import make_quantizer
+
+    quantizer = make_quantizer(custom_annotations=(mul3_binding.quant_annotation("8a8w"),))
+    prepared = prepare_pt2e(torch.export.export(ConvMul3().eval(), samples_of((1, 3, 8, 8))[0]).module(), quantizer)
+    mul3 = node_of(prepared, MUL3)
+    assert mul3.args[0].op == "call_module" and "activation_post_process" in mul3.args[0].target
