@@ -1,0 +1,205 @@
+"""The host kernel library: a package's kernels/*.h as ExecuTorch kernels ``<ns>::<op>.out``.
+
+The registration code is rendered from the binding (Python decides every type and
+conversion; the templates only place them) into a CMake project built against the
+headers and ``libexecutorch.so`` of the installed executorch wheel, with the package's C
+ABI in the same library. Builds are cached by content hash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib.metadata import version
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import jinja2
+
+from ..builder import ArgBinding, ArgKind, OpBinding
+from ..generator.context import cpp_string
+from ..opdef import Datatype
+from .cmake_build import HostBuildError, cache_root, cached_build, content_key, files_under
+
+if TYPE_CHECKING:
+    from ..binding import OpPackageBinding
+
+# QNN datatype of a parameter -> (C++ storage type, qco::DType name)
+_PARAM_STORAGE = {
+    Datatype.INT_8: ("int8_t", "Int8"), Datatype.INT_16: ("int16_t", "Int16"),
+    Datatype.INT_32: ("int32_t", "Int32"), Datatype.INT_64: ("int64_t", "Int64"),
+    Datatype.UINT_8: ("uint8_t", "UInt8"), Datatype.UINT_16: ("uint16_t", "UInt16"),
+    Datatype.UINT_32: ("uint32_t", "UInt32"), Datatype.UINT_64: ("uint64_t", "UInt64"),
+    Datatype.FLOAT_32: ("float", "Float32"), Datatype.FLOAT_64: ("double", "Float64"),
+    Datatype.BOOL_8: ("bool", "Bool"),
+}
+# ExecuTorch ScalarType -> qco::DType, for tensors.
+_SCALAR_TYPES = [("Float", "Float32"), ("Half", "Float16"), ("Double", "Float64"), ("Byte", "UInt8"),
+                 ("Char", "Int8"), ("Short", "Int16"), ("Int", "Int32"), ("Long", "Int64"), ("Bool", "Bool")]
+# Schema kind -> ExecuTorch C++ argument type.
+_CPP_TYPES = {ArgKind.TENSOR: "Tensor", ArgKind.INT: "int64_t", ArgKind.FLOAT: "double", ArgKind.BOOL: "bool",
+              ArgKind.STR: "std::string_view", ArgKind.INT_LIST: "ArrayRef<int64_t>",
+              ArgKind.FLOAT_LIST: "ArrayRef<double>"}
+
+
+@dataclass(frozen=True)
+class Conversion:
+    expression: str  # C++ bool expression filling a holder
+    message: str  # C++ string literal said when it is false
+
+
+@dataclass(frozen=True)
+class EnumTable:
+    variable: str
+    values: list[str]  # C++ string literals
+
+
+@dataclass(frozen=True)
+class KernelContext:
+    qnn_type: str
+    namespace: str
+    name_and_overload: str
+    registered_name: str
+    function: str
+    signature: list[str]
+    holders: list[str]
+    conversions: list[Conversion]
+    kernel_views: list[str]
+    enums: list[EnumTable]
+    unboxing: list[str]  # C++ expressions taking each argument off the runtime's stack
+
+
+def out_overload_name(binding: OpBinding) -> str:
+    """``ns::op.out``, which ``to_executorch`` uses and our library registers."""
+    name = binding.overload._schema.name.split("::")[1]
+    return f"{binding.overload.namespace}::{name}.out"
+
+
+def _check_out_variant(binding: OpBinding) -> None:
+    import torch
+
+    name = binding.overload._schema.name.split("::")[1]
+    packet = getattr(getattr(torch.ops, binding.overload.namespace), name)
+    if "out" not in packet.overloads():
+        raise HostBuildError(f"{out_overload_name(binding)} is not defined: to_executorch needs the out variant "
+                             "(define the ops with qnn_custom_ops.define_torch_ops, or add "
+                             f"'{name}.out(..., *, Tensor(a!) out) -> Tensor(a!)')")
+
+
+def _param_storage(op: OpBinding, arg: ArgBinding) -> tuple[str, str]:
+    datatype = Datatype.UINT_32 if arg.kind is ArgKind.STR else op.op.datatypes(arg.tensor, "HTP")[0]
+    if datatype not in _PARAM_STORAGE:
+        raise HostBuildError(f"{op.qnn_op_type}: param '{arg.tensor.name}' is {datatype.short_name}, which the host "
+                             "kernel adapter cannot pass (use an integer, FLOAT_32/64 or BOOL_8 datatype)")
+    return _PARAM_STORAGE[datatype]
+
+
+def kernel_context(op: OpBinding) -> KernelContext:
+    """Every C++ decision for one op's ExecuTorch kernel."""
+    _check_out_variant(op)
+    namespace = op.overload.namespace
+    name = op.overload._schema.name.split("::")[1]
+    registered = out_overload_name(op)
+    by_index = {arg.schema_index: arg for arg in op.inputs + op.params}
+    signature, unboxing = [], []
+    for index in range(len(op.overload._schema.arguments)):
+        arg = by_index[index]
+        cpp = _CPP_TYPES[arg.kind]
+        cpp = f"std::optional<{cpp}>" if arg.optional else cpp
+        by_reference = arg.kind is ArgKind.TENSOR or arg.optional
+        signature.append(f"const {cpp}& {arg.schema_name}" if by_reference else f"{cpp} {arg.schema_name}")
+        unboxing.append(f"stack[{index}]->toTensor()" if cpp == "Tensor" else f"stack[{index}]->to<{cpp}>()")
+    outputs = ["out"] if len(op.op.outputs) == 1 else [f"out{i}" for i in range(len(op.op.outputs))]
+    signature += [f"Tensor& {out}" for out in outputs]
+    first_out = len(unboxing)
+    unboxing += [f"stack[{first_out + i}]->toTensor()" for i in range(len(outputs))]
+
+    conversions, enums = [], []
+    for out in outputs:
+        conversions.append(Conversion(f"qco::et::tensor_view({out}, h_{out})",
+                                      cpp_string(f"output {out} has a dtype the kernel adapter cannot pass")))
+    for arg in op.inputs:
+        conversions.append(Conversion(f"qco::et::tensor_view({arg.schema_name}, h_{arg.schema_name})",
+                                      cpp_string(f"input {arg.tensor.name} has a dtype the kernel adapter cannot pass")))
+    for arg in op.params:
+        storage, dtype = _param_storage(op, arg)
+        holder = f"h_{arg.schema_name}"
+        if arg.kind is ArgKind.STR:
+            table = EnumTable(f"k{arg.schema_name}_values", [cpp_string(v) for v in arg.tensor.enum_values])
+            enums.append(table)
+            expression = f"qco::et::enum_view({arg.schema_name}, {table.variable}, qco::DType::k{dtype}, {holder})"
+            message = f"param {arg.tensor.name} is not one of {', '.join(arg.tensor.enum_values)}"
+        else:
+            helper = "list_view" if arg.kind in (ArgKind.INT_LIST, ArgKind.FLOAT_LIST) else "scalar_view"
+            expression = f"qco::et::{helper}<{storage}>({arg.schema_name}, qco::DType::k{dtype}, {holder})"
+            message = f"param {arg.tensor.name} does not fit {storage}"
+        conversions.append(Conversion(expression, cpp_string(message)))
+    holders = [f"h_{out}" for out in outputs] + [f"h_{a.schema_name}" for a in op.inputs + op.params]
+    return KernelContext(
+        qnn_type=op.qnn_op_type, namespace=namespace, name_and_overload=f"{name}.out",
+        registered_name=registered, function=f"qco_{namespace}_{name}_out", signature=signature,
+        holders=holders, conversions=conversions, kernel_views=[f"{h}.view" for h in holders], enums=enums,
+        unboxing=unboxing)
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.PackageLoader("qnn_custom_ops.runtime", "templates"),
+                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                              keep_trailing_newline=True, autoescape=False)
+
+
+def executorch_paths() -> tuple[Path, Path]:
+    """(include directory, libexecutorch.so) of the installed executorch wheel."""
+    import executorch
+
+    root = Path(list(executorch.__path__)[0])  # a namespace package: no __file__
+    return root / "include", root / "lib" / "libexecutorch.so"
+
+
+def library_name(package_name: str) -> str:
+    return f"libqco_{package_name}_executorch.so"
+
+
+def render_project(package_dir: Path, binding: "OpPackageBinding") -> dict[str, str]:
+    """The CMake project of the host library, file name -> text."""
+    include, library = executorch_paths()
+    name = binding.package.name
+    ops = [kernel_context(op) for op in binding.ops.values()]
+    env = _environment()
+    return {
+        "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(
+            package=name, target=f"qco_{name}_executorch", c_abi_source=(package_dir / "host/src" / f"{name}CApi.cpp"),
+            kernels_dir=package_dir / "kernels", executorch_include=include, executorch_library=library,
+            executorch_library_dir=library.parent),
+        "qco/executorch_adapter.h": env.get_template("executorch_adapter.h.j2").render(scalar_types=_SCALAR_TYPES),
+        "executorch_kernels.cpp": env.get_template("executorch_kernels.cpp.j2").render(package=name, ops=ops),
+    }
+
+
+def build_host_library(package_dir: str | Path, binding: "OpPackageBinding", *, sanitize: str = "",
+                       build_root: Path | None = None) -> Path:
+    """Build (or reuse) the host library of ``package_dir`` for the ops of ``binding``.
+
+    The kernels register as ``<namespace>::<op>.out``, the namespace and name of each bound
+    torch op; the library also exports the package's C ABI (``qco_<Pkg>_<Op>``).
+    """
+    package_dir = Path(package_dir).resolve()
+    name = binding.package.name
+    if not (package_dir / "host" / "src" / f"{name}CApi.cpp").is_file():
+        raise HostBuildError(f"{package_dir}: not a generated package of {name} (run generate-op-package)")
+    sources = render_project(package_dir, binding)
+    options = {"QCO_SANITIZE": sanitize}
+    extra = {**options, "executorch": version("executorch"), **{f"src:{k}": v for k, v in sources.items()}}
+    key = content_key(files_under(package_dir / "kernels", package_dir / "host"), extra)
+    build_dir = (build_root or cache_root() / "executorch") / f"{name}-{key}"
+    library = build_dir / library_name(name)
+    if library.is_file() and library.with_suffix(".ops").is_file():
+        return library
+    source_dir = build_dir.with_name(build_dir.name + ".src")
+    for relative, text in sources.items():
+        (source_dir / relative).parent.mkdir(parents=True, exist_ok=True)
+        (source_dir / relative).write_text(text)
+    built = cached_build(source_dir, build_dir, library_name(name), options, f"host library of {name}")
+    built.with_suffix(".ops").write_text("\n".join(out_overload_name(op) for op in binding.ops.values()) + "\n")
+    return built

@@ -1,0 +1,97 @@
+"""Load kernel libraries into the ExecuTorch runtime safely, and check programs against it.
+
+ExecuTorch aborts the interpreter when a kernel name is registered twice, and reports a
+missing kernel only as ``error 0x14`` at load time. Both are checked here first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+
+from .host_library import executorch_paths
+
+_LOADED: dict[Path, ctypes.CDLL] = {}
+_OWNERS: dict[str, Path] = {}  # kernel name -> library that registered it
+_LOCK = threading.Lock()
+
+
+class KernelLoadError(RuntimeError):
+    """A library that cannot be loaded without harm."""
+
+
+class MissingKernelError(RuntimeError):
+    """A program needs kernels that nothing registered."""
+
+
+def registered_operators() -> set[str]:
+    """Names (``ns::op.overload``) of every kernel in the ExecuTorch runtime registry."""
+    from executorch.runtime import Runtime
+
+    return set(Runtime.get().operator_registry.operator_names)
+
+
+def ops_file(library: Path) -> Path:
+    """The sidecar listing the kernels a library registers, written when it is built."""
+    return library.with_suffix(".ops")
+
+
+def _declared_ops(path: Path) -> list[str]:
+    sidecar = ops_file(path)
+    return sidecar.read_text().split() if sidecar.is_file() else []
+
+
+def load_host_library(path: str | Path, declared_ops: list[str] | None = None) -> ctypes.CDLL:
+    """Load a kernel library once; refuse one whose kernels another library already registered.
+
+    ``declared_ops`` names the kernels the library registers (``ns::op.out``); for libraries
+    built by ``build_host_library`` it is known already. A second load of the same file is a
+    no-op that returns the same handle.
+    """
+    path = Path(path).resolve()
+    with _LOCK:
+        if path in _LOADED:
+            return _LOADED[path]
+        if not path.is_file():
+            raise KernelLoadError(f"{path}: no such kernel library")
+        ops = declared_ops if declared_ops is not None else _declared_ops(path)
+        clashes = sorted(op for op in ops if op in registered_operators())
+        if clashes:
+            owners = sorted({str(_OWNERS.get(op, "another library")) for op in clashes})
+            raise KernelLoadError(f"{path}: kernels {', '.join(clashes)} are already registered by "
+                                  f"{', '.join(owners)}; loading a second copy would abort the interpreter "
+                                  "(restart Python to switch libraries)")
+        library = ctypes.CDLL(str(path))
+        _LOADED[path] = library
+        for op in ops:
+            _OWNERS[op] = path
+        return library
+
+
+def load_quantized_kernels() -> None:
+    """ExecuTorch's quantized_decomposed kernels (quantize/dequantize), for quantized programs."""
+    _, libexecutorch = executorch_paths()
+    path = libexecutorch.parent / "libexecutorch_kernels_quantized.so"
+    if path.resolve() in _LOADED or "quantized_decomposed::quantize_per_tensor.out" in registered_operators():
+        return
+    load_host_library(path, declared_ops=[])
+
+
+def program_operators(pte: bytes) -> set[str]:
+    """The kernels a .pte program calls outside its delegates (``ns::op.overload``)."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(pte)
+    program = getattr(program, "program", program)
+    return {f"{op.name}.{op.overload}" if op.overload else op.name
+            for plan in program.execution_plan for op in plan.operators}
+
+
+def check_program_kernels(pte: bytes, where: str = "program") -> None:
+    """Raise ``MissingKernelError`` naming every kernel the program needs that is not registered."""
+    missing = sorted(program_operators(pte) - registered_operators())
+    if missing:
+        raise MissingKernelError(f"{where} needs kernels that are not registered: {', '.join(missing)} "
+                                 "(load the op package's host library with load_host_library, or build it with "
+                                 "build_host_library)")
