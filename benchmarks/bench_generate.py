@@ -72,7 +72,7 @@ def main() -> None:
     rows = [
         ("interpreter start (python -c pass)", statistics.median(bare), None),
         (f"generate {args.ops} ops, {files} files (cold CLI)", statistics.median(fresh), 2.0),
-        (f"regenerate unchanged (cold CLI)", statistics.median(unchanged), 0.5),
+        ("regenerate unchanged (cold CLI)", statistics.median(unchanged), 0.5),
     ]
     print(f"median of {args.repeat} runs")
     for label, seconds, target in rows:

@@ -12,10 +12,9 @@ from executorch.backends.qualcomm.serialization.qc_schema import QnnExecuTorchBa
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 import qnn_custom_ops as qco
-from qnn_custom_ops.quantizer import FLOAT_TENSORS_KEY, Share
-
 from qnn_custom_ops.builder.visitor import _EXECUTORCH_CUSTOM_OP
 from qnn_custom_ops.partitioner import OpPackageBuild
+from qnn_custom_ops.quantizer import FLOAT_TENSORS_KEY, Share
 
 from .qnn_wrappers import all_op_wrappers, qnn_edge_program, readback
 from .test_compile_spec import fake_op_package_library

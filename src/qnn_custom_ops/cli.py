@@ -1,6 +1,7 @@
 """Command line: ``qnn-custom-ops SUBCOMMAND`` and ``generate-op-package``.
 
-Exit codes: 0 success, 2 invalid input (one line per problem on stderr), 1 internal error.
+Exit codes: 0 success, 2 invalid input (one line per problem on stderr), 1 internal error,
+3 outputs outside the tolerance (``run``).
 No traceback reaches the user unless QCO_DEBUG=1.
 """
 
@@ -11,11 +12,15 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
+from .errors import ReportedError
 from .opdef import OpDefError, OpDefWarning, OpPackage, load_package
 
-EXIT_OK, EXIT_INTERNAL, EXIT_INVALID = 0, 1, 2
+if TYPE_CHECKING:
+    from .runtime.raw_io import TensorSpec
+
+EXIT_OK, EXIT_INTERNAL, EXIT_INVALID, EXIT_MISMATCH = 0, 1, 2, 3
 
 
 class UsageError(Exception):
@@ -105,6 +110,68 @@ def _cmd_opdef_from_torch(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _load_tensors(paths: Sequence[str], specs: Sequence["TensorSpec"], what: str) -> list:
+    """Tensors from .pt files (torch.save) or .raw files shaped by the program's metadata."""
+    import torch
+
+    if len(paths) != len(specs):
+        raise UsageError(f"the program has {len(specs)} {what}(s), {len(paths)} file(s) given")
+    tensors = []
+    for path, spec in zip(map(Path, paths), specs):
+        if not path.is_file():
+            raise UsageError(f"{path}: no such {what} file")
+        if path.suffix == ".pt":
+            tensors.append(torch.load(path, weights_only=True))
+            continue
+        data = path.read_bytes()
+        if len(data) != spec.nbytes:
+            raise UsageError(f"{path}: {len(data)} bytes, the program's {what} needs {spec.nbytes} "
+                             f"({spec.dtype}, shape {list(spec.shape)})")
+        tensors.append(torch.frombuffer(bytearray(data), dtype=spec.dtype).reshape(spec.shape))
+    return tensors
+
+
+def _runner(args: argparse.Namespace):
+    from .runtime import DeviceRunner, HostRunner, X86Runner
+
+    if args.target == "host":
+        return HostRunner([Path(p) for p in args.library])
+    if not args.build_folder:
+        raise UsageError(f"--target {args.target} needs --build-folder (your ExecuTorch build with the QNN backend)")
+    if args.target == "x86":
+        return X86Runner(Path(args.build_folder))
+    if not args.device or not args.soc:
+        raise UsageError("--target device needs --device SERIAL and --soc (e.g. SM8650)")
+    libraries = {}
+    for item in args.op_package_lib:
+        remote, _, local = item.partition("=")
+        if not local:
+            raise UsageError(f"--op-package-lib {item!r}: expected DEVICE_PATH=LOCAL_LIBRARY")
+        libraries[remote] = Path(local)
+    return DeviceRunner(args.device, args.soc, Path(args.build_folder), libraries, adb_host=args.adb_host)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .runtime import Tolerance, compare_outputs, method_specs
+
+    pte_path = Path(args.model)
+    if not pte_path.is_file():
+        raise UsageError(f"{pte_path}: no such program")
+    pte = pte_path.read_bytes()
+    input_specs, output_specs = method_specs(pte)
+    inputs = _load_tensors(args.inputs, input_specs, "input")
+    (outputs,) = _runner(args).run(pte, [inputs])
+    if not args.golden:
+        for index, output in enumerate(outputs):
+            print(f"output {index}: {list(output.shape)} {str(output.dtype).replace('torch.', '')}")
+        return EXIT_OK
+    goldens = _load_tensors(args.golden, output_specs, "golden")
+    reports = compare_outputs(outputs, goldens, Tolerance(args.atol, args.min_sqnr))
+    for report in reports:
+        print(report)
+    return EXIT_OK if all(r.passed for r in reports) else EXIT_MISMATCH
+
+
 def _add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("configs", nargs="+", metavar="CONFIG", help="OpDef XML config(s) of one package")
     parser.add_argument("-o", "--output", default=".", metavar="OUT",
@@ -130,6 +197,21 @@ def build_parser() -> argparse.ArgumentParser:
                             help="allowed values of a str argument (repeatable)")
     from_torch.add_argument("-o", "--output", help="config file to write (default: standard output)")
     from_torch.set_defaults(handler=_cmd_opdef_from_torch)
+    run = commands.add_parser("run", help="run a .pte on the host, the QNN x86 simulator or a device; compare")
+    run.add_argument("model", metavar="MODEL.pte")
+    run.add_argument("--target", choices=("host", "x86", "device"), default="host")
+    run.add_argument("--inputs", nargs="+", default=[], metavar="FILE", help=".pt (torch.save) or .raw, in order")
+    run.add_argument("--golden", nargs="+", default=[], metavar="FILE", help="expected outputs, .pt or .raw")
+    run.add_argument("--atol", type=float, default=1e-4, help="pass when max abs error <= ATOL (default 1e-4)")
+    run.add_argument("--min-sqnr", type=float, default=float("inf"), help="... or SQNR >= this many dB")
+    run.add_argument("--library", action="append", default=[], help="host kernel library to load (host target)")
+    run.add_argument("--build-folder", help="ExecuTorch build with the QNN backend (x86 and device targets)")
+    run.add_argument("--device", help="adb serial (device target)")
+    run.add_argument("--adb-host", help="adb server host (adb -H)")
+    run.add_argument("--soc", help="SoC of the device, e.g. SM8650 (device target)")
+    run.add_argument("--op-package-lib", action="append", default=[], metavar="DEVICE_PATH=LOCAL",
+                     help="op package library to push (device target); the device path the compile spec baked in")
+    run.set_defaults(handler=_cmd_run)
     return parser
 
 
@@ -146,6 +228,9 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # the last line of defence: one line, not a traceback
+        if isinstance(exc, ReportedError):
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_INVALID
         if os.environ.get("QCO_DEBUG"):
             raise
         print(f"internal error: {type(exc).__name__}: {exc} (rerun with QCO_DEBUG=1 and report it)",

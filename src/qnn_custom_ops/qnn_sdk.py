@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .errors import ReportedError
+
 HOST_LIBRARY_DIR = "lib/x86_64-linux-clang"
 REQUIRED_HOST_LIBRARY = "libQnnHtp.so"
 
 
-class QnnSdkMissingError(RuntimeError):
+class QnnSdkMissingError(ReportedError, RuntimeError):
     """A step that needs the proprietary QNN SDK, asked for on a machine without it."""
 
 

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import torch
 
+from ..errors import ReportedError
 from ..opdef import Datatype, OpDef, OpPackage, TensorDef
 
 NO_DEFAULT: Any = object()
@@ -93,7 +94,7 @@ class AlignmentProblem:
         return f"{self.op}: {self.argument}: the XML says {self.xml}, the schema says {self.schema} ({self.fix})"
 
 
-class AlignmentError(ValueError):
+class AlignmentError(ReportedError, ValueError):
     """Every mismatch between the OpDefs and the torch schemas they were bound to."""
 
     def __init__(self, problems: list[AlignmentProblem]):

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..errors import ReportedError
 from ..opdef import Datatype, TensorDef
 from .alignment import ArgBinding, ArgKind, OpBinding
 
@@ -36,7 +37,7 @@ NUMPY_DTYPE: dict[Datatype, type] = {
 BACKEND = "HTP"
 
 
-class OpMappingError(ValueError):
+class OpMappingError(ReportedError, ValueError):
     """A node of a bound op whose arguments QNN cannot receive as the OpDef declares."""
 
 

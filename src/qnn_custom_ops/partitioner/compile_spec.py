@@ -22,6 +22,8 @@ from executorch.backends.qualcomm.serialization.qc_schema import (
     QnnExecuTorchOpPackageTarget,
 )
 
+from ..errors import ReportedError
+
 if TYPE_CHECKING:
     from ..binding import OpPackageBinding
 
@@ -43,7 +45,7 @@ _PLATFORMS = {Platform.X86_64: QnnExecuTorchOpPackagePlatform.X86_64,
               Platform.AARCH64_ANDROID: QnnExecuTorchOpPackagePlatform.AARCH64_ANDROID}
 
 
-class CompileSpecError(ValueError):
+class CompileSpecError(ReportedError, ValueError):
     """Every problem of the op package builds, found before any QNN call."""
 
 
@@ -72,6 +74,22 @@ class OpPackageBuild:
         if self.platform is Platform.X86_64:
             return str(self.library.resolve())
         return device_library_path(package_name, self.target)
+
+
+def makefile_builds(package_dir: str | Path, package_name: str, htp_arch: int) -> list[OpPackageBuild]:
+    """The builds a generated package's Makefile produces for a device and for the simulator:
+    ``make htp_v<arch>`` (HTP, device), ``make htp_aarch64`` (CPU, device), ``make htp_x86``."""
+    build = Path(package_dir) / "build"
+    library = f"libQnn{package_name}.so"
+    return [OpPackageBuild(Target.HTP, Platform.AARCH64_ANDROID, build / f"hexagon-v{htp_arch}" / library),
+            OpPackageBuild(Target.CPU, Platform.AARCH64_ANDROID, build / "aarch64-android" / library),
+            OpPackageBuild(Target.HTP, Platform.X86_64, build / "x86_64-linux-clang" / library)]
+
+
+def device_libraries(package_name: str, builds: Iterable[OpPackageBuild]) -> dict[str, Path]:
+    """Device path -> local library for every Android build: what the device runner pushes,
+    to exactly the paths the compile spec bakes in."""
+    return {b.baked_path(package_name): b.library for b in builds if b.platform is Platform.AARCH64_ANDROID}
 
 
 def interface_provider(package_name: str) -> str:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..builder import OpBinding, OpMappingError, output_carrier, target_op_name
+from ..errors import ReportedError
 from ..opdef import Datatype
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ _PLAIN = {torch.float32: Datatype.FLOAT_32, torch.float16: Datatype.FLOAT_16, to
           torch.uint32: Datatype.UINT_32, torch.bool: Datatype.BOOL_8}
 
 
-class PreflightError(ValueError):
+class PreflightError(ReportedError, ValueError):
     """Every problem the preflight found in the graph."""
 
     def __init__(self, problems: list[str]):

@@ -24,6 +24,7 @@ from torchao.quantization.pt2e.quantizer import (
 from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
 
 from ..builder import OpBinding, node_arguments, output_carrier, target_op_name
+from ..errors import ReportedError
 from ..opdef import Datatype, TensorDef
 
 BACKEND = "HTP"
@@ -37,7 +38,7 @@ QUANT_DTYPES = {
 FLOAT_TENSORS_KEY = "qco_float_tensors"
 
 
-class QuantAnnotationError(ValueError):
+class QuantAnnotationError(ReportedError, ValueError):
     """The requested quantization needs a datatype the OpDef does not allow."""
 
 

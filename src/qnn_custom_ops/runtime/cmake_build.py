@@ -9,8 +9,10 @@ import subprocess
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from ..errors import ReportedError
 
-class HostBuildError(RuntimeError):
+
+class HostBuildError(ReportedError, RuntimeError):
     """CMake or the compiler failed; the message carries the compiler's own lines."""
 
 

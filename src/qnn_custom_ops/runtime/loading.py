@@ -10,6 +10,7 @@ import ctypes
 import threading
 from pathlib import Path
 
+from ..errors import ReportedError
 from .host_library import executorch_paths
 
 _LOADED: dict[Path, ctypes.CDLL] = {}
@@ -17,11 +18,11 @@ _OWNERS: dict[str, Path] = {}  # kernel name -> library that registered it
 _LOCK = threading.Lock()
 
 
-class KernelLoadError(RuntimeError):
+class KernelLoadError(ReportedError, RuntimeError):
     """A library that cannot be loaded without harm."""
 
 
-class MissingKernelError(RuntimeError):
+class MissingKernelError(ReportedError, RuntimeError):
     """A program needs kernels that nothing registered."""
 
 

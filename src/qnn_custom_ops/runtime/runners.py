@@ -1,0 +1,194 @@
+"""Run a .pte: on the host (ExecuTorch's Python runtime), on the QNN x86 simulator, or on a
+phone through adb. Every target takes the same inputs and returns the same outputs; the
+x86 and device targets speak ``qnn_executor_runner``'s raw-file protocol."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from ..errors import ReportedError
+from ..qnn_sdk import require_sdk
+from .loading import check_program_kernels, load_host_library, load_quantized_kernels, program_operators
+from .raw_io import INPUT_LIST, TensorSpec, read_outputs, write_inputs
+
+Inference = Sequence[torch.Tensor]
+RUNNER = "qnn_executor_runner"
+RUNNER_IN_BUILD = Path("examples/qualcomm/executor_runner") / RUNNER
+BACKEND_IN_BUILD = Path("backends/qualcomm/libqnn_executorch_backend.so")
+
+# ExecuTorch ScalarType codes (as c10's) -> torch dtypes.
+_SCALAR_TYPES = {0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64, 5: torch.float16,
+                 6: torch.float32, 7: torch.float64, 11: torch.bool, 27: torch.uint16}
+
+
+class RunnerError(ReportedError, RuntimeError):
+    """A step of running a program failed; the message names the step."""
+
+
+def method_specs(pte: bytes, method: str = "forward") -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """(input specs, output specs) of a program's method, read from the .pte."""
+    from executorch.runtime import Runtime
+
+    meta = Runtime.get().load_program(pte).metadata(method)
+
+    def spec(info) -> TensorSpec:
+        return TensorSpec(tuple(info.sizes()), _SCALAR_TYPES[int(info.dtype())])
+
+    return ([spec(meta.input_tensor_meta(i)) for i in range(meta.num_inputs())],
+            [spec(meta.output_tensor_meta(i)) for i in range(meta.num_outputs())])
+
+
+@dataclass
+class HostRunner:
+    """ExecuTorch's Python runtime with the host kernel libraries loaded."""
+
+    libraries: Sequence[Path] = ()
+
+    def run(self, pte: bytes, inferences: Sequence[Inference]) -> list[list[torch.Tensor]]:
+        from executorch.runtime import Runtime
+
+        for library in self.libraries:
+            load_host_library(library)
+        if any(op.startswith("quantized_decomposed::") for op in program_operators(pte)):
+            load_quantized_kernels()
+        check_program_kernels(pte)
+        method = Runtime.get().load_program(pte).load_method("forward")
+        return [[t.clone() for t in method.execute(list(inputs))] for inputs in inferences]
+
+
+@dataclass
+class X86Runner:
+    """``qnn_executor_runner`` from a user's ExecuTorch x86 build, on the QNN HTP simulator."""
+
+    build_folder: Path
+
+    def run(self, pte: bytes, inferences: Sequence[Inference]) -> list[list[torch.Tensor]]:
+        sdk = require_sdk("the x86 target")
+        runner = self.build_folder / RUNNER_IN_BUILD
+        if not runner.is_file():
+            raise RunnerError(f"{runner}: not found (build ExecuTorch with the QNN backend for x86_64 and pass "
+                              "its build folder)")
+        _, output_specs = method_specs(pte)
+        with tempfile.TemporaryDirectory(prefix="qco-x86-") as tmp:
+            work = Path(tmp)
+            (work / "model.pte").write_bytes(pte)
+            input_list, _ = write_inputs(inferences, work / "inputs")
+            library_path = os.pathsep.join(filter(None, [str(sdk / "lib/x86_64-linux-clang"),
+                                                        str(self.build_folder / BACKEND_IN_BUILD.parent),
+                                                        os.environ.get("LD_LIBRARY_PATH", "")]))
+            result = subprocess.run([str(runner), "--model_path", str(work / "model.pte"),
+                                     "--input_list_path", str(input_list), "--output_folder_path", str(work / "outputs")],
+                                    capture_output=True, text=True, cwd=work / "inputs",
+                                    env={**os.environ, "LD_LIBRARY_PATH": library_path})
+            if result.returncode != 0:
+                raise RunnerError(f"{RUNNER} exited with status {result.returncode}: {_tail(result)}")
+            return [read_outputs(work / "outputs", i, output_specs) for i in range(len(inferences))]
+
+
+def _tail(result: subprocess.CompletedProcess, lines: int = 5) -> str:
+    text = (result.stderr or result.stdout or "").strip().splitlines()
+    return " | ".join(text[-lines:]) or "no output"
+
+
+@dataclass(frozen=True)
+class DeviceFile:
+    local: Path
+    remote: str  # absolute path on the device
+
+
+@dataclass
+class DeviceRunner:
+    """Push, run and pull with ``adb``: the program, runner, QNN and op package libraries.
+
+    ``op_package_libraries`` maps each device path the compile spec baked in (see
+    ``partitioner.OpPackageBuild.baked_path``) to the local library pushed there.
+    """
+
+    serial: str
+    soc: str
+    build_folder: Path  # ExecuTorch built for Android with the QNN backend
+    op_package_libraries: dict[str, Path] = field(default_factory=dict)
+    adb_host: str | None = None
+    workspace: str = ""
+
+    def __post_init__(self) -> None:
+        from ..partitioner.compile_spec import DEVICE_WORKSPACE
+
+        self.workspace = self.workspace or DEVICE_WORKSPACE
+
+    def adb(self, *args: str) -> subprocess.CompletedProcess:
+        command = ["adb", *(["-H", self.adb_host] if self.adb_host else []), "-s", self.serial, *args]
+        try:
+            return subprocess.run(command, capture_output=True, text=True)
+        except FileNotFoundError:
+            raise RunnerError("adb not found: install Android platform tools (Debian package 'adb')") from None
+
+    def _checked(self, step: str, *args: str) -> subprocess.CompletedProcess:
+        result = self.adb(*args)
+        if result.returncode != 0:
+            raise RunnerError(f"{step} failed on {self.serial} (adb exit {result.returncode}): {_tail(result)}")
+        return result
+
+    def htp_arch(self) -> int:
+        from executorch.backends.qualcomm.utils.utils import get_soc_to_htp_arch_map
+
+        try:
+            return int(get_soc_to_htp_arch_map()[self.soc.upper()].value)
+        except KeyError:
+            raise RunnerError(f"unknown SoC {self.soc!r}: use one of {', '.join(get_soc_to_htp_arch_map())}") from None
+
+    def files(self, sdk: Path, pte: Path) -> list[DeviceFile]:
+        """Everything pushed besides the inputs, each to its device path."""
+        arch = self.htp_arch()
+        ws = self.workspace
+        libs = sdk / "lib/aarch64-android"
+        files = [
+            DeviceFile(pte, f"{ws}/model.pte"),
+            DeviceFile(self.build_folder / RUNNER_IN_BUILD, f"{ws}/{RUNNER}"),
+            DeviceFile(self.build_folder / BACKEND_IN_BUILD, f"{ws}/{BACKEND_IN_BUILD.name}"),
+            *(DeviceFile(libs / name, f"{ws}/{name}") for name in
+              ("libQnnHtp.so", f"libQnnHtpV{arch}Stub.so", "libQnnHtpPrepare.so", "libQnnSystem.so")),
+            DeviceFile(sdk / f"lib/hexagon-v{arch}/unsigned/libQnnHtpV{arch}Skel.so",
+                       f"{ws}/libQnnHtpV{arch}Skel.so"),
+            *(DeviceFile(Path(local), remote) for remote, local in self.op_package_libraries.items()),
+        ]
+        missing = [str(f.local) for f in files if not f.local.is_file()]
+        if missing:
+            raise RunnerError(f"files to push are missing: {', '.join(missing)}")
+        outside = [f.remote for f in files if not f.remote.startswith(ws + "/")]
+        if outside:
+            raise RunnerError(f"device paths outside the workspace {ws}: {', '.join(outside)}")
+        return files
+
+    def run(self, pte: bytes, inferences: Sequence[Inference]) -> list[list[torch.Tensor]]:
+        sdk = require_sdk("the device target")
+        _, output_specs = method_specs(pte)
+        state = self.adb("get-state")
+        if state.returncode != 0 or state.stdout.strip() != "device":
+            raise RunnerError(f"no device {self.serial}{' on ' + self.adb_host if self.adb_host else ''}: "
+                              f"{_tail(state)} (check `adb devices`)")
+        with tempfile.TemporaryDirectory(prefix="qco-device-") as tmp:
+            work = Path(tmp)
+            (work / "model.pte").write_bytes(pte)
+            files = self.files(sdk, work / "model.pte")
+            input_list, inputs = write_inputs(inferences, work / "inputs", prefix="inputs/")
+            ws = self.workspace
+            self._checked("cleaning the workspace", "shell", f"rm -rf {shlex.quote(ws)} && mkdir -p {shlex.quote(ws)}/inputs")
+            for item in files + [DeviceFile(p, f"{ws}/inputs/{p.name}") for p in inputs] + \
+                    [DeviceFile(input_list, f"{ws}/{INPUT_LIST}")]:
+                self._checked(f"pushing {item.local.name}", "push", str(item.local), item.remote)
+            command = (f"cd {shlex.quote(ws)} && chmod +x {RUNNER} && LD_LIBRARY_PATH=. ADSP_LIBRARY_PATH=. "
+                       f"./{RUNNER} --model_path model.pte --input_list_path {INPUT_LIST} --output_folder_path outputs")
+            result = self.adb("shell", command)
+            if result.returncode != 0:
+                raise RunnerError(f"{RUNNER} exited with status {result.returncode} on {self.serial}: {_tail(result)}")
+            self._checked("pulling the outputs", "pull", f"{ws}/outputs", str(work))
+            return [read_outputs(work / "outputs", i, output_specs) for i in range(len(inferences))]
