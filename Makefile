@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/kernel_demo.py
+	$(PY) examples/custom_op_mul3.py --target host
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -49,7 +49,7 @@ def compare_output(index: int, output: torch.Tensor, golden: torch.Tensor, toler
     if tuple(golden.shape) != shape:
         return OutputReport(index, shape, dtype, math.inf, math.inf, 0.0, -math.inf, False,
                             f"shape {list(shape)} but the golden is {list(golden.shape)}")
-    got, want = output.double().flatten(), golden.double().flatten()
+    got, want = output.detach().double().flatten(), golden.detach().double().flatten()
     error = got - want
     max_abs = float(error.abs().max()) if error.numel() else 0.0
     mean_abs = float(error.abs().mean()) if error.numel() else 0.0

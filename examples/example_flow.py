@@ -1,0 +1,83 @@
+"""The flow both examples share: quantize with the derived annotation, lower, run, compare.
+
+Each example only defines its op, its model and its inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+import qnn_custom_ops as qco
+from qnn_custom_ops.partitioner import compile_spec, device_libraries, makefile_builds
+from qnn_custom_ops.runtime import DeviceRunner, HostRunner, Tolerance, compare_outputs
+
+REPO = Path(__file__).resolve().parents[1]
+OP_PACKAGES = REPO / "op_packages"
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--target", choices=("host", "qnn"), default="host",
+                        help="host: ExecuTorch on this machine; qnn: the QNN backend on a phone (QNN SDK needed)")
+    parser.add_argument("--quant", choices=("8a8w", "16a8w", "none"), default="8a8w")
+    parser.add_argument("--soc", default="SM8650", help="SoC of the phone (qnn target)")
+    parser.add_argument("--device", help="adb serial of the phone (qnn target)")
+    parser.add_argument("--adb-host", help="adb server host (qnn target)")
+    parser.add_argument("--build-folder", type=Path, help="ExecuTorch built for Android with QNN (qnn target)")
+    parser.add_argument("--output-dir", type=Path, default=REPO / "build" / "examples")
+    return parser.parse_args()
+
+
+def quantize(model: torch.nn.Module, samples: Sequence[tuple], binding, quant_dtype: str) -> torch.nn.Module:
+    """PT2E with QnnQuantizer and the OpDef-derived annotation; calibrated on ``samples``."""
+    if quant_dtype == "none":
+        return model
+    prepared = prepare_pt2e(torch.export.export(model, samples[0]).module(), qco.make_quantizer(binding, quant_dtype))
+    for sample in samples:
+        prepared(*sample)
+    return convert_pt2e(prepared)
+
+
+def run_on_target(args: argparse.Namespace, name: str, binding, package_dir: Path, model: torch.nn.Module,
+                  inputs: tuple) -> list[torch.Tensor]:
+    """Lower ``model`` for the target, write the .pte, run it once on ``inputs``."""
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    pte = args.output_dir / f"{name}_{args.target}.pte"
+    if args.target == "host":
+        library = qco.build_host_library(package_dir, binding)
+        program = qco.lower(model, inputs, binding, target="host", output=pte)
+        print(f"lowered for the host: {pte} (kernels from {library.name})")
+        return HostRunner([library]).run(program.buffer, [inputs])[0]
+    from executorch.backends.qualcomm.utils.utils import get_soc_to_htp_arch_map
+
+    if not args.device or not args.build_folder:
+        sys.exit("--target qnn needs --device SERIAL and --build-folder (ExecuTorch built for Android with QNN)")
+    arch = int(get_soc_to_htp_arch_map()[args.soc].value)
+    builds = makefile_builds(package_dir, binding.package.name, arch)
+    program = qco.lower(model, inputs, binding, target="qnn", output=pte,
+                        compile_spec=compile_spec(args.soc, binding, builds, quant=args.quant != "none"))
+    print(f"lowered for QNN ({args.soc}, HTP v{arch}): {pte}")
+    runner = DeviceRunner(args.device, args.soc, args.build_folder, device_libraries(binding.package.name, builds),
+                          adb_host=args.adb_host)
+    return runner.run(program.buffer, [inputs])[0]
+
+
+def report(outputs: Sequence[torch.Tensor], reference: Sequence[torch.Tensor], eager: Sequence[torch.Tensor],
+           quant_step: float) -> int:
+    """Compare with the reference model (must match) and print the error against float eager."""
+    print("against the converted (reference) model:")
+    reports = compare_outputs(outputs, reference, Tolerance(atol=quant_step))
+    for line in reports:
+        print(f"  {line}")
+    print("against float eager PyTorch (quantization error, for information):")
+    for line in compare_outputs(outputs, eager, Tolerance(atol=float("inf"))):
+        print(f"  {line}")
+    ok = all(r.passed for r in reports)
+    print("OK" if ok else "MISMATCH")
+    return 0 if ok else 1

@@ -1,0 +1,48 @@
+"""A two-output op: SplitCustomOp splits the last dimension in half, each half with its own
+encoding. Same flow as custom_op_mul3.py.
+
+    .venv/bin/python examples/split_multi_output.py --target host
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from example_flow import OP_PACKAGES, parse_args, quantize, report, run_on_target
+
+import qnn_custom_ops as qco
+
+PACKAGE_DIR = OP_PACKAGES / "SplitCustomOpPackage"
+
+
+def main() -> int:
+    args = parse_args(__doc__.splitlines()[0])
+    package = qco.load_package(PACKAGE_DIR / "config" / "SplitCustomOpPackage.xml")
+    split = qco.define_torch_ops(
+        package, "my_ops", {"SplitCustomOp": lambda input: tuple(t.clone() for t in torch.chunk(input, 2, dim=-1))},
+        names={"SplitCustomOp": "split_half"})["SplitCustomOp"]
+    binding = qco.bind(package, {"SplitCustomOp": split})
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            low, high = split(self.linear(x))
+            return torch.relu(low), high * 4  # different ranges: two different encodings
+
+    torch.manual_seed(0)
+    model = Model().eval()
+    samples = [(torch.randn(1, 4, 8, 16),) for _ in range(8)]
+    inputs = samples[0]
+    reference = quantize(model, samples, binding, args.quant)
+    outputs = run_on_target(args, "split", binding, PACKAGE_DIR, reference, inputs)
+    ranges = [float(t.abs().max()) for t in reference(*inputs)]
+    step = max(ranges) / 255 * 2 if args.quant != "none" else 1e-5
+    return report(outputs, list(reference(*inputs)), list(model(*inputs)), quant_step=step)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
