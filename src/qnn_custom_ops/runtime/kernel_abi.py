@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ..generator.abi import ABI_VERSION, KernelDType, KernelStatus
+from .loading import load_host_library
 
 _NUMPY_DTYPE = {
     KernelDType.Float32: np.float32,
@@ -94,7 +95,7 @@ class KernelLibrary:
     def __init__(self, path: str | Path, package_name: str):
         self.path = Path(path)
         self.package_name = package_name
-        self._lib = ctypes.CDLL(str(self.path))
+        self._lib = load_host_library(self.path)
         version = getattr(self._lib, f"qco_{package_name}_abi_version")
         version.restype = ctypes.c_int32
         if version() != ABI_VERSION:

@@ -1,0 +1,281 @@
+"""Host kernel library, lowering, the ExecuTorch runtime, comparisons and the raw-file protocol."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+import qnn_custom_ops as qco
+from qnn_custom_ops.runtime import (
+    HostRunner,
+    KernelDType,
+    KernelLibrary,
+    KernelLoadError,
+    KernelTensor,
+    MissingKernelError,
+    RawOutputError,
+    TensorSpec,
+    Tolerance,
+    check_program_kernels,
+    compare_outputs,
+    load_host_library,
+    read_outputs,
+    registered_operators,
+    write_inputs,
+)
+from qnn_custom_ops.runtime import cmake_build
+
+from .conftest import OP_PACKAGES, REPO
+from .torch_ops import EXAMPLE_PACKAGE, MUL3, QUANT_OPS, QUANT_PACKAGE, SPLIT, SPLIT_PACKAGE
+
+EXAMPLE_DIR, SPLIT_DIR = OP_PACKAGES / "ExampleOpPackage", OP_PACKAGES / "SplitCustomOpPackage"
+
+
+@pytest.fixture(scope="module")
+def mul3():
+    binding = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3})
+    return binding, qco.build_host_library(EXAMPLE_DIR, binding)
+
+
+@pytest.fixture(scope="module")
+def split():
+    binding = qco.bind(SPLIT_PACKAGE, {"SplitCustomOp": SPLIT})
+    return binding, qco.build_host_library(SPLIT_DIR, binding)
+
+
+class Mul3Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        return torch.softmax(MUL3(self.conv(x)), dim=-1)
+
+
+class SplitModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        low, high = SPLIT(self.linear(x))
+        return torch.relu(low), high * 4
+
+
+def run_host(model, inputs, binding, library):
+    program = qco.lower(model, inputs, binding, target="host")
+    return HostRunner([library]).run(program.buffer, [inputs])[0]
+
+
+def test_rebuilding_an_unchanged_library_reuses_it_without_cmake(mul3, monkeypatch):
+    binding, library = mul3
+    assert library.is_file() and library.with_suffix(".ops").read_text().split() == ["my_ops::mul3.out"]
+
+    def no_cmake(*args, **kwargs):
+        raise AssertionError("cmake ran for an unchanged package")
+
+    monkeypatch.setattr(cmake_build, "_run", no_cmake)
+    assert qco.build_host_library(EXAMPLE_DIR, binding) == library
+
+
+def test_the_library_also_exports_the_c_abi(mul3):
+    _, path = mul3
+    kernels = KernelLibrary(path, "ExampleOpPackage")
+    q = np.arange(256, dtype=np.uint8).reshape(1, 1, 16, 16)
+    out = KernelTensor.empty(q.shape, KernelDType.UFixed8, 0.06, -128)
+    kernels.run("ExampleCustomOp", [out], [KernelTensor(q, KernelDType.UFixed8, 0.02, -128)])
+    expected = np.clip(np.rint((3 * np.float32(0.02) * (q.astype(np.int32) - 128).astype(np.float32))
+                               / np.float32(0.06)) + 128, 0, 255)
+    np.testing.assert_array_equal(out.array, expected.astype(np.uint8))
+
+
+def test_float_models_match_eager(mul3, split):
+    torch.manual_seed(0)
+    for (binding, library), model, shape in ((mul3, Mul3Model(), (1, 3, 8, 8)), (split, SplitModel(), (2, 3, 8))):
+        model = model.eval()
+        inputs = (torch.randn(*shape),)
+        eager = model(*inputs)
+        eager = eager if isinstance(eager, tuple) else (eager,)
+        reports = compare_outputs(run_host(model, inputs, binding, library), eager, Tolerance(atol=1e-5))
+        assert all(r.passed for r in reports), [str(r) for r in reports]
+
+
+def quantized(model, binding, samples):
+    prepared = prepare_pt2e(torch.export.export(model, samples[0]).module(), qco.make_quantizer(binding, "8a8w"))
+    for sample in samples:
+        prepared(*sample)
+    return convert_pt2e(prepared)
+
+
+def test_quantized_models_reproduce_the_converted_model(mul3, split):
+    torch.manual_seed(0)
+    for (binding, library), model, shape in ((mul3, Mul3Model(), (1, 3, 8, 8)), (split, SplitModel(), (2, 3, 8))):
+        model = model.eval()
+        samples = [(torch.randn(*shape),) for _ in range(4)]
+        converted = quantized(model, binding, samples)
+        reference = converted(*samples[0])
+        reference = reference if isinstance(reference, tuple) else (reference,)
+        outputs = run_host(converted, samples[0], binding, library)
+        for report in compare_outputs(outputs, reference, Tolerance(atol=1e-6)):
+            print(report)
+            assert report.passed
+        eager = model(*samples[0])
+        for report in compare_outputs(outputs, eager if isinstance(eager, tuple) else (eager,)):
+            print(f"vs float eager: {report}")
+            assert report.sqnr_db > 20
+
+
+def test_loading_the_same_library_twice_is_a_no_op(mul3):
+    _, library = mul3
+    assert load_host_library(library) is load_host_library(library)
+
+
+def test_a_second_library_with_the_same_kernels_is_refused(tmp_path):
+    ops = qco.define_torch_ops(EXAMPLE_PACKAGE, "qco_clash", {"ExampleCustomOp": lambda input: input * 3},
+                               names={"ExampleCustomOp": "mul3"})
+    binding = qco.bind(EXAMPLE_PACKAGE, ops)
+    first = qco.build_host_library(EXAMPLE_DIR, binding, build_root=tmp_path / "a")
+    second = qco.build_host_library(EXAMPLE_DIR, binding, build_root=tmp_path / "b")
+    load_host_library(first)
+    assert "qco_clash::mul3.out" in registered_operators()
+    with pytest.raises(KernelLoadError, match=r"kernels qco_clash::mul3\.out are already registered by .*/a/"):
+        load_host_library(second)
+
+
+def test_a_missing_kernel_is_named_before_running():
+    binding = qco.bind(QUANT_PACKAGE, {"FloatOnly": QUANT_OPS["FloatOnly"]})
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return QUANT_OPS["FloatOnly"](x) + 1
+
+    program = qco.lower(Model(), (torch.randn(4),), binding, target="host")
+    with pytest.raises(MissingKernelError, match=r"needs kernels that are not registered: qco_quant::float_only\.out"):
+        check_program_kernels(program.buffer)
+    with pytest.raises(MissingKernelError):
+        HostRunner().run(program.buffer, [(torch.randn(4),)])
+
+
+def test_host_lowering_refuses_unbound_custom_ops(mul3):
+    binding, _ = mul3
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return SPLIT(MUL3(x))
+
+    with pytest.raises(qco.PreflightError, match="my_ops.split_half.default, which has no binding"):
+        qco.lower(Model(), (torch.randn(1, 1, 1, 4),), binding, target="host")
+
+
+def test_qnn_lowering_without_the_sdk_says_so_in_one_line(mul3, tmp_path, monkeypatch):
+    from .test_compile_spec import fake_op_package_library
+
+    monkeypatch.setenv("QNN_SDK_ROOT", "")
+    binding, _ = mul3
+    builds = [qco.OpPackageBuild("HTP", "x86_64", fake_op_package_library(tmp_path, "ExampleOpPackage"))]
+    spec = qco.compile_spec("SM8650", binding, builds)
+    with pytest.raises(qco.QnnSdkMissingError) as info:
+        qco.lower(Mul3Model().eval(), (torch.randn(1, 3, 8, 8),), binding, target="qnn", compile_spec=spec)
+    assert "\n" not in str(info.value) and "host target" in str(info.value)
+
+
+def test_lower_writes_the_pte(mul3, tmp_path):
+    binding, _ = mul3
+    program = qco.lower(Mul3Model().eval(), (torch.randn(1, 3, 8, 8),), binding, output=tmp_path / "m.pte")
+    assert (tmp_path / "m.pte").read_bytes() == program.buffer
+
+
+def test_raw_protocol_round_trip_and_errors(tmp_path):
+    inferences = [(torch.arange(6, dtype=torch.float32).reshape(2, 3), torch.tensor([1, 2], dtype=torch.int32)),
+                  (torch.ones(2, 3), torch.tensor([3, 4], dtype=torch.int32))]
+    input_list, files = write_inputs(inferences, tmp_path / "in", prefix="inputs/")
+    assert input_list.read_text().splitlines() == ["inputs/input_0_0.raw inputs/input_0_1.raw",
+                                                   "inputs/input_1_0.raw inputs/input_1_1.raw"]
+    out = tmp_path / "out"
+    out.mkdir()
+    for inference, tensors in enumerate(inferences):
+        for index, tensor in enumerate(tensors):
+            (out / f"output_{inference}_{index}.raw").write_bytes(tensor.numpy().tobytes())
+    specs = [TensorSpec((2, 3), torch.float32), TensorSpec((2,), torch.int32)]
+    for inference, tensors in enumerate(inferences):
+        assert all(torch.equal(a, b) for a, b in zip(read_outputs(out, inference, specs), tensors))
+    (out / "output_1_1.raw").write_bytes(b"\0" * 3)
+    with pytest.raises(RawOutputError, match=r"output_1_1.raw: 3 bytes, expected 8"):
+        read_outputs(out, 1, specs)
+    with pytest.raises(RawOutputError, match=r"output_2_0.raw: missing"):
+        read_outputs(out, 2, specs)
+
+
+def test_comparison_metrics():
+    golden = torch.tensor([1.0, -2.0, 3.0, 4.0])
+    (report,) = compare_outputs([golden + torch.tensor([0.0, 0.0, 0.0, 0.5])], [golden])
+    assert report.max_abs == 0.5 and report.mean_abs == 0.125
+    assert report.sqnr_db == pytest.approx(10 * math.log10(7.5 / 0.0625))
+    assert report.cosine == pytest.approx(float(golden @ (golden + torch.tensor([0, 0, 0, 0.5])))
+                                          / float(golden.norm() * (golden + torch.tensor([0, 0, 0, 0.5])).norm()))
+    assert not report.passed
+    assert compare_outputs([golden], [golden])[0].sqnr_db == math.inf
+    (shape_mismatch,) = compare_outputs([golden], [golden.reshape(2, 2)], Tolerance(atol=math.inf))
+    assert not shape_mismatch.passed and "golden is [2, 2]" in str(shape_mismatch)
+    with pytest.raises(ValueError, match="2 output"):
+        compare_outputs([golden, golden], [golden])
+
+
+def test_kernels_run_clean_under_address_and_undefined_behaviour_sanitizers(tmp_path):
+    asan = subprocess.run(["g++", "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    ubsan = subprocess.run(["g++", "-print-file-name=libubsan.so"], capture_output=True, text=True).stdout.strip()
+    libraries = {name: qco_runtime_build(d, tmp_path) for name, d in (("ExampleOpPackage", EXAMPLE_DIR),
+                                                                      ("SplitCustomOpPackage", SPLIT_DIR))}
+    script = tmp_path / "kernels.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        import numpy as np
+        from qnn_custom_ops.runtime import KernelDType as D, KernelLibrary, KernelTensor as T
+        mul3 = KernelLibrary({str(libraries["ExampleOpPackage"])!r}, "ExampleOpPackage")
+        split = KernelLibrary({str(libraries["SplitCustomOpPackage"])!r}, "SplitCustomOpPackage")
+        x = np.linspace(-5, 5, 2 * 3 * 4 * 6, dtype=np.float32).reshape(2, 3, 4, 6)
+        q = (np.arange(x.size) % 256).astype(np.uint8).reshape(x.shape)
+        mul3.run("ExampleCustomOp", [T.empty(x.shape, D.Float32)], [T(x, D.Float32)])
+        mul3.run("ExampleCustomOp", [T.empty(x.shape, D.UFixed8, 0.5, -3)], [T(q, D.UFixed8, 0.01, -128)])
+        split.run("SplitCustomOp", [T.empty((2, 3, 4, 3), D.Float32), T.empty((2, 3, 4, 3), D.Float32)], [T(x, D.Float32)])
+        split.run("SplitCustomOp", [T.empty((2, 3, 4, 3), D.UFixed8, 0.1, -128), T.empty((2, 3, 4, 3), D.UFixed8, 0.2, 0)],
+                  [T(q, D.UFixed8, 0.1, -128)])
+        if sys.argv[1:] == ["overflow"]:  # an output whose dims claim more than its buffer holds
+            import ctypes
+            from qnn_custom_ops.runtime.kernel_abi import CTensorView
+            small = T.empty((2, 3, 4, 3), D.Float32)
+            buffer = np.zeros(4, np.float32)
+            dims = (ctypes.c_int64 * 4)(2, 3, 4, 3)
+            small.view = lambda: (CTensorView(buffer.ctypes.data, dims, 4, int(D.Float32), 1.0, 0), dims)
+            split.run("SplitCustomOp", [small, T.empty((2, 3, 4, 3), D.Float32)], [T(x, D.Float32)])
+        print("clean")
+    """))
+    env = {**os.environ, "LD_PRELOAD": f"{asan} {ubsan}", "ASAN_OPTIONS": "detect_leaks=0",
+           "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
+    clean = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
+    assert clean.returncode == 0 and clean.stdout.strip() == "clean", clean.stderr[-2000:]
+    caught = subprocess.run([sys.executable, str(script), "overflow"], capture_output=True, text=True, env=env)
+    assert caught.returncode != 0 and "AddressSanitizer" in caught.stderr  # the instrumentation is live
+
+
+def qco_runtime_build(package_dir, tmp_path):
+    from qnn_custom_ops.runtime import build_host_kernels
+
+    return build_host_kernels(package_dir, sanitize="address,undefined", build_root=tmp_path / "asan")
+
+
+def test_both_examples_run_on_the_host():
+    for example in ("custom_op_mul3.py", "split_multi_output.py"):
+        result = subprocess.run([sys.executable, str(REPO / "examples" / example), "--target", "host"],
+                                capture_output=True, text=True, cwd=REPO)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+        assert result.stdout.strip().endswith("OK")
+        assert "max abs 0 " in result.stdout  # the host program reproduces the converted model
