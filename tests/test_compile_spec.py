@@ -88,6 +88,7 @@ def test_fp16_compile_spec(mul3_binding, builds):
 def test_build_problems_are_reported_together(mul3_binding, tmp_path):
     wrong = fake_op_package_library(tmp_path, "OtherPackage")
     builds = [OpPackageBuild("CPU", "x86_64", tmp_path / "missing.so"),
+              OpPackageBuild("CPU", "x86_64", wrong),
               OpPackageBuild("CPU", "aarch64-android", wrong),
               OpPackageBuild("CPU", "aarch64-android", wrong)]
     with pytest.raises(CompileSpecError) as info:

@@ -97,7 +97,11 @@ def interface_provider(package_name: str) -> str:
 
 
 def op_package_options(binding: "OpPackageBinding", builds: Iterable[OpPackageBuild]) -> QnnExecuTorchOpPackageOptions:
-    """One op package info per (bound op, build); raises ``CompileSpecError`` listing every problem."""
+    """One op package info per (bound op, build); raises ``CompileSpecError`` listing every problem.
+
+    x86_64 libraries are loaded on this machine at compile time: they must exist and export
+    ``<Pkg>InterfaceProvider``. Android libraries only need a device path here.
+    """
     builds = list(builds)
     name = binding.package.name
     problems = _check_builds(name, builds)
@@ -132,6 +136,8 @@ def _check_builds(package_name: str, builds: list[OpPackageBuild]) -> list[str]:
         if key in seen:
             problems.append(f"two builds for {build.target.value} on {build.platform.value}: keep one")
         seen.add(key)
+        if build.platform is not Platform.X86_64:
+            continue  # Android libraries are pushed by the device runner, which checks them then
         if not build.library.is_file():
             problems.append(f"{build.library}: no such library (build it with the package Makefile)")
             continue

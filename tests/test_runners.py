@@ -1,0 +1,204 @@
+"""The x86 and device runners against test doubles of what cannot exist here: the QNN SDK's
+libraries, ``qnn_executor_runner`` (tests/doubles/qnn_executor_runner) and ``adb`` with a
+phone (tests/doubles/adb). The real adb and runner are what users run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import qnn_custom_ops as qco
+from qnn_custom_ops.partitioner import DEVICE_WORKSPACE, OpPackageBuild, device_libraries, device_library_path
+from qnn_custom_ops.runtime import DeviceRunner, RawOutputError, RunnerError, X86Runner
+
+from .torch_ops import EXAMPLE_PACKAGE, MUL3
+
+DOUBLES = Path(__file__).parent / "doubles"
+SERIAL = "R5CT00TEST"
+SHAPE = (1, 2, 2, 4)
+
+
+@pytest.fixture(scope="module")
+def mul3_pte():
+    """A real program (mul3 alone); the runner double computes the same thing."""
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return MUL3(x)
+
+    binding = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3})
+    return qco.lower(Model(), (torch.randn(*SHAPE),), binding).buffer
+
+
+def touch(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\x7fELF double")
+    return path
+
+
+@pytest.fixture
+def fake_sdk(tmp_path, monkeypatch):
+    """Test double of a QNN SDK tree: the library files the runners look for, empty."""
+    sdk = tmp_path / "qnn_sdk"
+    for relative in ("lib/x86_64-linux-clang/libQnnHtp.so", "lib/aarch64-android/libQnnHtp.so",
+                     "lib/aarch64-android/libQnnHtpV75Stub.so", "lib/aarch64-android/libQnnHtpPrepare.so",
+                     "lib/aarch64-android/libQnnSystem.so", "lib/hexagon-v75/unsigned/libQnnHtpV75Skel.so"):
+        touch(sdk / relative)
+    monkeypatch.setenv("QNN_SDK_ROOT", str(sdk))
+    return sdk
+
+
+@pytest.fixture
+def build_folder(tmp_path):
+    """Test double of an ExecuTorch build with the QNN backend: the runner double and a backend file."""
+    build = tmp_path / "executorch_build"
+    runner = build / "examples/qualcomm/executor_runner/qnn_executor_runner"
+    runner.parent.mkdir(parents=True)
+    shutil.copy2(DOUBLES / "qnn_executor_runner", runner)
+    touch(build / "backends/qualcomm/libqnn_executorch_backend.so")
+    return build
+
+
+@pytest.fixture
+def device(tmp_path, monkeypatch):
+    """The adb double on PATH, a device filesystem and the call log."""
+    root, log = tmp_path / "device_fs", tmp_path / "adb_calls.jsonl"
+    root.mkdir()
+    monkeypatch.setenv("PATH", os.pathsep.join([str(DOUBLES), str(Path(sys.executable).parent),
+                                                os.environ["PATH"]]))
+    monkeypatch.setenv("FAKE_ADB_ROOT", str(root))
+    monkeypatch.setenv("FAKE_ADB_LOG", str(log))
+    monkeypatch.setenv("FAKE_ADB_SERIALS", SERIAL)
+    return root, log
+
+
+@pytest.fixture
+def op_package_builds(tmp_path):
+    return [OpPackageBuild("HTP", "aarch64-android", touch(tmp_path / "out/hexagon-v75/libQnnExampleOpPackage.so")),
+            OpPackageBuild("CPU", "aarch64-android", touch(tmp_path / "out/aarch64-android/libQnnExampleOpPackage.so"))]
+
+
+def device_runner(build_folder, op_package_builds, adb_host=None) -> DeviceRunner:
+    return DeviceRunner(SERIAL, "SM8650", build_folder, device_libraries("ExampleOpPackage", op_package_builds),
+                        adb_host=adb_host)
+
+
+def calls(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_device_run_pushes_to_the_compile_spec_paths_runs_and_pulls(mul3_pte, fake_sdk, build_folder, device,
+                                                                    op_package_builds, monkeypatch):
+    root, log = device
+    htp_path = device_library_path("ExampleOpPackage", "HTP")
+    cpu_path = device_library_path("ExampleOpPackage", "CPU")
+    # the runner double refuses to run unless the op package libraries are where the .pte says
+    monkeypatch.setenv("FAKE_RUNNER_REQUIRES", f"{root}{htp_path},{root}{cpu_path}")
+    x = torch.randn(*SHAPE)
+    (outputs,) = device_runner(build_folder, op_package_builds, adb_host="10.0.0.2").run(mul3_pte, [(x,)])
+    assert torch.equal(outputs[0], x * 3)
+
+    sequence = calls(log)
+    assert all(call[:4] == ["-H", "10.0.0.2", "-s", SERIAL] for call in sequence)
+    commands = [call[4:] for call in sequence]
+    ws = DEVICE_WORKSPACE
+    assert commands[0] == ["get-state"]
+    assert commands[1] == ["shell", f"rm -rf {ws} && mkdir -p {ws}/inputs"]
+    pushes = [c[2] for c in commands if c[0] == "push"]
+    assert pushes == [f"{ws}/model.pte", f"{ws}/qnn_executor_runner", f"{ws}/libqnn_executorch_backend.so",
+                      f"{ws}/libQnnHtp.so", f"{ws}/libQnnHtpV75Stub.so", f"{ws}/libQnnHtpPrepare.so",
+                      f"{ws}/libQnnSystem.so", f"{ws}/libQnnHtpV75Skel.so", htp_path, cpu_path,
+                      f"{ws}/inputs/input_0_0.raw", f"{ws}/input_list.txt"]
+    run = commands[-2]
+    assert run[0] == "shell" and run[1].startswith(f"cd {ws} && chmod +x qnn_executor_runner && "
+                                                   "LD_LIBRARY_PATH=. ADSP_LIBRARY_PATH=. ./qnn_executor_runner "
+                                                   "--model_path model.pte --input_list_path input_list.txt")
+    assert commands[-1][:2] == ["pull", f"{ws}/outputs"]
+    # what the compile spec baked in is exactly where the libraries were pushed
+    binding = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3})
+    baked = {i.op_package_path for i in binding.op_package_options(op_package_builds).op_package_infos}
+    assert baked == {htp_path, cpu_path} and baked <= set(pushes)
+
+
+def test_no_device(mul3_pte, fake_sdk, build_folder, device, op_package_builds, monkeypatch):
+    monkeypatch.setenv("FAKE_ADB_SERIALS", "someone-else")
+    with pytest.raises(RunnerError, match=f"no device {SERIAL}.*check `adb devices`"):
+        device_runner(build_folder, op_package_builds).run(mul3_pte, [(torch.randn(*SHAPE),)])
+
+
+def test_push_failure(mul3_pte, fake_sdk, build_folder, device, op_package_builds, monkeypatch):
+    monkeypatch.setenv("FAKE_ADB_FAIL", "push")
+    with pytest.raises(RunnerError, match=f"pushing model.pte failed on {SERIAL} .*Read-only file system"):
+        device_runner(build_folder, op_package_builds).run(mul3_pte, [(torch.randn(*SHAPE),)])
+
+
+def test_runner_exit_status(mul3_pte, fake_sdk, build_folder, device, op_package_builds, monkeypatch):
+    monkeypatch.setenv("FAKE_RUNNER_MODE", "fail")
+    with pytest.raises(RunnerError, match=r"qnn_executor_runner exited with status 1 .*graph execute failed"):
+        device_runner(build_folder, op_package_builds).run(mul3_pte, [(torch.randn(*SHAPE),)])
+
+
+@pytest.mark.parametrize("mode, message", [("missing", r"output_0_0.raw: missing"),
+                                           ("short", r"output_0_0.raw: 60 bytes, expected 64")])
+def test_missing_or_wrong_sized_output(mul3_pte, fake_sdk, build_folder, device, op_package_builds, monkeypatch,
+                                       mode, message):
+    monkeypatch.setenv("FAKE_RUNNER_MODE", mode)
+    with pytest.raises(RawOutputError, match=message):
+        device_runner(build_folder, op_package_builds).run(mul3_pte, [(torch.randn(*SHAPE),)])
+
+
+def test_missing_local_files_are_named_before_pushing(mul3_pte, fake_sdk, build_folder, device, op_package_builds):
+    (fake_sdk / "lib/hexagon-v75/unsigned/libQnnHtpV75Skel.so").unlink()
+    with pytest.raises(RunnerError, match="files to push are missing: .*libQnnHtpV75Skel.so"):
+        device_runner(build_folder, op_package_builds).run(mul3_pte, [(torch.randn(*SHAPE),)])
+
+
+def test_device_target_without_the_sdk(mul3_pte, build_folder, device, op_package_builds, monkeypatch):
+    monkeypatch.setenv("QNN_SDK_ROOT", "")
+    with pytest.raises(qco.QnnSdkMissingError, match="the device target needs the QNN SDK"):
+        device_runner(build_folder, op_package_builds).run(mul3_pte, [(torch.randn(*SHAPE),)])
+
+
+def test_x86_runner_speaks_the_raw_protocol(mul3_pte, fake_sdk, build_folder, monkeypatch):
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    inferences = [(torch.randn(*SHAPE),), (torch.randn(*SHAPE),)]
+    outputs = X86Runner(build_folder).run(mul3_pte, inferences)
+    assert [torch.equal(out[0], inp[0] * 3) for out, inp in zip(outputs, inferences)] == [True, True]
+
+
+def test_cli_run_on_the_host(mul3_pte, tmp_path):
+    from qnn_custom_ops.runtime import build_host_library
+
+    from .conftest import OP_PACKAGES
+
+    library = build_host_library(OP_PACKAGES / "ExampleOpPackage", qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3}))
+    pte = tmp_path / "mul3.pte"
+    pte.write_bytes(mul3_pte)
+    x = torch.randn(*SHAPE)
+    torch.save(x, tmp_path / "x.pt")
+    torch.save(x * 3, tmp_path / "good.pt")
+    (tmp_path / "bad.raw").write_bytes((x * 3 + 0.5).numpy().tobytes())
+    cli = [str(Path(sys.executable).parent / "qnn-custom-ops"), "run", str(pte), "--inputs", str(tmp_path / "x.pt")]
+
+    good = subprocess.run(cli + ["--library", str(library), "--golden", str(tmp_path / "good.pt")],
+                          capture_output=True, text=True)
+    assert good.returncode == 0, good.stderr
+    assert good.stdout.strip().startswith("output 0: [1, 2, 2, 4] float32  max abs 0  mean abs 0  cosine 1.000000")
+    bad = subprocess.run(cli + ["--library", str(library), "--golden", str(tmp_path / "bad.raw")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 3 and "max abs 0.5" in bad.stdout and bad.stdout.strip().endswith("FAIL")
+    missing = subprocess.run(cli, capture_output=True, text=True)
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines()[-1].startswith("error: program needs kernels that are not registered: "
+                                                             "my_ops::mul3.out")
+    no_sdk = subprocess.run(cli + ["--target", "x86", "--build-folder", str(tmp_path)], capture_output=True,
+                            text=True, env={**os.environ, "QNN_SDK_ROOT": ""})
+    assert no_sdk.returncode == 2 and "the x86 target needs the QNN SDK" in no_sdk.stderr
+    assert "Traceback" not in missing.stderr + no_sdk.stderr
