@@ -23,3 +23,4 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_generate.py
+	$(PY) benchmarks/bench_host_library.py
