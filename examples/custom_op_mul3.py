@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 import torch
-from example_flow import OP_PACKAGES, parse_args, quantize, report, run_on_target
+from example_flow import OP_PACKAGES, parse_args, quantize_and_run, report
 
 import qnn_custom_ops as qco
 
@@ -35,13 +35,10 @@ def main() -> int:
             return torch.softmax(mul3(self.conv(x)), dim=-1)
 
     torch.manual_seed(0)
-    model = Model().eval()
     samples = [(torch.randn(1, 3, 16, 16),) for _ in range(8)]
-    inputs = samples[0]
-    reference = quantize(model, samples, binding, args.quant)
-    outputs = run_on_target(args, "mul3", binding, PACKAGE_DIR, reference, inputs)
+    outputs, reference, eager = quantize_and_run(args, "mul3", binding, PACKAGE_DIR, Model(), samples)
     step = 1 / 255 if args.quant != "none" else 1e-5  # softmax output: one uint8 step
-    return report(outputs, [reference(*inputs)], [model(*inputs)], quant_step=step)
+    return report(outputs, reference, eager, quant_step=step)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,21 @@ def run_on_target(args: argparse.Namespace, name: str, binding, package_dir: Pat
     return runner.run(program.buffer, [inputs])[0]
 
 
+def as_list(value) -> list[torch.Tensor]:
+    return list(value) if isinstance(value, (tuple, list)) else [value]
+
+
+def quantize_and_run(args: argparse.Namespace, name: str, binding, package_dir: Path, model: torch.nn.Module,
+                     samples: Sequence[tuple]) -> tuple[list, list, list]:
+    """(target outputs, converted-model outputs, float eager outputs) for ``samples[0]``."""
+    model = model.eval()
+    reference = quantize(model, samples, binding, args.quant)
+    inputs = samples[0]
+    outputs = run_on_target(args, name, binding, package_dir, reference, inputs)
+    with torch.no_grad():
+        return outputs, as_list(reference(*inputs)), as_list(model(*inputs))
+
+
 def report(outputs: Sequence[torch.Tensor], reference: Sequence[torch.Tensor], eager: Sequence[torch.Tensor],
            quant_step: float) -> int:
     """Compare with the reference model (must match) and print the error against float eager."""

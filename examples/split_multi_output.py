@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 import torch
-from example_flow import OP_PACKAGES, parse_args, quantize, report, run_on_target
+from example_flow import OP_PACKAGES, parse_args, quantize_and_run, report
 
 import qnn_custom_ops as qco
 
@@ -34,14 +34,10 @@ def main() -> int:
             return torch.relu(low), high * 4  # different ranges: two different encodings
 
     torch.manual_seed(0)
-    model = Model().eval()
     samples = [(torch.randn(1, 4, 8, 16),) for _ in range(8)]
-    inputs = samples[0]
-    reference = quantize(model, samples, binding, args.quant)
-    outputs = run_on_target(args, "split", binding, PACKAGE_DIR, reference, inputs)
-    ranges = [float(t.abs().max()) for t in reference(*inputs)]
-    step = max(ranges) / 255 * 2 if args.quant != "none" else 1e-5
-    return report(outputs, list(reference(*inputs)), list(model(*inputs)), quant_step=step)
+    outputs, reference, eager = quantize_and_run(args, "split", binding, PACKAGE_DIR, Model(), samples)
+    step = max(float(t.abs().max()) for t in reference) / 255 * 2 if args.quant != "none" else 1e-5
+    return report(outputs, reference, eager, quant_step=step)
 
 
 if __name__ == "__main__":

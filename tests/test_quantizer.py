@@ -18,7 +18,7 @@ from qnn_custom_ops.quantizer import FLOAT_TENSORS_KEY, Share
 
 from .qnn_wrappers import all_op_wrappers, qnn_edge_program, readback
 from .test_compile_spec import fake_op_package_library
-from .torch_ops import EXAMPLE_PACKAGE, MUL3, QUANT_OPS, QUANT_PACKAGE
+from .torch_ops import EXAMPLE_PACKAGE, MUL3, QUANT_OPS, QUANT_PACKAGE, ConvMul3
 
 QD = torch.ops.quantized_decomposed
 DQ_OPS = (QD.dequantize_per_tensor.default, QD.dequantize_per_tensor.tensor)
@@ -85,13 +85,6 @@ def samples_of(*shapes, count=8, seed=0, dtype=torch.float32):
     return [tuple(torch.randn(*s, generator=generator, dtype=dtype) for s in shapes) for _ in range(count)]
 
 
-class ConvMul3(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
-
-    def forward(self, x):
-        return torch.softmax(MUL3(self.conv(x)), dim=-1)
 
 
 def test_mul3_8a8w_qdq_around_the_custom_op(mul3_binding):

@@ -25,16 +25,24 @@ from qnn_custom_ops.runtime import (
     TensorSpec,
     Tolerance,
     check_program_kernels,
+    cmake_build,
     compare_outputs,
     load_host_library,
     read_outputs,
     registered_operators,
     write_inputs,
 )
-from qnn_custom_ops.runtime import cmake_build
 
 from .conftest import OP_PACKAGES, REPO
-from .torch_ops import EXAMPLE_PACKAGE, MUL3, QUANT_OPS, QUANT_PACKAGE, SPLIT, SPLIT_PACKAGE
+from .torch_ops import (
+    EXAMPLE_PACKAGE,
+    MUL3,
+    QUANT_OPS,
+    QUANT_PACKAGE,
+    SPLIT,
+    SPLIT_PACKAGE,
+    ConvMul3,
+)
 
 EXAMPLE_DIR, SPLIT_DIR = OP_PACKAGES / "ExampleOpPackage", OP_PACKAGES / "SplitCustomOpPackage"
 
@@ -50,14 +58,6 @@ def split():
     binding = qco.bind(SPLIT_PACKAGE, {"SplitCustomOp": SPLIT})
     return binding, qco.build_host_library(SPLIT_DIR, binding)
 
-
-class Mul3Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
-
-    def forward(self, x):
-        return torch.softmax(MUL3(self.conv(x)), dim=-1)
 
 
 class SplitModel(torch.nn.Module):
@@ -99,7 +99,7 @@ def test_the_library_also_exports_the_c_abi(mul3):
 
 def test_float_models_match_eager(mul3, split):
     torch.manual_seed(0)
-    for (binding, library), model, shape in ((mul3, Mul3Model(), (1, 3, 8, 8)), (split, SplitModel(), (2, 3, 8))):
+    for (binding, library), model, shape in ((mul3, ConvMul3(), (1, 3, 8, 8)), (split, SplitModel(), (2, 3, 8))):
         model = model.eval()
         inputs = (torch.randn(*shape),)
         eager = model(*inputs)
@@ -117,7 +117,7 @@ def quantized(model, binding, samples):
 
 def test_quantized_models_reproduce_the_converted_model(mul3, split):
     torch.manual_seed(0)
-    for (binding, library), model, shape in ((mul3, Mul3Model(), (1, 3, 8, 8)), (split, SplitModel(), (2, 3, 8))):
+    for (binding, library), model, shape in ((mul3, ConvMul3(), (1, 3, 8, 8)), (split, SplitModel(), (2, 3, 8))):
         model = model.eval()
         samples = [(torch.randn(*shape),) for _ in range(4)]
         converted = quantized(model, binding, samples)
@@ -183,13 +183,13 @@ def test_qnn_lowering_without_the_sdk_says_so_in_one_line(mul3, tmp_path, monkey
     builds = [qco.OpPackageBuild("HTP", "x86_64", fake_op_package_library(tmp_path, "ExampleOpPackage"))]
     spec = qco.compile_spec("SM8650", binding, builds)
     with pytest.raises(qco.QnnSdkMissingError) as info:
-        qco.lower(Mul3Model().eval(), (torch.randn(1, 3, 8, 8),), binding, target="qnn", compile_spec=spec)
+        qco.lower(ConvMul3().eval(), (torch.randn(1, 3, 8, 8),), binding, target="qnn", compile_spec=spec)
     assert "\n" not in str(info.value) and "host target" in str(info.value)
 
 
 def test_lower_writes_the_pte(mul3, tmp_path):
     binding, _ = mul3
-    program = qco.lower(Mul3Model().eval(), (torch.randn(1, 3, 8, 8),), binding, output=tmp_path / "m.pte")
+    program = qco.lower(ConvMul3().eval(), (torch.randn(1, 3, 8, 8),), binding, output=tmp_path / "m.pte")
     assert (tmp_path / "m.pte").read_bytes() == program.buffer
 
 

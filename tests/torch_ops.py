@@ -54,3 +54,14 @@ QUANT_OPS = qco.define_torch_ops(QUANT_PACKAGE, "qco_quant", {
     "ScaleRows": lambda x, weight: x * weight,
     "Halves": lambda x: tuple(t.clone() for t in torch.chunk(x, 2, -1)),
 })
+
+
+class ConvMul3(torch.nn.Module):
+    """conv -> my_ops::mul3 -> softmax: the seed model of the tests."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        return torch.softmax(MUL3(self.conv(x)), dim=-1)
