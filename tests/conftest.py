@@ -12,9 +12,11 @@ import pytest
 os.environ.setdefault("QNN_SDK_ROOT", "")
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_FIXTURES = REPO.parent / "shared" / "fixtures" / "opdef"
-FIXTURE_CONFIGS = sorted(SHARED_FIXTURES.glob("*.xml"))
 DATA = Path(__file__).resolve().parent / "data"
+# Real public OpDef configs, kept in the repository: a clone needs nothing beside it.
+FIXTURES = DATA / "opdef_fixtures"
+FIXTURE_CONFIGS = sorted(FIXTURES.glob("*.xml"))
+assert FIXTURE_CONFIGS, f"no OpDef fixtures under {FIXTURES}"
 OP_PACKAGES = REPO / "op_packages"
 
 

@@ -9,7 +9,7 @@ import pytest
 import qnn_custom_ops as qco
 from qnn_custom_ops.opdef import Datatype, Layout
 
-from .conftest import DATA, FIXTURE_CONFIGS, SHARED_FIXTURES, opdef_xml, simple_op
+from .conftest import DATA, FIXTURE_CONFIGS, FIXTURES, opdef_xml, simple_op
 
 
 @pytest.mark.parametrize("config", FIXTURE_CONFIGS, ids=lambda p: p.name)
@@ -25,7 +25,7 @@ def test_every_shared_fixture_loads_with_its_ops(config):
 
 
 def test_example_package_model():
-    package = qco.load_package(SHARED_FIXTURES / "example_op_package_htp.xml")
+    package = qco.load_package(FIXTURES / "example_op_package_htp.xml")
     assert package.name == "ExampleOpPackage"
     assert list(package.ops) == ["ExampleCustomOp"]
     op = package.ops["ExampleCustomOp"]
@@ -35,7 +35,7 @@ def test_example_package_model():
 
 
 def test_split_package_has_two_outputs_in_order():
-    op = qco.load_package(SHARED_FIXTURES / "split_custom_op_package.xml").ops["SplitCustomOp"]
+    op = qco.load_package(FIXTURES / "split_custom_op_package.xml").ops["SplitCustomOp"]
     assert [t.name for t in op.outputs] == ["first_half", "second_half"]
 
 
