@@ -5,6 +5,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# clang++ with libc++: the QNN SDK's x86 HTP build, which the tests run against a stand-in.
+CLANG_PACKAGES := clang libc++-dev libc++abi-dev
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+CLANG_STAMP := $(VENV)/.clang
 
 .PHONY: demo test bench
 
@@ -15,10 +19,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+$(CLANG_STAMP): $(STAMP)
+	@echo 'int main() {}' | clang++ -stdlib=libc++ -x c++ - -o /dev/null 2>/dev/null || \
+	  $(SUDO) apt-get install -y -q $(CLANG_PACKAGES) || \
+	  { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(CLANG_PACKAGES); }
+	touch $(CLANG_STAMP)
+
 demo: $(STAMP)
 	$(PY) examples/custom_op_mul3.py --target host
 
-test: $(STAMP)
+test: $(STAMP) $(CLANG_STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

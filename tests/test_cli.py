@@ -10,7 +10,7 @@ import pytest
 
 from qnn_custom_ops import cli
 
-from .conftest import DATA, SHARED_FIXTURES, opdef_xml, simple_op
+from .conftest import DATA, FIXTURES, opdef_xml, simple_op
 
 BIN = Path(sys.executable).parent
 
@@ -20,16 +20,16 @@ def run(tool: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedP
 
 
 def test_generate_op_package_writes_the_package(tmp_path):
-    result = run("generate-op-package", SHARED_FIXTURES / "example_op_package_htp.xml", "-o", tmp_path)
+    result = run("generate-op-package", FIXTURES / "example_op_package_htp.xml", "-o", tmp_path)
     assert result.returncode == 0, result.stderr
     assert f"create    {tmp_path}/ExampleOpPackage/kernels/ExampleCustomOp.h" in result.stdout
-    assert result.stdout.strip().endswith("wrote 9 files (9 create)")
-    again = run("generate-op-package", SHARED_FIXTURES / "example_op_package_htp.xml", "-o", tmp_path)
-    assert again.stdout.strip().splitlines() == [f"{tmp_path}/ExampleOpPackage: wrote 0 files (9 unchanged)"]
+    assert result.stdout.strip().endswith("wrote 10 files (10 create)")
+    again = run("generate-op-package", FIXTURES / "example_op_package_htp.xml", "-o", tmp_path)
+    assert again.stdout.strip().splitlines() == [f"{tmp_path}/ExampleOpPackage: wrote 0 files (10 unchanged)"]
 
 
 def test_generate_defaults_to_the_current_directory(tmp_path):
-    result = run("qnn-custom-ops", "generate", SHARED_FIXTURES / "split_custom_op_package.xml", cwd=tmp_path)
+    result = run("qnn-custom-ops", "generate", FIXTURES / "split_custom_op_package.xml", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "SplitCustomOpPackage/src/ops/SplitCustomOp.cpp").is_file()
 
@@ -37,7 +37,7 @@ def test_generate_defaults_to_the_current_directory(tmp_path):
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
     result = run("generate-op-package", DATA / "every_feature.xml", "-o", tmp_path / "out", "--dry-run")
     assert result.returncode == 0
-    assert "create    " in result.stdout and "would write 11 files" in result.stdout
+    assert "create    " in result.stdout and "would write 12 files" in result.stdout
     assert not (tmp_path / "out").exists()
 
 
@@ -73,7 +73,7 @@ def test_unsafe_output_exits_2(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "ExampleOpPackage").symlink_to(tmp_path)
-    result = run("generate-op-package", SHARED_FIXTURES / "example_op_package_htp.xml", "-o", out)
+    result = run("generate-op-package", FIXTURES / "example_op_package_htp.xml", "-o", out)
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and "outside the output directory" in result.stderr
 
@@ -90,7 +90,7 @@ def test_internal_error_exits_1_with_one_line(monkeypatch, capsys):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(generator, "generate", explode)
-    code = cli.generate_op_package_main([str(SHARED_FIXTURES / "example_op_package_htp.xml"), "-o", "/nonexistent"])
+    code = cli.generate_op_package_main([str(FIXTURES / "example_op_package_htp.xml"), "-o", "/nonexistent"])
     assert code == 1
     err = capsys.readouterr().err
     assert err.strip() == "internal error: RuntimeError: boom (rerun with QCO_DEBUG=1 and report it)"
@@ -98,7 +98,7 @@ def test_internal_error_exits_1_with_one_line(monkeypatch, capsys):
 
 def test_module_entry_point():
     result = subprocess.run([sys.executable, "-m", "qnn_custom_ops", "validate",
-                             str(SHARED_FIXTURES / "example_op_package_htp.xml")], capture_output=True, text=True)
+                             str(FIXTURES / "example_op_package_htp.xml")], capture_output=True, text=True)
     assert result.returncode == 0 and "ExampleOpPackage: 1 op(s) valid" in result.stdout
 
 

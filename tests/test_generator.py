@@ -13,8 +13,9 @@ import pytest
 
 import qnn_custom_ops as qco
 from qnn_custom_ops.generator import Action, UnsafeOutputError, generate
+from qnn_custom_ops.generator.context import MIN_QNN_SDK
 
-from .conftest import DATA, FIXTURE_CONFIGS, OP_PACKAGES, SHARED_FIXTURES, opdef_xml, simple_op
+from .conftest import DATA, FIXTURE_CONFIGS, OP_PACKAGES, FIXTURES, opdef_xml, simple_op
 
 ALL_CONFIGS = FIXTURE_CONFIGS + [DATA / "every_feature.xml"]
 
@@ -36,13 +37,14 @@ def feature_pkg(tmp_path):
 
 
 def test_tree_layout(tmp_path):
-    result = generate(load(SHARED_FIXTURES / "example_op_package_htp.xml"), tmp_path)
+    result = generate(load(FIXTURES / "example_op_package_htp.xml"), tmp_path)
     assert result.package_dir == tmp_path / "ExampleOpPackage"
     assert sorted(snapshot(result.package_dir)) == [
         "Makefile",
         "config/example_op_package_htp.xml",
         "host/CMakeLists.txt",
         "host/src/ExampleOpPackageCApi.cpp",
+        "include/qco/declared_dtypes.h",
         "include/qco/htp_adapter.h",
         "kernels/ExampleCustomOp.h",
         "kernels/qco/tensor_view.h",
@@ -50,7 +52,7 @@ def test_tree_layout(tmp_path):
         "src/ops/ExampleCustomOp.cpp",
     ]
     assert (result.package_dir / "config/example_op_package_htp.xml").read_bytes() == \
-        (SHARED_FIXTURES / "example_op_package_htp.xml").read_bytes()
+        (FIXTURES / "example_op_package_htp.xml").read_bytes()
 
 
 def test_output_is_deterministic(tmp_path):
@@ -59,18 +61,34 @@ def test_output_is_deterministic(tmp_path):
     assert snapshot(tmp_path / "a") == snapshot(tmp_path / "b")
 
 
-def test_op_source_registers_op_with_impl_argument_order(feature_pkg):
+def test_op_source_registers_one_impl_per_input_count_in_impl_argument_order(feature_pkg):
     source = (feature_pkg / "src/ops/FusedNorm.cpp").read_text()
     assert "BEGIN_PKG_OP_DEFINITION(PKG_FusedNorm);" in source
     assert "END_PKG_OP_DEFINITION(PKG_FusedNorm);" in source
-    assert 'DEF_PACKAGE_OP((fusedNormImpl<Tensor, Tensor, Tensor>), "FusedNorm")' in source
-    signature = re.search(r"GraphStatus fusedNormImpl\((.*?)\);", source, re.S).group(1)
+    # in_0 is mandatory, weight and position_ids optional: 3, 2 and 1 inputs
+    assert re.findall(r"^DEF_PACKAGE_OP\((\w+), \"FusedNorm\"\)$", source, re.M) == [
+        "fusedNormImpl", "fusedNormImpl_2Inputs", "fusedNormImpl_1Inputs"]
+    signature = re.search(r"static GraphStatus fusedNormImpl\((.*?)\) \{", source, re.S).group(1)
     names = [re.search(r"(\w+)$", arg.strip()).group(1) for arg in signature.split(",")]
     # outputs, then inputs, then params, each in XML order; the output 'indices' keeps its name
     assert names == ["indices", "in_0", "weight", "position_ids", "eps", "axis", "keep_dims", "mode",
                      "scales", "groups", "last", "block"]
-    assert "TensorType& indices" in signature and "const TensorType1& in_0" in signature
-    assert "const TensorType2& position_ids" in signature and "const Tensor& eps" in signature
+    assert "Tensor& indices" in signature and "const Tensor& in_0" in signature
+    one_input = re.search(r"static GraphStatus fusedNormImpl_1Inputs\((.*?)\) \{\n(.*?)\n\}", source, re.S)
+    assert "weight" not in one_input.group(1) and "position_ids" not in one_input.group(1)
+    assert "fusedNormImplBody(indices, &in_0, nullptr, nullptr, &eps," in one_input.group(2)
+
+
+def test_declared_dtypes_tell_the_htp_adapter_what_each_argument_is(feature_pkg):
+    declared = (feature_pkg / "include/qco/declared_dtypes.h").read_text()
+    fused = re.search(r"struct FusedNorm \{(.*?)\};", declared, re.S).group(1)
+    masks = dict(re.findall(r"static constexpr uint32_t (\w+) = (.*);", fused))
+    assert masks["position_ids"] == "qco::htp::bit(qco::DType::kInt32)"
+    assert masks["keep_dims"] == "qco::htp::bit(qco::DType::kBool)"
+    assert masks["mode"] == "qco::htp::bit(qco::DType::kUInt32)"  # an enum arrives as its UINT_32 index
+    adapter = (feature_pkg / "include/qco/htp_adapter.h").read_text()
+    assert "case DType::" not in adapter  # always the HTP's global ::DType
+    assert "view.offset = -static_cast<int32_t>(encoding.offset);" in adapter
 
 
 def test_param_order_handles_optional_params_and_defaults(feature_pkg):
@@ -102,7 +120,7 @@ def test_interface_validates_package_and_counts(feature_pkg):
     assert "std::string(sg_packageName) != opConfig.v1.packageName" in source
     assert ("opConfig.v1.numOfOutputs == 1 &&\n"
             "                          opConfig.v1.numOfInputs >= 1 && opConfig.v1.numOfInputs <= 3 &&\n"
-            "                          opConfig.v1.numOfParams >= 1 && opConfig.v1.numOfParams <= 8") in source
+            "                          opConfig.v1.numOfParams >= 4 && opConfig.v1.numOfParams <= 8") in source
     assert 'extern "C" {\n\nQnn_ErrorHandle_t FeaturePackageInterfaceProvider(' in source
 
 
@@ -113,30 +131,63 @@ def make(package_dir: Path, *args: str, **env: str) -> subprocess.CompletedProce
                           env={**environment, **env})
 
 
-@pytest.mark.parametrize("target, out_dir, compiler", [
-    ("htp_x86", "x86_64-linux-clang", "clang++"),
-    ("htp_aarch64", "aarch64-android", "/ndk/toolchains/llvm/prebuilt/linux-x86_64/bin/clang++"),
-    ("htp_v68", "hexagon-v68", "hexagon-clang++ -mv68"),
-    ("htp_v75", "hexagon-v75", "hexagon-clang++ -mv75"),
-    ("htp_v79", "hexagon-v79", "hexagon-clang++ -mv79"),
+def sdk_tree(root: Path, version: str = "2.43.0") -> Path:
+    """An empty QNN SDK tree whose version header says ``version``."""
+    (root / "include/QNN").mkdir(parents=True)
+    (root / "include/QNN/QnnSdkBuildId.h").write_text(f'#define QNN_SDK_BUILD_ID "v{version}.0_1"\n')
+    return root
+
+
+X86_FLAGS = ["-stdlib=libc++", "-D__HVXDBL__", "-I/hexagon/tools/HEXAGON_Tools/8.7.03/Tools/libnative/include"]
+HEXAGON_FLAGS = ["-DPREPARE_DISABLED", '-DQNN_API="__attribute__((visibility(\\"default\\")))"', "-mhvx",
+                 "-I/hexagon/incs", "-I/hexagon/incs/stddef"]
+
+
+@pytest.mark.parametrize("target, out_dir, compile_flags, link_flags", [
+    ("htp_x86", "x86_64-linux-clang", ["clang++", "-Werror", *X86_FLAGS],
+     ["-Wl,--whole-archive -L/hexagon/tools/HEXAGON_Tools/8.7.03/Tools/libnative/lib -lnative "
+      "-Wl,--no-whole-archive -lpthread"]),
+    ("htp_aarch64", "aarch64-android", ["/ndk/toolchains/llvm/prebuilt/linux-x86_64/bin/clang++", *X86_FLAGS],
+     ["-stdlib=libc++ -static-libstdc++", "-lQnnHtp -lQnnHtpPrepare"]),
+    ("htp_v68", "hexagon-v68", ["/hexagon/tools/HEXAGON_Tools/8.4.09/Tools/bin/hexagon-clang++ -mv68",
+                                *HEXAGON_FLAGS, "-I/hexagon/rtos/qurt/computev68/include/qurt"], []),
+    ("htp_v75", "hexagon-v75", ["HEXAGON_Tools/8.7.03/Tools/bin/hexagon-clang++ -mv75", *HEXAGON_FLAGS,
+                                "-I/hexagon/rtos/qurt/computev75/include/posix"], []),
+    ("htp_v79", "hexagon-v79", ["HEXAGON_Tools/8.8.02/Tools/bin/hexagon-clang++ -mv79", *HEXAGON_FLAGS], []),
 ])
-def test_makefile_targets_and_outputs(tmp_path, target, out_dir, compiler):
-    generate(load(SHARED_FIXTURES / "example_op_package_htp.xml"), tmp_path)
+def test_makefile_builds_like_the_sdk(tmp_path, target, out_dir, compile_flags, link_flags):
+    """The flags of the QNN SDK's HTP Makefile, per target; one object per source."""
+    generate(load(FIXTURES / "example_op_package_htp.xml"), tmp_path)
     package_dir = tmp_path / "renamed_dir"  # the package name comes from the config, not the directory
     (tmp_path / "ExampleOpPackage").rename(package_dir)
-    sdk = tmp_path / "qnn"
-    (sdk / "include/QNN").mkdir(parents=True)
-    result = make(package_dir, "-n", target, QNN_SDK_ROOT=str(sdk), HEXAGON_SDK_ROOT="/hexagon",
-                  ANDROID_NDK_ROOT="/ndk")
+    result = make(package_dir, "-n", target, QNN_SDK_ROOT=str(sdk_tree(tmp_path / "qnn")),
+                  HEXAGON_SDK_ROOT="/hexagon", ANDROID_NDK_ROOT="/ndk")
     assert result.returncode == 0, result.stderr
-    assert compiler in result.stdout
-    assert f"-o build/{out_dir}/libQnnExampleOpPackage.so" in result.stdout
-    assert "-DTHIS_PKG_NAME=ExampleOpPackage" in result.stdout
-    assert "src/ExampleOpPackageInterface.cpp src/ops/ExampleCustomOp.cpp" in result.stdout
+    compiles = [line for line in result.stdout.splitlines() if " -c " in line]
+    assert [line.split(" -c ")[1].split()[0] for line in compiles] == [
+        "src/ExampleOpPackageInterface.cpp", "src/ops/ExampleCustomOp.cpp"]
+    for line in compiles:
+        assert all(flag in line for flag in compile_flags), (line, compile_flags)
+        assert "-DTHIS_PKG_NAME=ExampleOpPackage" in line
+        assert "HtpPrepare" not in line
+    link = next(line for line in result.stdout.splitlines() if f"-o build/{out_dir}/libQnnExampleOpPackage.so" in line)
+    assert all(flag in link for flag in link_flags), link
+    if target == "htp_x86":
+        assert "HtpPrepare" not in link  # the SDK's x86 build does not link it (not every SDK ships it)
+
+
+def test_makefile_refuses_an_sdk_older_than_it_supports(tmp_path):
+    generate(load(FIXTURES / "example_op_package_htp.xml"), tmp_path)
+    result = make(tmp_path / "ExampleOpPackage", "htp_x86", QNN_SDK_ROOT=str(sdk_tree(tmp_path / "old", "2.13.0")),
+                  HEXAGON_SDK_ROOT="/hexagon")
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[0] == (
+        f"error: QNN SDK 2.13 in {tmp_path}/old/include/QNN; this package needs QNN SDK {MIN_QNN_SDK} or newer")
+    assert not (tmp_path / "ExampleOpPackage/build").exists()
 
 
 def test_makefile_without_sdk_says_what_is_missing(tmp_path):
-    generate(load(SHARED_FIXTURES / "example_op_package_htp.xml"), tmp_path)
+    generate(load(FIXTURES / "example_op_package_htp.xml"), tmp_path)
     result = make(tmp_path / "ExampleOpPackage", "htp_v75")
     assert result.returncode != 0
     assert "error: QNN_SDK_ROOT is not set" in result.stderr
@@ -185,7 +236,7 @@ def test_dry_run_writes_nothing(tmp_path):
     result = generate(load(DATA / "every_feature.xml"), tmp_path / "out", dry_run=True)
     assert not (tmp_path / "out").exists()
     assert result.dry_run and {s.action for s in result.steps} == {Action.CREATE}
-    assert "would write 11 files" in result.summary()
+    assert "would write 12 files" in result.summary()
 
 
 def test_nothing_is_written_through_a_symlink_out_of_the_output_dir(tmp_path):
@@ -195,7 +246,7 @@ def test_nothing_is_written_through_a_symlink_out_of_the_output_dir(tmp_path):
     (out / "ExampleOpPackage").mkdir(parents=True)
     (out / "ExampleOpPackage/src").symlink_to(outside)
     with pytest.raises(UnsafeOutputError, match="outside the output directory"):
-        generate(load(SHARED_FIXTURES / "example_op_package_htp.xml"), out)
+        generate(load(FIXTURES / "example_op_package_htp.xml"), out)
     assert list(outside.iterdir()) == []
     assert sorted(p.name for p in (out / "ExampleOpPackage").iterdir()) == ["src"]
 

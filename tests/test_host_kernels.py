@@ -42,7 +42,8 @@ def torch_requantize(q: torch.Tensor, in_scale: float, in_offset: int, out_scale
                      fn) -> torch.Tensor:
     """PyTorch reference with QNN's convention real = scale * (q + offset), in float32."""
     real = torch.tensor(in_scale, dtype=torch.float32) * (q.to(torch.int32) + in_offset).to(torch.float32)
-    out = torch.round(fn(real) / torch.tensor(out_scale, dtype=torch.float32)) - float(out_offset)
+    inverse = 1 / torch.tensor(out_scale, dtype=torch.float32)  # as torch.quantize_per_tensor
+    out = torch.round(fn(real) * inverse) - float(out_offset)
     return out.clamp(0, 255).to(torch.uint8)
 
 

@@ -91,8 +91,9 @@ Qnn_ErrorHandle_t ExampleOpPackageLogTerminate() {
   return QNN_SUCCESS;
 }
 
-// Accepts only this package's ops, with input, output and parameter counts within what
-// the OpDef allows (optional inputs and parameters may be left out).
+// Accepts only this package's ops, with input, output and parameter counts that have a
+// registered implementation: optional inputs may be left out (src/ops registers one
+// implementation per input count), and optional parameters whose default the HTP applies.
 Qnn_ErrorHandle_t ExampleOpPackageValidateOpConfig(Qnn_OpConfig_t opConfig) {
   if (std::string(sg_packageName) != opConfig.v1.packageName) {
     return QNN_OP_PACKAGE_ERROR_VALIDATION_FAILURE;

@@ -8,30 +8,14 @@ from __future__ import annotations
 
 import enum
 
+from ..opdef.datatypes import kernel_rows
+
 ABI_VERSION = 1
 
 
-class KernelDType(enum.IntEnum):
-    """``qco::DType``: the element type of a ``qco::TensorView``."""
-
-    Float32 = 0
-    Float16 = 1
-    UFixed8 = 2
-    SFixed8 = 3
-    UFixed16 = 4
-    SFixed16 = 5
-    Int32 = 6
-    UInt32 = 7
-    Int64 = 8
-    Bool = 9
-    Int8 = 10
-    UInt8 = 11
-    Int16 = 12
-    UInt16 = 13
-    SFixed32 = 14
-    UFixed32 = 15
-    Float64 = 16
-    UInt64 = 17
+#: ``qco::DType``: the element type of a ``qco::TensorView``, one per kernel ABI tag of the
+#: datatype table (``KernelDType.UFixed8`` is ``UFIXED_POINT_8``'s).
+KernelDType = enum.IntEnum("KernelDType", [(r.kernel, r.kernel_value) for r in kernel_rows()])
 
 
 class KernelStatus(enum.IntEnum):
@@ -44,6 +28,20 @@ class KernelStatus(enum.IntEnum):
     ShapeMismatch = 4
 
     @property
+    def htp_status(self) -> str:
+        """The HTP ``GraphStatus`` an HTP Impl returns for this kernel status."""
+        return _HTP_STATUS[self]
+
+    @property
     def description(self) -> str:
         """Lower-case words, e.g. "not implemented" (also the C++ status_name())."""
         return "".join(f" {c.lower()}" if c.isupper() else c for c in self.name).strip()
+
+
+_HTP_STATUS = {
+    KernelStatus.Ok: "Success",
+    KernelStatus.NotImplemented: "ErrorUnsupported",
+    KernelStatus.InvalidArgument: "ErrorBadInput",
+    KernelStatus.UnsupportedDtype: "ErrorUnsupported",
+    KernelStatus.ShapeMismatch: "ErrorDimensions",
+}

@@ -8,30 +8,20 @@ OpDef model (op and package names are checked identifiers, tensor names are sani
 from __future__ import annotations
 
 import math
-import re
 import textwrap
 from dataclasses import dataclass
 
 from ..opdef import Datatype, OpDef, OpPackage, TensorDef
+from ..opdef.datatypes import DATATYPES
 
 HTP_ARCHS = (68, 69, 73, 75, 79)
 
-# Qnn_Scalar_t union member for each scalar datatype.
-_SCALAR_MEMBER = {
-    Datatype.BOOL_8: "bool8Value",
-    Datatype.INT_8: "int8Value",
-    Datatype.INT_16: "int16Value",
-    Datatype.INT_32: "int32Value",
-    Datatype.INT_64: "int64Value",
-    Datatype.UINT_8: "uint8Value",
-    Datatype.UINT_16: "uint16Value",
-    Datatype.UINT_32: "uint32Value",
-    Datatype.UINT_64: "uint64Value",
-    Datatype.FLOAT_16: "floatValue",
-    Datatype.FLOAT_32: "floatValue",
-    Datatype.FLOAT_64: "doubleValue",
-}
+#: Hexagon tools version per HTP architecture, as the QNN SDK's HTP Makefile pairs them.
+HEXAGON_TOOLS = {68: "8.4.09", 69: "8.5.03", 73: "8.6.02", 75: "8.7.03", 79: "8.8.02"}
 
+#: The oldest QNN SDK whose HTP headers the generated code compiles against (the tensor
+#: format code that tells a flat tensor from a blocked one arrived after 2.13).
+MIN_QNN_SDK = "2.25"
 
 def comment_lines(text: str, width: int = 88) -> list[str]:
     """Free text as ``//`` comment bodies that cannot end the comment or continue it."""
@@ -62,9 +52,24 @@ class Arg:
     xml_name: str
     kind: str  # input | output | param
     qualifier: str  # "const " for inputs and params: only outputs are written
-    template_type: str  # HTP Impl type (TensorType, TensorType1, Tensor)
     optional: bool
     comment: str
+    declared: list[str]  # kernel dtypes (qco::DType without "k") the HTP may hand this argument
+
+    @property
+    def declared_mask(self) -> str:
+        """``declared`` as the C++ bit set the HTP adapter takes."""
+        return " | ".join(f"qco::htp::bit(qco::DType::k{name})" for name in self.declared) or "0"
+
+
+@dataclass(frozen=True)
+class HtpImpl:
+    """One registered HTP implementation: the HTP dispatches on a fixed input count."""
+
+    name: str
+    input_count: int
+    params: list[str]  # C++ parameter declarations: outputs, the present inputs, params
+    call: list[str]  # what it passes to the shared body for each argument of the op
 
 
 @dataclass(frozen=True)
@@ -88,11 +93,10 @@ class ScalarDefault:
 @dataclass(frozen=True)
 class OpContext:
     name: str
-    impl: str
-    cost_func: str
+    body: str  # the one function every HtpImpl calls
+    body_params: list[str]  # its C++ parameter declarations
+    impls: list[HtpImpl]
     description: list[str]
-    template_params: list[str]
-    template_args: str
     outputs: list[Arg]
     inputs: list[Arg]
     params: list[Arg]
@@ -100,7 +104,8 @@ class OpContext:
     scalar_defaults: list[ScalarDefault]
     min_inputs: int
     max_inputs: int
-    min_params: int
+    min_params: int  # through the C ABI, where every optional param may be absent
+    min_htp_params: int  # on the HTP, which fills in only the defaults it can apply
     max_params: int
     abi_args: list[str]  # C ABI expressions for each Impl argument, in Impl order
 
@@ -118,6 +123,8 @@ class PackageContext:
     ops: list[OpContext]
     config_files: list[str]
     htp_archs: tuple[int, ...] = HTP_ARCHS
+    hexagon_tools: tuple[tuple[int, str], ...] = tuple(HEXAGON_TOOLS.items())
+    min_sdk: str = MIN_QNN_SDK
 
     @property
     def htp_targets(self) -> list[str]:
@@ -136,35 +143,55 @@ def package_context(package: OpPackage, config_files: list[str]) -> PackageConte
 
 def _htp_datatypes(op: OpDef, tensor: TensorDef) -> tuple[Datatype, ...]:
     """What the HTP accepts for a tensor (supplemental lists applied) -- the package's target."""
-    return op.datatypes(tensor, "HTP") if "HTP" in op.backends else tensor.datatypes
+    return op.datatypes(tensor, op.htp_backend) if op.htp_backend else tensor.datatypes
 
 
 def op_context(op: OpDef) -> OpContext:
-    template_types = _template_types(op)
-
-    def tensor_arg(tensor: TensorDef) -> Arg:
-        return _arg(tensor, template_types[_htp_datatypes(op, tensor)], _htp_datatypes(op, tensor))
+    def arg(tensor: TensorDef) -> Arg:
+        return _arg(tensor, _htp_datatypes(op, tensor))
 
     defaults = [d for d in (_scalar_default(op, p) for p in op.params) if d is not None]
+    defaulted = {d.variable for d in defaults}
     optional_inputs = sum(1 for t in op.inputs if not t.mandatory)
     optional_params = sum(1 for p in op.params if not p.mandatory)
+    outputs, inputs, params = [arg(t) for t in op.outputs], [arg(t) for t in op.inputs], [arg(p) for p in op.params]
+    min_inputs = len(op.inputs) - optional_inputs
+    impl = f"{op.name[0].lower()}{op.name[1:]}Impl"
     return OpContext(
         name=op.name,
-        impl=f"{op.name[0].lower()}{op.name[1:]}Impl",
-        cost_func=f"{op.name[0].lower()}{op.name[1:]}CostFunc",
+        body=f"{impl}Body",
+        body_params=[f"Tensor& {a.name}" for a in outputs] + [f"const Tensor* {a.name}" for a in inputs + params],
+        impls=[_htp_impl(impl, outputs, inputs, params, count, min_inputs)
+               for count in range(len(op.inputs), min_inputs - 1, -1)],
         description=comment_lines(op.description),
-        template_params=sorted(set(template_types.values()), key=_template_index),
-        template_args=", ".join("Tensor" for _ in set(template_types.values())),
-        outputs=[tensor_arg(t) for t in op.outputs],
-        inputs=[tensor_arg(t) for t in op.inputs],
-        params=[_arg(p, "Tensor", _htp_datatypes(op, p)) for p in op.params],
+        outputs=outputs,
+        inputs=inputs,
+        params=params,
         param_order=[_param_order_entry(op, p, defaults) for p in op.params],
         scalar_defaults=defaults,
-        min_inputs=len(op.inputs) - optional_inputs,
+        min_inputs=min_inputs,
         max_inputs=len(op.inputs),
         min_params=len(op.params) - optional_params,
+        min_htp_params=sum(1 for p in op.params if _default_variable(op, p) not in defaulted),
         max_params=len(op.params),
         abi_args=_abi_args(op),
+    )
+
+
+def _htp_impl(impl: str, outputs: list[Arg], inputs: list[Arg], params: list[Arg], count: int,
+              min_inputs: int) -> HtpImpl:
+    """The implementation registered for ``count`` inputs; absent optional inputs are nullptr.
+
+    The HTP registers fixed-arity implementations, so every input count the Interface
+    accepts gets its own, all calling one body.
+    """
+    present = inputs[:count]
+    return HtpImpl(
+        name=impl if count == len(inputs) else f"{impl}_{count}Inputs",
+        input_count=count,
+        params=[f"{a.qualifier}Tensor& {a.name}" for a in outputs + present + params],
+        call=[a.name for a in outputs] + [f"&{a.name}" for a in present]
+        + ["nullptr"] * (len(inputs) - count) + [f"&{a.name}" for a in params],
     )
 
 
@@ -177,23 +204,7 @@ def _abi_args(op: OpDef) -> list[str]:
     )
 
 
-def _template_types(op: OpDef) -> dict[tuple[Datatype, ...], str]:
-    """One Impl template type per distinct datatype set of the op's tensors."""
-    types: dict[tuple[Datatype, ...], str] = {}
-    for tensor in op.outputs + op.inputs:
-        datatypes = _htp_datatypes(op, tensor)
-        if datatypes not in types:
-            index = len(types)
-            types[datatypes] = "TensorType" if index == 0 else f"TensorType{index}"
-    return types
-
-
-def _template_index(name: str) -> int:
-    digits = re.sub(r"\D", "", name)
-    return int(digits) if digits else 0
-
-
-def _arg(tensor: TensorDef, template_type: str, datatypes: tuple[Datatype, ...]) -> Arg:
+def _arg(tensor: TensorDef, datatypes: tuple[Datatype, ...]) -> Arg:
     names = ", ".join(d.short_name for d in datatypes)
     rank = "ND" if tensor.shape.rank is None else f"rank {tensor.shape.rank}"
     optional = "optional" if not tensor.mandatory else "mandatory"
@@ -202,10 +213,19 @@ def _arg(tensor: TensorDef, template_type: str, datatypes: tuple[Datatype, ...])
         xml_name=tensor.name,
         kind=tensor.kind,
         qualifier="" if tensor.kind == "output" else "const ",
-        template_type=template_type,
         optional=not tensor.mandatory,
         comment=" ".join(comment_lines(f"{tensor.kind} {tensor.name}: {optional}, {rank}, {names}", 1000)),
+        declared=_declared_kernel_dtypes(tensor, datatypes),
     )
+
+
+def _declared_kernel_dtypes(tensor: TensorDef, datatypes: tuple[Datatype, ...]) -> list[str]:
+    """Kernel dtypes the HTP may hand an argument: its datatypes that have a kernel tag and an
+    HTP carrier (an enum param arrives as UINT_32)."""
+    if tensor.is_enum:
+        datatypes = (Datatype.UINT_32,)
+    rows = [DATATYPES[d] for d in datatypes]
+    return [r.kernel for r in rows if r.kernel is not None and r.htp is not None]
 
 
 def _scalar_default(op: OpDef, param: TensorDef) -> ScalarDefault | None:
@@ -218,11 +238,11 @@ def _scalar_default(op: OpDef, param: TensorDef) -> ScalarDefault | None:
     if isinstance(value, (tuple, str)):
         return None
     datatype = Datatype.UINT_32 if param.is_enum else param.datatypes[0]
-    member = _SCALAR_MEMBER.get(datatype)
+    member = DATATYPES[datatype].scalar_member
     if member is None:
         return None
     return ScalarDefault(
-        variable=f"sg_opDefault{op.name}_{param.c_name}",
+        variable=_default_variable(op, param),
         datatype=datatype.value,
         member=member,
         literal=_cpp_literal(value, datatype),
@@ -244,8 +264,12 @@ def _cpp_literal(value: bool | int | float, datatype: Datatype) -> str:
     return f"{text}f" if datatype != Datatype.FLOAT_64 else text
 
 
+def _default_variable(op: OpDef, param: TensorDef) -> str:
+    return f"sg_opDefault{op.name}_{param.c_name}"
+
+
 def _param_order_entry(op: OpDef, param: TensorDef, defaults: list[ScalarDefault]) -> ParamOrderEntry:
-    variable = f"sg_opDefault{op.name}_{param.c_name}"
+    variable = _default_variable(op, param)
     has_default = any(d.variable == variable for d in defaults)
     note = ""
     if not param.mandatory and param.default is not None and not has_default:

@@ -8,9 +8,10 @@ from pathlib import PurePosixPath
 
 import jinja2
 
-from ..opdef import OpPackage
+from ..opdef import Datatype, OpPackage
+from ..opdef.datatypes import HTP_DTYPES, kernel_rows
 from .abi import KernelDType, KernelStatus
-from .context import PackageContext, package_context
+from .context import MIN_QNN_SDK, PackageContext, package_context
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,23 @@ def abi_context() -> dict[str, list[tuple]]:
     }
 
 
+def adapter_context() -> dict[str, object]:
+    """The HTP adapter's tables: the kernel dtypes each HTP dtype carries (fixed point first),
+    and the HTP status of each kernel status. HTP dtypes that carry none (UNKNOWN, BFloat16,
+    which SDK 2.25 lacks, anything newer) are refused by the switch's default."""
+    carriers = []
+    for htp in HTP_DTYPES:
+        rows = [r for r in kernel_rows() if r.htp == htp]
+        rows.sort(key=lambda r: (not r.datatype.is_fixed_point, r.datatype is Datatype.BOOL_8, r.kernel_value))
+        if rows:
+            carriers.append((htp, [r.kernel for r in rows]))
+    return {
+        "carriers": carriers,
+        "statuses": [(s.name, s.htp_status) for s in KernelStatus],
+        "min_sdk": MIN_QNN_SDK,
+    }
+
+
 def render_package(package: OpPackage) -> list[PlannedFile]:
     """Every file of ``<PackageName>/``, deterministic for a given package."""
     config_names = _config_names(package)
@@ -53,7 +71,8 @@ def render_package(package: OpPackage) -> list[PlannedFile]:
     name = ctx.name
     files = [
         PlannedFile(PurePosixPath("Makefile"), _render("htp/Makefile.j2", package=ctx)),
-        PlannedFile(PurePosixPath("include/qco/htp_adapter.h"), _render("htp/adapter.h.j2")),
+        PlannedFile(PurePosixPath("include/qco/htp_adapter.h"), _render("htp/adapter.h.j2", **adapter_context())),
+        PlannedFile(PurePosixPath("include/qco/declared_dtypes.h"), _render("htp/declared_dtypes.h.j2", package=ctx)),
         PlannedFile(PurePosixPath(f"src/{name}Interface.cpp"), _render("htp/interface.cpp.j2", package=ctx)),
         PlannedFile(PurePosixPath("kernels/qco/tensor_view.h"), _render("kernels/tensor_view.h.j2", **abi_context())),
         PlannedFile(PurePosixPath("host/CMakeLists.txt"), _render("host/CMakeLists.txt.j2", package=ctx)),

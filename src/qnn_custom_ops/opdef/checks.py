@@ -74,8 +74,8 @@ def _check_tensor(op: OpDef, tensor: TensorDef, reporter: Reporter) -> None:
     where = f"op {op.name}: {tensor.kind} {tensor.name!r}"
     if tensor.kind == "output" and tensor.default is not None:
         reporter.error(op.file, tensor.line, f"{where} has a Default", "outputs never have a default: remove it")
-    if tensor.repeated and "HTP" in op.backends:
-        reporter.error(op.file, tensor.line, f"{where} is Repeated, which the HTP backend does not support",
+    if tensor.repeated and op.htp_backend:
+        reporter.error(op.file, tensor.line, f"{where} is Repeated, which the {op.htp_backend} backend does not support",
                        "declare a fixed number of inputs, or drop HTP from SupportedBackend")
     if tensor.is_enum and tensor.default is not None and isinstance(tensor.default.value, int):
         index = tensor.default.value

@@ -91,7 +91,10 @@ class Layout(str, enum.Enum):
     BACKEND_SPECIFIC = "BACKEND_SPECIFIC"
 
 
-KNOWN_BACKENDS = ("CPU", "GPU", "DSP", "HTP", "LPAI")
+#: The backends an op package is built for as an HTP package; the QNN SDK builds HTP_FP16
+#: packages (its ExampleOpPackageHtpFp16.xml) exactly like HTP ones.
+HTP_BACKENDS = ("HTP", "HTP_FP16")
+KNOWN_BACKENDS = ("CPU", "GPU", "DSP", *HTP_BACKENDS, "LPAI")
 
 #: A parsed default: bool, int, float, str (STRING params), or a tuple for rank-1 params.
 DefaultValue = Union[bool, int, float, str, tuple]
@@ -198,6 +201,11 @@ class OpDef:
         if supplement is not None and supplement.datatypes:
             return supplement.datatypes
         return tensor.datatypes
+
+    @property
+    def htp_backend(self) -> str | None:
+        """The HTP flavour this op supports (HTP first, then HTP_FP16), or None."""
+        return next((b for b in HTP_BACKENDS if b in self.backends), None)
 
     def layout(self, tensor_name: str, backend: str = "HTP") -> Layout:
         supplement = self.supplements.get(backend, {}).get(tensor_name)

@@ -84,10 +84,12 @@ struct TensorView {
   }
 };
 
-// Requantize a real value into T with round-to-nearest-even and saturation.
+// Requantize a real value into T as PyTorch and ExecuTorch quantize: times the float
+// reciprocal of the scale (not a division, which -ffast-math builds would turn into one
+// anyway), round half to even, minus the QNN offset (plus the zero point), saturate.
 template <typename T>
 T quantize(float real, const TensorView& out) {
-  const float q = std::nearbyint(real / out.scale) - static_cast<float>(out.offset);
+  const float q = std::nearbyint(real * (1.0f / out.scale)) - static_cast<float>(out.offset);
   const float lo = static_cast<float>(std::numeric_limits<T>::min());
   const float hi = static_cast<float>(std::numeric_limits<T>::max());
   if (!(q >= lo)) return std::numeric_limits<T>::min();  // also maps NaN to the minimum

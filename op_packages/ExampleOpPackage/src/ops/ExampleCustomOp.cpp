@@ -11,42 +11,41 @@
 #include "HTP/core/optimize.h"
 #include "HTP/core/simple_reg.h"
 #include "QnnOpPackage.h"
+#include "qco/declared_dtypes.h"
 #include "qco/htp_adapter.h"
 #include "ExampleCustomOp.h"
 
 BEGIN_PKG_OP_DEFINITION(PKG_ExampleCustomOp);
 
-// Impl arguments: outputs, then inputs, then parameters, each in OpDef order;
-// every parameter, scalar or tensor, arrives as a tensor.
+// Arguments: outputs, then inputs, then parameters, each in OpDef order; every parameter,
+// scalar or tensor, arrives as a tensor. An absent optional input is nullptr.
 //   output output: mandatory, rank 4, FLOAT_32, UFIXED_POINT_8
 //   input input: mandatory, rank 4, FLOAT_32, UFIXED_POINT_8
-template <typename TensorType>
-GraphStatus exampleCustomOpImpl(
-    TensorType& output,
-    const TensorType& input);
-
-static float exampleCustomOpCostFunc(const Op* op);
-
-// Cost GLACIAL/SNAIL/FAST/FREE and flags can be set with DEF_PACKAGE_OP_AND_COST_AND_FLAGS.
-DEF_PACKAGE_OP((exampleCustomOpImpl<Tensor>), "ExampleCustomOp")
-
-template <typename TensorType>
-GraphStatus exampleCustomOpImpl(
-    TensorType& output,
-    const TensorType& input)
+static GraphStatus exampleCustomOpImplBody(
+    Tensor& output,
+    const Tensor* input)
 {
   // Outputs keep the static shape the graph declared; call set_dims() here first if the
   // op's output shape depends on its inputs.
-  qco::htp::View qco_view_output(output);
-  qco::htp::View qco_view_input(input);
+  using qco_declared = ExampleOpPackage::declared::ExampleCustomOp;
+  qco::htp::View qco_view_output(output, qco_declared::output);
+  qco::htp::View qco_view_input(input, qco_declared::input);
+  const GraphStatus qco_failure = qco::htp::first_failure({
+      &qco_view_output,
+      &qco_view_input});
+  if (qco_failure != GraphStatus::Success) return qco_failure;
   return qco::htp::status_of(ExampleOpPackage::ExampleCustomOp(
       qco_view_output.view,
       qco_view_input.view));
 }
 
-__attribute__((unused)) static float exampleCustomOpCostFunc(const Op* op) {
-  (void)op;
-  return 0.0f;
+// The implementation for 1 input(s): the HTP registers one per input count.
+static GraphStatus exampleCustomOpImpl(
+    Tensor& output,
+    const Tensor& input) {
+  return exampleCustomOpImplBody(output, &input);
 }
+
+DEF_PACKAGE_OP(exampleCustomOpImpl, "ExampleCustomOp")
 
 END_PKG_OP_DEFINITION(PKG_ExampleCustomOp);

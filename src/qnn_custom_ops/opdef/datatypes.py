@@ -1,0 +1,79 @@
+"""The datatype table: one row per QNN datatype, every other datatype map derives from it.
+
+A row says how one QNN datatype is represented everywhere we touch it: the portable kernel
+ABI (``qco::DType``), the HTP's own ``::DType`` that carries it inside the NPU, C and numpy
+storage, the torch dtype and the ``Qnn_Scalar_t`` member of a scalar parameter. Adding a
+datatype is adding one row here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+from .model import Datatype
+
+#: The HTP core's ``enum class DType`` (``HTP/core/dtype_enum.h``), in enumerator order.
+HTP_DTYPES = ("UNKNOWN", "QUInt8", "QUInt16", "QInt16", "Float32", "Int32", "QInt32", "QInt8",
+              "Float16", "Int64", "BFloat16")
+
+
+@dataclass(frozen=True)
+class DatatypeRow:
+    """How one QNN datatype is stored and named on each side (None: not representable there)."""
+
+    datatype: Datatype
+    kernel: str | None = None  # qco::DType enumerator without its "k" (the kernel ABI tag)
+    kernel_value: int | None = None  # its value: fixed forever, it is an ABI
+    htp: str | None = None  # the HTP ::DType carrying it (several QNN datatypes share one)
+    c_type: str | None = None
+    numpy: str | None = None
+    torch: str | None = None
+    scalar_member: str | None = None  # Qnn_Scalar_t union member for a scalar parameter
+
+    @property
+    def size(self) -> int | None:
+        """Bytes per element, from the C type."""
+        return _C_TYPE_SIZES.get(self.c_type) if self.c_type else None
+
+
+_C_TYPE_SIZES = {"bool": 1, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "int32_t": 4,
+                 "uint32_t": 4, "int64_t": 8, "uint64_t": 8, "float": 4, "double": 8}
+
+_ROWS = (
+    DatatypeRow(Datatype.INT_8, "Int8", 10, "QInt8", "int8_t", "int8", "int8", "int8Value"),
+    DatatypeRow(Datatype.INT_16, "Int16", 12, "QInt16", "int16_t", "int16", "int16", "int16Value"),
+    DatatypeRow(Datatype.INT_32, "Int32", 6, "Int32", "int32_t", "int32", "int32", "int32Value"),
+    DatatypeRow(Datatype.INT_64, "Int64", 8, "Int64", "int64_t", "int64", "int64", "int64Value"),
+    DatatypeRow(Datatype.UINT_8, "UInt8", 11, "QUInt8", "uint8_t", "uint8", "uint8", "uint8Value"),
+    DatatypeRow(Datatype.UINT_16, "UInt16", 13, "QUInt16", "uint16_t", "uint16", "uint16", "uint16Value"),
+    DatatypeRow(Datatype.UINT_32, "UInt32", 7, "Int32", "uint32_t", "uint32", "uint32", "uint32Value"),
+    DatatypeRow(Datatype.UINT_64, "UInt64", 17, "Int64", "uint64_t", "uint64", "uint64", "uint64Value"),
+    DatatypeRow(Datatype.FLOAT_16, "Float16", 1, "Float16", None, "float16", "float16", "floatValue"),
+    DatatypeRow(Datatype.FLOAT_32, "Float32", 0, "Float32", "float", "float32", "float32", "floatValue"),
+    DatatypeRow(Datatype.FLOAT_64, "Float64", 16, None, "double", "float64", "float64", "doubleValue"),
+    DatatypeRow(Datatype.SFIXED_POINT_4),
+    DatatypeRow(Datatype.SFIXED_POINT_8, "SFixed8", 3, "QInt8", "int8_t", "int8", "int8"),
+    DatatypeRow(Datatype.SFIXED_POINT_16, "SFixed16", 5, "QInt16", "int16_t", "int16", "int16"),
+    DatatypeRow(Datatype.SFIXED_POINT_32, "SFixed32", 14, "QInt32", "int32_t", "int32", "int32"),
+    DatatypeRow(Datatype.UFIXED_POINT_4),
+    DatatypeRow(Datatype.UFIXED_POINT_8, "UFixed8", 2, "QUInt8", "uint8_t", "uint8", "uint8"),
+    DatatypeRow(Datatype.UFIXED_POINT_16, "UFixed16", 4, "QUInt16", "uint16_t", "uint16", "uint16"),
+    DatatypeRow(Datatype.UFIXED_POINT_32, "UFixed32", 15, None, "uint32_t", "uint32", "uint32"),
+    DatatypeRow(Datatype.BOOL_8, "Bool", 9, "QUInt8", "bool", "bool_", "bool", "bool8Value"),
+    DatatypeRow(Datatype.STRING),
+    DatatypeRow(Datatype.BACKEND_SPECIFIC),
+)
+
+DATATYPES: Mapping[Datatype, DatatypeRow] = MappingProxyType({row.datatype: row for row in _ROWS})
+
+
+def row(datatype: Datatype) -> DatatypeRow:
+    """The table row of ``datatype``."""
+    return DATATYPES[datatype]
+
+
+def kernel_rows() -> list[DatatypeRow]:
+    """Rows with a kernel ABI tag, in ABI value order."""
+    return sorted((r for r in _ROWS if r.kernel is not None), key=lambda r: r.kernel_value)
