@@ -25,7 +25,8 @@ from qnn_custom_ops.generator import generate
 from .conftest import DATA, FIXTURE_CONFIGS, OP_PACKAGES
 
 STANDIN = Path(__file__).resolve().parent / "htp_standin"
-CONFIGS = FIXTURE_CONFIGS + [DATA / "every_feature.xml", DATA / "every_arg_kind.xml", DATA / "quant_ops.xml"]
+CONFIGS = FIXTURE_CONFIGS + [DATA / name for name in ("every_feature.xml", "every_arg_kind.xml", "quant_ops.xml",
+                                                      "htp_fp16.xml")]
 SHIPPED = sorted(p.name for p in OP_PACKAGES.iterdir() if (p / "Makefile").is_file())
 REAL_SDK = Path(os.environ.get("QNN_SDK_ROOT") or "/nonexistent")
 HAS_REAL_SDK = (REAL_SDK / "include/QNN/QnnSdkBuildId.h").is_file()
@@ -271,3 +272,26 @@ def test_package_check_sees_an_op_without_its_implementation(standin_builds, cla
     every_count = range(sum(t.mandatory for t in op.inputs), len(op.inputs) + 1)
     expected = {len(op.outputs) + inputs + len(op.params) for inputs in every_count}
     assert arities < expected
+
+
+def test_an_edit_rebuilds_what_it_touches(standin_builds, tmp_path):
+    """Objects per source, and every object depends on the package's headers: touching a
+    kernel header makes the library out of date (a stale library never ships)."""
+    package_dir = Path(shutil.copytree(standin_builds["every_feature.xml"], tmp_path / "pkg", symlinks=True))
+    variables = {"QNN_SDK_ROOT": STANDIN, "X86_LIBNATIVE": make_libnative(tmp_path / "libnative", hvx_protos=False)}
+    assert make(package_dir, "htp_x86", **variables).returncode == 0
+    assert make(package_dir, "-q", "htp_x86", **variables).returncode == 0
+    for header in ("kernels/TopTwo.h", "include/qco/htp_adapter.h", "kernels/qco/tensor_view.h"):
+        os.utime(package_dir / header, None)
+        assert make(package_dir, "-q", "htp_x86", **variables).returncode == 1, f"{header} touched, nothing to do"
+        assert make(package_dir, "htp_x86", **variables).returncode == 0
+    os.utime(package_dir / "src/ops/TopTwo.cpp", None)
+    rebuilt = make(package_dir, "htp_x86", **variables).stdout
+    assert [line.split(" -c ")[1].split()[0] for line in rebuilt.splitlines() if " -c " in line] == \
+        ["src/ops/TopTwo.cpp"]
+
+
+def test_htp_fp16_package_declares_fp16_tensors(standin_builds):
+    declared = (standin_builds["htp_fp16.xml"] / "include/qco/declared_dtypes.h").read_text()
+    assert "static constexpr uint32_t x = qco::htp::bit(qco::DType::kFloat16);" in declared
+    assert "static constexpr uint32_t factor = qco::htp::bit(qco::DType::kFloat32);" in declared

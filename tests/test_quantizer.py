@@ -16,6 +16,7 @@ from qnn_custom_ops.builder.visitor import _EXECUTORCH_CUSTOM_OP
 from qnn_custom_ops.partitioner import OpPackageBuild
 from qnn_custom_ops.quantizer import FLOAT_TENSORS_KEY, Share
 
+from .conftest import DATA
 from .qnn_wrappers import all_op_wrappers, qnn_edge_program, readback
 from .test_compile_spec import fake_op_package_library
 from .torch_ops import EXAMPLE_PACKAGE, MUL3, QUANT_OPS, QUANT_PACKAGE, ConvMul3
@@ -278,3 +279,24 @@ def test_executorchs_make_quantizer_accepts_our_annotation(mul3_binding):
     prepared = prepare_pt2e(torch.export.export(ConvMul3().eval(), samples_of((1, 3, 8, 8))[0]).module(), quantizer)
     mul3 = node_of(prepared, MUL3)
     assert mul3.args[0].op == "call_module" and "activation_post_process" in mul3.args[0].target
+
+
+def test_htp_fp16_op_stays_float(tmp_path):
+    """An op declared for HTP_FP16 (the SDK builds it like HTP) takes its datatypes from the
+    HTP_FP16 supplemental list: FLOAT_16 only, so 8a8w leaves it float."""
+    package = qco.load_package(DATA / "htp_fp16.xml")
+    ops = qco.define_torch_ops(package, "qco_test_fp16", {"HalfScale": lambda x, factor=2.0: x * factor})
+    binding = qco.bind(package, {"HalfScale": ops["HalfScale"]})
+
+    class Half(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return ops["HalfScale"](self.linear(x))
+
+    converted = quantize(Half().eval(), samples_of((2, 4)), binding)
+    half = node_of(converted, ops["HalfScale"])
+    assert half.meta[FLOAT_TENSORS_KEY] == ("x", "y")
+    assert half.args[0].target in DQ_OPS

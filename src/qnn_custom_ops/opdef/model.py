@@ -197,7 +197,7 @@ class OpDef:
         """The datatypes ``backend`` accepts for a tensor (given by name or itself),
         supplemental lists applied."""
         tensor = self.tensor(tensor) if isinstance(tensor, str) else tensor
-        supplement = self.supplements.get(backend, {}).get(tensor.name)
+        supplement = self.supplements.get(self._flavour(backend), {}).get(tensor.name)
         if supplement is not None and supplement.datatypes:
             return supplement.datatypes
         return tensor.datatypes
@@ -207,8 +207,15 @@ class OpDef:
         """The HTP flavour this op supports (HTP first, then HTP_FP16), or None."""
         return next((b for b in HTP_BACKENDS if b in self.backends), None)
 
+    def _flavour(self, backend: str) -> str:
+        """The backend whose supplements apply: asked for HTP, an op declared for HTP_FP16
+        only answers for HTP_FP16 (and the other way round), as the SDK builds both alike."""
+        if backend in HTP_BACKENDS and backend not in self.backends and self.htp_backend:
+            return self.htp_backend
+        return backend
+
     def layout(self, tensor_name: str, backend: str = "HTP") -> Layout:
-        supplement = self.supplements.get(backend, {}).get(tensor_name)
+        supplement = self.supplements.get(self._flavour(backend), {}).get(tensor_name)
         if supplement is not None and supplement.layout is not None:
             return supplement.layout
         return self.tensor(tensor_name).shape.layout
