@@ -77,7 +77,8 @@ def run_host(model, inputs, binding, library):
 
 def test_rebuilding_an_unchanged_library_reuses_it_without_cmake(mul3, monkeypatch):
     binding, library = mul3
-    assert library.is_file() and library.with_suffix(".ops").read_text().split() == ["my_ops::mul3.out"]
+    assert library.is_file() and library.with_suffix(".ops").read_text().split() == [
+        "my_ops::mul3.out", "qco_quantized::my_ops__mul3.out"]
 
     def no_cmake(*args, **kwargs):
         raise AssertionError("cmake ran for an unchanged package")
@@ -146,19 +147,21 @@ def test_a_second_library_with_the_same_kernels_is_refused(tmp_path):
     second = qco.build_host_library(EXAMPLE_DIR, binding, build_root=tmp_path / "b")
     load_host_library(first)
     assert "qco_clash::mul3.out" in registered_operators()
-    with pytest.raises(KernelLoadError, match=r"kernels qco_clash::mul3\.out are already registered by .*/a/"):
+    with pytest.raises(KernelLoadError, match=r"kernels qco_clash::mul3\.out, qco_quantized::qco_clash__mul3\.out are already registered by .*/a/"):
         load_host_library(second)
 
 
 def test_a_missing_kernel_is_named_before_running():
-    binding = qco.bind(QUANT_PACKAGE, {"FloatOnly": QUANT_OPS["FloatOnly"]})
+    # an op of its own namespace: no library of any test registers its kernel
+    float_only = qco.define_torch_ops(QUANT_PACKAGE, "qco_unbuilt", {"FloatOnly": lambda x: torch.tanh(x) * 2})
+    binding = qco.bind(QUANT_PACKAGE, float_only)
 
     class Model(torch.nn.Module):
         def forward(self, x):
-            return QUANT_OPS["FloatOnly"](x) + 1
+            return float_only["FloatOnly"](x) + 1
 
     program = qco.lower(Model(), (torch.randn(4),), binding, target="host")
-    with pytest.raises(MissingKernelError, match=r"needs kernels that are not registered: qco_quant::float_only\.out"):
+    with pytest.raises(MissingKernelError, match=r"needs kernels that are not registered: qco_unbuilt::float_only\.out"):
         check_program_kernels(program.buffer)
     with pytest.raises(MissingKernelError):
         HostRunner().run(program.buffer, [(torch.randn(4),)])

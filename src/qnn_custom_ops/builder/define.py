@@ -58,17 +58,19 @@ def schema_arguments(op: OpDef) -> str:
     return ", ".join(args)
 
 
-def _returns(op: OpDef, out: bool) -> str:
-    if len(op.outputs) == 1:
+def returns_schema(outputs: int, out: bool) -> str:
+    """The return type of a schema with ``outputs`` tensors; aliased to the outs for ``.out``."""
+    if outputs == 1:
         return "Tensor(a!)" if out else "Tensor"
-    aliases = [f"Tensor({chr(ord('a') + i)}!)" if out else "Tensor" for i in range(len(op.outputs))]
+    aliases = [f"Tensor({chr(ord('a') + i)}!)" if out else "Tensor" for i in range(outputs)]
     return "(" + ", ".join(aliases) + ")"
 
 
-def _out_arguments(op: OpDef) -> str:
-    if len(op.outputs) == 1:
+def out_arguments(outputs: int) -> str:
+    """The keyword-only output arguments of an ``.out`` variant: ``out``, or ``out0, out1, ...``."""
+    if outputs == 1:
         return "Tensor(a!) out"
-    return ", ".join(f"Tensor({chr(ord('a') + i)}!) out{i}" for i in range(len(op.outputs)))
+    return ", ".join(f"Tensor({chr(ord('a') + i)}!) out{i}" for i in range(outputs))
 
 
 def define_torch_ops(package: OpPackage, namespace: str, impls: Mapping[str, Callable[..., Any]], *,
@@ -98,8 +100,9 @@ def define_torch_ops(package: OpPackage, namespace: str, impls: Mapping[str, Cal
 
 def _define(library: torch.library.Library, namespace: str, name: str, op: OpDef, impl: Callable[..., Any],
             fake: Callable[..., Any]) -> torch._ops.OpOverload:
-    functional = f"{name}({schema_arguments(op)}) -> {_returns(op, out=False)}"
-    out_variant = f"{name}.out({schema_arguments(op)}, *, {_out_arguments(op)}) -> {_returns(op, out=True)}"
+    outputs = len(op.outputs)
+    functional = f"{name}({schema_arguments(op)}) -> {returns_schema(outputs, out=False)}"
+    out_variant = f"{name}.out({schema_arguments(op)}, *, {out_arguments(outputs)}) -> {returns_schema(outputs, out=True)}"
     existing = getattr(getattr(torch.ops, namespace), name, None) if hasattr(torch.ops, namespace) else None
     if existing is not None and hasattr(existing, "default"):
         if str(existing.default._schema) != f"{namespace}::{functional}":

@@ -40,11 +40,24 @@ def _render(template: str, **context: object) -> bytes:
 
 
 def abi_context() -> dict[str, list[tuple]]:
-    """The ABI enums as (name, value[, description]) rows for tensor_view.h."""
+    """The ABI enums as (name, value[, description]) rows for tensor_view.h, and how
+    ``load_real``/``store_real`` read and write each dtype with a C++ type."""
     return {
         "dtypes": [(d.name, d.value) for d in KernelDType],
         "statuses": [(s.name, s.value, s.description) for s in KernelStatus],
+        "real_access": [_real_access(r.kernel, r.c_type, r.datatype.is_float)
+                        for r in kernel_rows() if r.c_type is not None],
     }
+
+
+def _real_access(kernel: str, c_type: str, is_float: bool) -> tuple[str, str, str]:
+    element = f"view.as<{c_type}>()[i]"
+    if is_float:
+        return kernel, f"static_cast<float>({element})", f"{element} = static_cast<{c_type}>(real)"
+    if c_type == "bool":
+        return kernel, f"{element} ? 1.0f : 0.0f", f"{element} = real != 0.0f"
+    load = f"view.scale * static_cast<float>(static_cast<int64_t>({element}) + view.offset)"
+    return kernel, load, f"{element} = quantize<{c_type}>(real, view)"
 
 
 def adapter_context() -> dict[str, object]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 from .model import Datatype
 
@@ -34,12 +34,9 @@ class DatatypeRow:
 
     @property
     def size(self) -> int | None:
-        """Bytes per element, from the C type."""
-        return _C_TYPE_SIZES.get(self.c_type) if self.c_type else None
-
-
-_C_TYPE_SIZES = {"bool": 1, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "int32_t": 4,
-                 "uint32_t": 4, "int64_t": 8, "uint64_t": 8, "float": 4, "double": 8}
+        """Bytes per element."""
+        bits = self.datatype.bits
+        return None if bits is None or bits < 8 else bits // 8
 
 _ROWS = (
     DatatypeRow(Datatype.INT_8, "Int8", 10, "QInt8", "int8_t", "int8", "int8", "int8Value"),
@@ -77,3 +74,9 @@ def row(datatype: Datatype) -> DatatypeRow:
 def kernel_rows() -> list[DatatypeRow]:
     """Rows with a kernel ABI tag, in ABI value order."""
     return sorted((r for r in _ROWS if r.kernel is not None), key=lambda r: r.kernel_value)
+
+
+def plain_datatype(torch_dtype: Any) -> Datatype | None:
+    """The QNN datatype of an unquantized torch tensor (``torch.int32`` -> INT_32), or None."""
+    name = str(torch_dtype).replace("torch.", "")
+    return next((r.datatype for r in _ROWS if r.torch == name and not r.datatype.is_fixed_point), None)

@@ -2,19 +2,44 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from executorch.exir import EdgeCompileConfig, ExecutorchProgramManager, to_edge_transform_and_lower
 
-from ..builder import target_op_name
-from .preflight import STANDARD_NAMESPACES, PreflightError
+from ..builder.quantized import encoding_of, is_dequantize
+from .emulation import EmulatedOp, cast_int64_inputs, emulate_quantized
+from .preflight import PreflightError, preflight
 
 if TYPE_CHECKING:
     from ..binding import OpPackageBinding
 
 TARGETS = ("host", "qnn")
+EMULATIONS = ("quantized", "float")
+
+
+@dataclass(frozen=True)
+class LoweredProgram:
+    """A lowered program: the .pte, what each bound op computes on, and per program output
+    the scale of its last quantization (None for an unquantized output) -- the step in which
+    ``compare_outputs`` measures errors."""
+
+    manager: ExecutorchProgramManager
+    emulated: tuple[EmulatedOp, ...]
+    output_scales: tuple[float | None, ...]
+
+    @property
+    def buffer(self) -> bytes:
+        return self.manager.buffer
+
+
+def output_scales(program: torch.export.ExportedProgram) -> tuple[float | None, ...]:
+    """Per graph output, the scale of the dequantize node producing it, else None."""
+    (output,) = [n for n in program.graph.nodes if n.op == "output"]
+    results = output.args[0] if isinstance(output.args[0], (tuple, list)) else (output.args[0],)
+    return tuple(encoding_of(r).scale if is_dequantize(r) else None for r in results)
 
 
 def is_quantized(program: torch.export.ExportedProgram) -> bool:
@@ -22,35 +47,35 @@ def is_quantized(program: torch.export.ExportedProgram) -> bool:
     return any("quantized_decomposed" in str(n.target) for n in program.graph.nodes if n.op == "call_function")
 
 
-def _unbound_custom_ops(program: torch.export.ExportedProgram, binding: "OpPackageBinding") -> list[str]:
-    problems = []
-    for node in program.graph.nodes:
-        name = target_op_name(node.target) if node.op == "call_function" else None
-        if name and name.split(".")[0] not in STANDARD_NAMESPACES and binding.op_for(node) is None:
-            problems.append(f"node {node.name} calls custom op {name}, which has no binding and so no host kernel")
-    return problems
+def _lower_host(exported: torch.export.ExportedProgram, binding: "OpPackageBinding",
+                emulate: str) -> tuple[Any, list[EmulatedOp]]:
+    """The program QNN would run, for the host's kernels.
 
-
-def _lower_host(exported: torch.export.ExportedProgram, binding: "OpPackageBinding") -> Any:
-    """XNNPACK for the standard ops of float models; nothing delegated for quantized models.
-
-    A QnnQuantizer-quantized model delegated to XNNPACK runs but computes something else
-    (QNN's int8 weight and int32 bias conventions differ from XNNPACK's); with portable
-    kernels only, the program reproduces the converted model, which is what the host
-    target is for.
+    int64 inputs of bound ops are cast to int32 as QNN's lowering does; every bound op is
+    checked (arguments, datatypes against the OpDef) before anything is lowered; with
+    ``emulate="quantized"`` each quantized bound op runs its kernel on the quantized tensors
+    and encodings, as on the HTP. XNNPACK takes the standard ops of float models only: a
+    QnnQuantizer-quantized model delegated to XNNPACK computes something else (QNN's int8
+    weight and int32 bias conventions differ from XNNPACK's), while portable kernels
+    reproduce the converted model.
     """
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-    problems = _unbound_custom_ops(exported, binding)
+    cast_int64_inputs(exported, binding)
+    problems = preflight(exported.graph_module, binding)
     if problems:
         raise PreflightError(problems)
-    partitioners = []
+    partitioners, emulated = [], []
     if is_quantized(exported):
         import executorch.kernels.quantized  # noqa: F401  (out variants of quantize/dequantize)
+
+        if emulate == "quantized":
+            emulated = emulate_quantized(exported, binding)
     else:
         partitioners.append(XnnpackPartitioner())
-    return to_edge_transform_and_lower(exported, partitioner=partitioners,
+    edge = to_edge_transform_and_lower(exported, partitioner=partitioners,
                                        compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    return edge, emulated
 
 
 def _lower_qnn(exported: torch.export.ExportedProgram, binding: "OpPackageBinding", compile_spec: list) -> Any:
@@ -68,22 +93,31 @@ def _lower_qnn(exported: torch.export.ExportedProgram, binding: "OpPackageBindin
 
 
 def lower(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], binding: "OpPackageBinding",
-          target: str = "host", *, compile_spec: list | None = None,
-          output: str | Path | None = None) -> ExecutorchProgramManager:
+          target: str = "host", *, compile_spec: list | None = None, emulate: str = "quantized",
+          output: str | Path | None = None) -> LoweredProgram:
     """Export and lower ``model`` (float, or converted by PT2E) and return the program manager.
 
     ``target="host"``: standard ops to XNNPACK (float models only), the custom ops to the
-    host kernel library (``build_host_library``). ``target="qnn"``: the QNN partitioner
-    with ``compile_spec`` (``compile_spec(soc, binding, builds)``); needs the QNN SDK and
-    says so in one line without it. ``output`` writes the .pte (atomically).
+    host kernel library (``build_host_library``); for a quantized model each bound op runs
+    its kernel's quantized branch on the quantized tensors as the HTP does
+    (``emulate="quantized"``, the default), or its float branch between dequantize and
+    quantize nodes (``emulate="float"``, for comparison). ``target="qnn"``: the QNN
+    partitioner with ``compile_spec`` (``compile_spec(soc, binding, builds)``); needs the QNN
+    SDK and says so in one line without it. ``output`` writes the .pte (atomically).
     """
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}: use one of {', '.join(TARGETS)}")
+    if emulate not in EMULATIONS:
+        raise ValueError(f"unknown emulate {emulate!r}: use one of {', '.join(EMULATIONS)}")
     if target == "qnn" and compile_spec is None:
         raise ValueError("target='qnn' needs compile_spec=qnn_custom_ops.compile_spec(soc, binding, builds)")
     exported = torch.export.export(model, tuple(example_inputs), strict=True)
-    edge = _lower_host(exported, binding) if target == "host" else _lower_qnn(exported, binding, compile_spec)
-    program = edge.to_executorch()
+    scales = output_scales(exported)
+    if target == "host":
+        edge, emulated = _lower_host(exported, binding, emulate)
+    else:
+        edge, emulated = _lower_qnn(exported, binding, compile_spec), []
+    program = LoweredProgram(edge.to_executorch(), tuple(emulated), scales)
     if output is not None:
         from ..generator.writer import write_atomic
 

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..builder import OpBinding, OpMappingError, output_carrier, target_op_name
+from ..builder.quantized import is_dequantize, is_quantize, quantized_datatype
 from ..errors import ReportedError
 from ..opdef import Datatype
+from ..opdef.datatypes import plain_datatype
 
 if TYPE_CHECKING:
     from ..binding import OpPackageBinding
@@ -21,11 +23,6 @@ if TYPE_CHECKING:
 STANDARD_NAMESPACES = frozenset({"aten", "prims", "quantized_decomposed", "dim_order_ops", "torchao",
                                  "executorch_prim", "llama", "qaisw", "higher_order"})
 QUANT_ATTRS = "quant_attrs"  # executorch.backends.qualcomm.utils.constants.QCOM_QUANT_ATTRS
-
-_PLAIN = {torch.float32: Datatype.FLOAT_32, torch.float16: Datatype.FLOAT_16, torch.float64: Datatype.FLOAT_64,
-          torch.int8: Datatype.INT_8, torch.int16: Datatype.INT_16, torch.int32: Datatype.INT_32,
-          torch.int64: Datatype.INT_64, torch.uint8: Datatype.UINT_8, torch.uint16: Datatype.UINT_16,
-          torch.uint32: Datatype.UINT_32, torch.bool: Datatype.BOOL_8}
 
 
 class PreflightError(ReportedError, ValueError):
@@ -36,25 +33,13 @@ class PreflightError(ReportedError, ValueError):
         super().__init__(f"{len(problems)} problem(s) before QNN lowering:\n" + "\n".join(f"  {p}" for p in problems))
 
 
-def _target_name(node: torch.fx.Node) -> str:
-    return str(getattr(node.target, "__name__", node.target))
-
-
-def _is_dequantize(node: Any) -> bool:
-    return isinstance(node, torch.fx.Node) and "quantized_decomposed.dequantize" in _target_name(node)
-
-
-def _is_quantize(node: Any) -> bool:
-    return isinstance(node, torch.fx.Node) and "quantized_decomposed.quantize" in _target_name(node)
-
-
 def _quant_datatype(node: torch.fx.Node) -> Datatype | None:
     """The fixed-point datatype of a tensor, from QNN's quant attrs or a Q/DQ node's range."""
     attrs = node.meta.get(QUANT_ATTRS)
     if attrs:
         return Datatype.fixed_point(attrs["quant_min"], attrs["quant_max"])
-    if _is_dequantize(node) or _is_quantize(node):
-        return Datatype.fixed_point(node.args[3], node.args[4])  # (input, scale, zero_point, min, max, dtype)
+    if is_dequantize(node) or is_quantize(node):
+        return quantized_datatype(node)
     return None
 
 
@@ -64,19 +49,19 @@ def input_datatype(source: torch.fx.Node) -> Datatype | None:
     if quant is not None:
         return quant
     value = source.meta.get("val")
-    return _PLAIN.get(value.dtype) if isinstance(value, torch.Tensor) else None
+    return plain_datatype(value.dtype) if isinstance(value, torch.Tensor) else None
 
 
 def output_datatype(node: torch.fx.Node, index: int, multi: bool) -> Datatype | None:
     """The QNN datatype of output ``index`` of ``node``: quantized if it is annotated or quantized."""
     carrier = output_carrier(node, index, multi)
     if carrier is not None:
-        quantizer = next((u for u in carrier.users if _is_quantize(u)), None)
+        quantizer = next((u for u in carrier.users if is_quantize(u)), None)
         quant = _quant_datatype(carrier) or (_quant_datatype(quantizer) if quantizer is not None else None)
         if quant is not None:
             return quant
     value = node.meta["val"][index] if multi else node.meta["val"]
-    return _PLAIN.get(value.dtype)
+    return plain_datatype(value.dtype)
 
 
 def preflight(graph_module: torch.fx.GraphModule, binding: "OpPackageBinding", backend: str = "HTP") -> list[str]:

@@ -17,8 +17,11 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from ..builder import ArgBinding, ArgKind, OpBinding
+from ..builder.quantized import NAMESPACE as QUANTIZED_NAMESPACE
+from ..builder.quantized import quantized_name
 from ..generator.context import cpp_string
 from ..opdef import Datatype
+from ..opdef.datatypes import kernel_rows
 from .cmake_build import HostBuildError, cache_root, cached_build, content_key, files_under
 
 if TYPE_CHECKING:
@@ -57,8 +60,6 @@ class EnumTable:
 @dataclass(frozen=True)
 class KernelContext:
     qnn_type: str
-    namespace: str
-    name_and_overload: str
     registered_name: str
     function: str
     signature: list[str]
@@ -67,6 +68,7 @@ class KernelContext:
     kernel_views: list[str]
     enums: list[EnumTable]
     unboxing: list[str]  # C++ expressions taking each argument off the runtime's stack
+    write_backs: list[str]  # holders of outputs converted from their storage, to copy back
 
 
 def out_overload_name(binding: OpBinding) -> str:
@@ -94,38 +96,61 @@ def _param_storage(op: OpBinding, arg: ArgBinding) -> tuple[str, str]:
     return _PARAM_STORAGE[datatype]
 
 
-def kernel_context(op: OpBinding) -> KernelContext:
-    """Every C++ decision for one op's ExecuTorch kernel."""
+def kernel_contexts(op: OpBinding) -> list[KernelContext]:
+    """The op's two ExecuTorch kernels: ``<ns>::<op>.out`` on float (or unquantized) tensors,
+    and ``qco_quantized::<ns>__<op>.out`` on quantized tensors with their encodings."""
     _check_out_variant(op)
+    return [_kernel_context(op, quantized=False), _kernel_context(op, quantized=True)]
+
+
+def _kernel_context(op: OpBinding, quantized: bool) -> KernelContext:
+    """Every C++ decision for one ExecuTorch kernel of one op."""
     namespace = op.overload.namespace
     name = op.overload._schema.name.split("::")[1]
-    registered = out_overload_name(op)
+    registered = f"{QUANTIZED_NAMESPACE}::{quantized_name(op)}.out" if quantized else out_overload_name(op)
+    function = f"qco_{QUANTIZED_NAMESPACE}_{quantized_name(op)}_out" if quantized else f"qco_{namespace}_{name}_out"
     by_index = {arg.schema_index: arg for arg in op.inputs + op.params}
     signature, unboxing = [], []
+    if quantized:
+        signature = ["ArrayRef<int64_t> qco_dtypes", "ArrayRef<double> qco_scales", "ArrayRef<int64_t> qco_offsets"]
+        unboxing = ["stack[0]->toIntList()", "stack[1]->toDoubleList()", "stack[2]->toIntList()"]
+    first_arg = len(unboxing)
     for index in range(len(op.overload._schema.arguments)):
         arg = by_index[index]
         cpp = _CPP_TYPES[arg.kind]
         cpp = f"std::optional<{cpp}>" if arg.optional else cpp
         by_reference = arg.kind is ArgKind.TENSOR or arg.optional
         signature.append(f"const {cpp}& {arg.schema_name}" if by_reference else f"{cpp} {arg.schema_name}")
-        unboxing.append(f"stack[{index}]->toTensor()" if cpp == "Tensor" else f"stack[{index}]->to<{cpp}>()")
+        stack = f"stack[{first_arg + index}]"
+        unboxing.append(f"{stack}->toTensor()" if cpp == "Tensor" else f"{stack}->to<{cpp}>()")
     outputs = ["out"] if len(op.op.outputs) == 1 else [f"out{i}" for i in range(len(op.op.outputs))]
     signature += [f"Tensor& {out}" for out in outputs]
     first_out = len(unboxing)
     unboxing += [f"stack[{first_out + i}]->toTensor()" for i in range(len(outputs))]
 
     conversions, enums = [], []
-    for out in outputs:
-        conversions.append(Conversion(f"qco::et::tensor_view({out}, h_{out})",
-                                      cpp_string(f"output {out} has a dtype the kernel adapter cannot pass")))
-    for arg in op.inputs:
-        conversions.append(Conversion(f"qco::et::tensor_view({arg.schema_name}, h_{arg.schema_name})",
-                                      cpp_string(f"input {arg.tensor.name} has a dtype the kernel adapter cannot pass")))
+    if quantized:
+        count = len(op.inputs) + len(outputs)
+        conversions.append(Conversion(
+            f"qco_dtypes.size() == {count} && qco_scales.size() == {count} && qco_offsets.size() == {count}",
+            cpp_string(f"expected {count} encodings (inputs, then outputs)")))
+    tensors = [(out, "output", out) for out in outputs] + [(a.schema_name, "input", a.tensor.name) for a in op.inputs]
+    for position, (variable, kind, shown) in enumerate(tensors):
+        if quantized:
+            index = len(op.inputs) + position if kind == "output" else position - len(outputs)
+            expression = (f"qco::et::encoded_view({variable}, qco_dtypes[{index}], qco_scales[{index}], "
+                          f"qco_offsets[{index}], h_{variable})")
+            message = f"{kind} {shown}: its storage does not hold its encoding's dtype"
+        else:
+            expression = f"qco::et::tensor_view({variable}, h_{variable})"
+            message = f"{kind} {shown} has a dtype the kernel adapter cannot pass"
+        conversions.append(Conversion(expression, cpp_string(message)))
     for arg in op.params:
         storage, dtype = _param_storage(op, arg)
         holder = f"h_{arg.schema_name}"
         if arg.kind is ArgKind.STR:
-            table = EnumTable(f"k{arg.schema_name}_values", [cpp_string(v) for v in arg.tensor.enum_values])
+            table = EnumTable(f"{function}_{arg.schema_name}_values",
+                              [cpp_string(v) for v in arg.tensor.enum_values])
             enums.append(table)
             expression = f"qco::et::enum_view({arg.schema_name}, {table.variable}, qco::DType::k{dtype}, {holder})"
             message = f"param {arg.tensor.name} is not one of {', '.join(arg.tensor.enum_values)}"
@@ -136,10 +161,9 @@ def kernel_context(op: OpBinding) -> KernelContext:
         conversions.append(Conversion(expression, cpp_string(message)))
     holders = [f"h_{out}" for out in outputs] + [f"h_{a.schema_name}" for a in op.inputs + op.params]
     return KernelContext(
-        qnn_type=op.qnn_op_type, namespace=namespace, name_and_overload=f"{name}.out",
-        registered_name=registered, function=f"qco_{namespace}_{name}_out", signature=signature,
+        qnn_type=op.qnn_op_type, registered_name=registered, function=function, signature=signature,
         holders=holders, conversions=conversions, kernel_views=[f"{h}.view" for h in holders], enums=enums,
-        unboxing=unboxing)
+        unboxing=unboxing, write_backs=[f"h_{out}" for out in outputs] if quantized else [])
 
 
 @lru_cache(maxsize=1)
@@ -147,6 +171,12 @@ def _environment() -> jinja2.Environment:
     return jinja2.Environment(loader=jinja2.PackageLoader("qnn_custom_ops.runtime", "templates"),
                               undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                               keep_trailing_newline=True, autoescape=False)
+
+
+def _integer_storage() -> list[tuple[str, str]]:
+    """(kernel dtype, C type) of every integer-like kernel dtype, for storage conversions."""
+    return [(r.kernel, "uint8_t" if r.c_type == "bool" else r.c_type) for r in kernel_rows()
+            if r.c_type is not None and not r.datatype.is_float]
 
 
 def executorch_paths() -> tuple[Path, Path]:
@@ -165,15 +195,17 @@ def render_project(package_dir: Path, binding: "OpPackageBinding") -> dict[str, 
     """The CMake project of the host library, file name -> text."""
     include, library = executorch_paths()
     name = binding.package.name
-    ops = [kernel_context(op) for op in binding.ops.values()]
+    kernels = [kernel for op in binding.ops.values() for kernel in kernel_contexts(op)]
     env = _environment()
     return {
         "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(
             package=name, target=f"qco_{name}_executorch", c_abi_source=(package_dir / "host/src" / f"{name}CApi.cpp"),
             kernels_dir=package_dir / "kernels", executorch_include=include, executorch_library=library,
             executorch_library_dir=library.parent),
-        "qco/executorch_adapter.h": env.get_template("executorch_adapter.h.j2").render(scalar_types=_SCALAR_TYPES),
-        "executorch_kernels.cpp": env.get_template("executorch_kernels.cpp.j2").render(package=name, ops=ops),
+        "qco/executorch_adapter.h": env.get_template("executorch_adapter.h.j2").render(
+            scalar_types=_SCALAR_TYPES, integer_storage=_integer_storage()),
+        "executorch_kernels.cpp": env.get_template("executorch_kernels.cpp.j2").render(
+            package=name, kernels=kernels, ops=list(binding.ops.values())),
     }
 
 
@@ -201,5 +233,6 @@ def build_host_library(package_dir: str | Path, binding: "OpPackageBinding", *, 
         (source_dir / relative).parent.mkdir(parents=True, exist_ok=True)
         (source_dir / relative).write_text(text)
     built = cached_build(source_dir, build_dir, library_name(name), options, f"host library of {name}")
-    built.with_suffix(".ops").write_text("\n".join(out_overload_name(op) for op in binding.ops.values()) + "\n")
+    registered = [kernel.registered_name for op in binding.ops.values() for kernel in kernel_contexts(op)]
+    built.with_suffix(".ops").write_text("\n".join(registered) + "\n")
     return built

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from pathlib import Path
+from typing import Sequence
 
 from ..errors import ReportedError
 from .host_library import executorch_paths
@@ -96,3 +97,33 @@ def check_program_kernels(pte: bytes, where: str = "program") -> None:
         raise MissingKernelError(f"{where} needs kernels that are not registered: {', '.join(missing)} "
                                  "(load the op package's host library with load_host_library, or build it with "
                                  "build_host_library)")
+
+
+def _error_functions(libraries: Sequence[str | Path], name: str) -> list:
+    """``qco_<Pkg>_<name>`` of each loaded host library (``libqco_<Pkg>_executorch.so``)."""
+    functions = []
+    for path in libraries:
+        handle = _LOADED.get(Path(path).resolve())
+        stem = Path(path).name
+        if handle is None or not (stem.startswith("libqco_") and stem.endswith("_executorch.so")):
+            continue
+        package = stem[len("libqco_"):-len("_executorch.so")]
+        function = getattr(handle, f"qco_{package}_{name}", None)
+        if function is not None:
+            functions.append(function)
+    return functions
+
+
+def clear_kernel_errors(libraries: Sequence[str | Path]) -> None:
+    for function in _error_functions(libraries, "clear_error"):
+        function()
+
+
+def last_kernel_error(libraries: Sequence[str | Path]) -> str:
+    """The message of the last kernel failure in these libraries on this thread, or ""."""
+    for function in _error_functions(libraries, "last_error"):
+        function.restype = ctypes.c_char_p
+        message = function()
+        if message:
+            return message.decode("utf-8", "replace")
+    return ""

@@ -16,7 +16,14 @@ import torch
 
 from ..errors import ReportedError
 from ..qnn_sdk import require_sdk
-from .loading import check_program_kernels, load_host_library, load_quantized_kernels, program_operators
+from .loading import (
+    check_program_kernels,
+    clear_kernel_errors,
+    last_kernel_error,
+    load_host_library,
+    load_quantized_kernels,
+    program_operators,
+)
 from .raw_io import INPUT_LIST, TensorSpec, read_outputs, write_inputs
 
 Inference = Sequence[torch.Tensor]
@@ -61,7 +68,18 @@ class HostRunner:
             load_quantized_kernels()
         check_program_kernels(pte)
         method = Runtime.get().load_program(pte).load_method("forward")
-        return [[t.clone() for t in method.execute(list(inputs))] for inputs in inferences]
+        return [self._execute(method, inputs) for inputs in inferences]
+
+    def _execute(self, method, inputs: Inference) -> list[torch.Tensor]:
+        """One inference; a kernel's failure is raised with its op and status, not a bare code."""
+        clear_kernel_errors(self.libraries)
+        try:
+            return [t.clone() for t in method.execute(list(inputs))]
+        except RuntimeError as exc:
+            failure = last_kernel_error(self.libraries)
+            if not failure:
+                raise
+            raise RunnerError(f"kernel failed: {failure} (ExecuTorch: {exc})") from None
 
 
 @dataclass

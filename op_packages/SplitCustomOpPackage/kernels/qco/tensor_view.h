@@ -97,6 +97,57 @@ T quantize(float real, const TensorView& out) {
   return static_cast<T>(q);
 }
 
+// Element `i` of a view of any dtype as a real number: fixed point is dequantized with the
+// view's encoding, other dtypes are converted. NaN for a dtype without a C++ type here (fp16).
+inline float load_real(const TensorView& view, int64_t i) {
+  switch (view.dtype) {
+    case DType::kFloat32: return static_cast<float>(view.as<float>()[i]);
+    case DType::kUFixed8: return view.scale * static_cast<float>(static_cast<int64_t>(view.as<uint8_t>()[i]) + view.offset);
+    case DType::kSFixed8: return view.scale * static_cast<float>(static_cast<int64_t>(view.as<int8_t>()[i]) + view.offset);
+    case DType::kUFixed16: return view.scale * static_cast<float>(static_cast<int64_t>(view.as<uint16_t>()[i]) + view.offset);
+    case DType::kSFixed16: return view.scale * static_cast<float>(static_cast<int64_t>(view.as<int16_t>()[i]) + view.offset);
+    case DType::kInt32: return view.scale * static_cast<float>(static_cast<int64_t>(view.as<int32_t>()[i]) + view.offset);
+    case DType::kUInt32: return view.scale * static_cast<float>(static_cast<int64_t>(view.as<uint32_t>()[i]) + view.offset);
+    case DType::kInt64: return view.scale * static_cast<float>(static_cast<int64_t>(view.as<int64_t>()[i]) + view.offset);
+    case DType::kBool: return view.as<bool>()[i] ? 1.0f : 0.0f;
+    case DType::kInt8: return view.scale * static_cast<float>(static_cast<int64_t>(view.as<int8_t>()[i]) + view.offset);
+    case DType::kUInt8: return view.scale * static_cast<float>(static_cast<int64_t>(view.as<uint8_t>()[i]) + view.offset);
+    case DType::kInt16: return view.scale * static_cast<float>(static_cast<int64_t>(view.as<int16_t>()[i]) + view.offset);
+    case DType::kUInt16: return view.scale * static_cast<float>(static_cast<int64_t>(view.as<uint16_t>()[i]) + view.offset);
+    case DType::kSFixed32: return view.scale * static_cast<float>(static_cast<int64_t>(view.as<int32_t>()[i]) + view.offset);
+    case DType::kUFixed32: return view.scale * static_cast<float>(static_cast<int64_t>(view.as<uint32_t>()[i]) + view.offset);
+    case DType::kFloat64: return static_cast<float>(view.as<double>()[i]);
+    case DType::kUInt64: return view.scale * static_cast<float>(static_cast<int64_t>(view.as<uint64_t>()[i]) + view.offset);
+    default: return std::numeric_limits<float>::quiet_NaN();
+  }
+}
+
+// Store a real number as element `i` of a view: requantized with the view's encoding
+// (round half to even, saturated) for fixed point and integers, converted for floats.
+// False for a dtype without a C++ type here (fp16).
+inline bool store_real(TensorView& view, int64_t i, float real) {
+  switch (view.dtype) {
+    case DType::kFloat32: view.as<float>()[i] = static_cast<float>(real); return true;
+    case DType::kUFixed8: view.as<uint8_t>()[i] = quantize<uint8_t>(real, view); return true;
+    case DType::kSFixed8: view.as<int8_t>()[i] = quantize<int8_t>(real, view); return true;
+    case DType::kUFixed16: view.as<uint16_t>()[i] = quantize<uint16_t>(real, view); return true;
+    case DType::kSFixed16: view.as<int16_t>()[i] = quantize<int16_t>(real, view); return true;
+    case DType::kInt32: view.as<int32_t>()[i] = quantize<int32_t>(real, view); return true;
+    case DType::kUInt32: view.as<uint32_t>()[i] = quantize<uint32_t>(real, view); return true;
+    case DType::kInt64: view.as<int64_t>()[i] = quantize<int64_t>(real, view); return true;
+    case DType::kBool: view.as<bool>()[i] = real != 0.0f; return true;
+    case DType::kInt8: view.as<int8_t>()[i] = quantize<int8_t>(real, view); return true;
+    case DType::kUInt8: view.as<uint8_t>()[i] = quantize<uint8_t>(real, view); return true;
+    case DType::kInt16: view.as<int16_t>()[i] = quantize<int16_t>(real, view); return true;
+    case DType::kUInt16: view.as<uint16_t>()[i] = quantize<uint16_t>(real, view); return true;
+    case DType::kSFixed32: view.as<int32_t>()[i] = quantize<int32_t>(real, view); return true;
+    case DType::kUFixed32: view.as<uint32_t>()[i] = quantize<uint32_t>(real, view); return true;
+    case DType::kFloat64: view.as<double>()[i] = static_cast<double>(real); return true;
+    case DType::kUInt64: view.as<uint64_t>()[i] = quantize<uint64_t>(real, view); return true;
+    default: return false;
+  }
+}
+
 }  // namespace qco
 
 #endif  // QCO_TENSOR_VIEW_H_

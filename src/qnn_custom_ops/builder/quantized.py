@@ -1,0 +1,248 @@
+"""Quantized variants of bound ops: the call the HTP makes, as a torch op the host can run.
+
+On the phone QNN folds every dequantize -> op -> quantize into tensor encodings: the op's
+kernel receives the quantized tensors with their scale and offset. ``quantized_variant``
+defines, once per bound op, ``qco_quantized::<ns>__<name>`` (functional, ``.out`` and fake):
+three lists -- for every input in OpDef order, then every output, the kernel dtype, the
+scale and the QNN offset -- followed by the op's own arguments, with quantized tensors where
+the original takes float ones. The host kernel library registers it; ``encoding_of`` reads
+an encoding off a PT2E dequantize/quantize node the way executorch's QNN lowering does
+(offset = -zero_point), so the host and the QNN op wrapper agree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from ..errors import ReportedError
+from ..opdef import Datatype
+from ..opdef.datatypes import DATATYPES, plain_datatype
+from .alignment import OpBinding, target_op_name
+from .define import out_arguments, returns_schema
+
+NAMESPACE = "qco_quantized"
+ENCODING_ARGUMENTS = ("qco_dtypes", "qco_scales", "qco_offsets")
+_ENCODING_SCHEMA = "int[] qco_dtypes, float[] qco_scales, int[] qco_offsets"
+
+#: The storage PT2E (QnnQuantizer) gives each fixed-point datatype: 16-bit activations live
+#: in int32 with a uint16 range.
+PT2E_STORAGE = {
+    Datatype.UFIXED_POINT_8: torch.uint8,
+    Datatype.SFIXED_POINT_8: torch.int8,
+    Datatype.UFIXED_POINT_16: torch.int32,
+    Datatype.SFIXED_POINT_16: torch.int16,
+    Datatype.SFIXED_POINT_32: torch.int32,
+}
+
+_LIBRARY: list[torch.library.Library] = []
+
+
+class QuantizedEmulationError(ReportedError, ValueError):
+    """A bound op whose quantized call the host cannot make as the HTP does."""
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """How one tensor reaches the kernel: QNN datatype, real = scale * (q + offset)."""
+
+    datatype: Datatype
+    scale: float = 1.0
+    offset: int = 0
+
+    @property
+    def kernel_dtype(self) -> int:
+        return DATATYPES[self.datatype].kernel_value
+
+    @property
+    def is_quantized(self) -> bool:
+        return self.datatype.is_fixed_point
+
+    def __str__(self) -> str:
+        if not self.is_quantized:
+            return self.datatype.short_name
+        return f"{self.datatype.short_name} scale {self.scale:.6g} offset {self.offset}"
+
+
+def is_dequantize(node: Any) -> bool:
+    return isinstance(node, torch.fx.Node) and "quantized_decomposed.dequantize" in _target_name(node)
+
+
+def is_quantize(node: Any) -> bool:
+    return isinstance(node, torch.fx.Node) and "quantized_decomposed.quantize" in _target_name(node)
+
+
+def _target_name(node: torch.fx.Node) -> str:
+    """``quantized_decomposed.dequantize_per_tensor.default`` for torch and edge targets alike."""
+    return target_op_name(node.target) or str(node.target)
+
+
+def quantized_datatype(node: torch.fx.Node) -> Datatype:
+    """The fixed-point datatype of a PT2E (de)quantize node, per tensor or per channel."""
+    first = 3 if "per_tensor" in _target_name(node) else 4  # per channel: (x, scales, zero_points, axis, ...)
+    return Datatype.fixed_point(int(node.args[first]), int(node.args[first + 1]))
+
+
+def encoding_of(node: torch.fx.Node) -> Encoding:
+    """The encoding of a PT2E (de)quantize node ``(x, scale, zero_point, min, max, dtype)``."""
+    if "per_tensor" not in _target_name(node):
+        raise QuantizedEmulationError(f"node {node.name} ({_target_name(node)}) is not per-tensor: a kernel "
+                                      "takes one scale and offset per tensor (quantize it per tensor)")
+    scale, zero_point, low, high = (node.args[i] for i in range(1, 5))
+    if isinstance(scale, torch.fx.Node) or isinstance(zero_point, torch.fx.Node):
+        raise QuantizedEmulationError(f"node {node.name}: its scale or zero point is computed in the graph, "
+                                      "not a constant (convert the model with convert_pt2e)")
+    return Encoding(Datatype.fixed_point(int(low), int(high)), float(scale), -int(zero_point))
+
+
+def plain_encoding(dtype: torch.dtype) -> Encoding:
+    """The encoding of an unquantized tensor (float, integer or bool)."""
+    datatype = plain_datatype(dtype)
+    if datatype is None:
+        raise QuantizedEmulationError(f"a {dtype} tensor has no QNN datatype")
+    return Encoding(datatype)
+
+
+def quantized_name(binding: OpBinding) -> str:
+    schema = binding.overload._schema
+    namespace, name = schema.name.split("::")
+    overload = f"_{schema.overload_name}" if schema.overload_name else ""
+    return f"{namespace}__{name}{overload}"
+
+
+def quantized_variant(binding: OpBinding) -> torch._ops.OpOverload:
+    """``qco_quantized::<ns>__<name>`` for ``binding``, defined on first use."""
+    name = quantized_name(binding)
+    packet = getattr(torch.ops, NAMESPACE)
+    if hasattr(packet, name):
+        return getattr(packet, name).default
+    if not _LIBRARY:
+        _LIBRARY.append(torch.library.Library(NAMESPACE, "FRAGMENT"))
+    library = _LIBRARY[0]
+    arguments, has_kwarg_only = _schema_arguments(binding.overload._schema)
+    outputs = len(binding.op.outputs)
+    star = "" if has_kwarg_only else "*, "
+    library.define(f"{name}({_ENCODING_SCHEMA}, {arguments}) -> {returns_schema(outputs, out=False)}")
+    library.define(f"{name}.out({_ENCODING_SCHEMA}, {arguments}, {star}{out_arguments(outputs)}) -> "
+                   f"{returns_schema(outputs, out=True)}")
+    reference = _reference(binding)
+    library.impl(name, reference, "CompositeExplicitAutograd")
+    library.impl(f"{name}.out", _out_reference(reference, outputs), "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{NAMESPACE}::{name}", _fake(binding), lib=library)
+    torch.library.register_fake(f"{NAMESPACE}::{name}.out", _out_fake(outputs), lib=library)
+    return getattr(packet, name).default
+
+
+def _schema_arguments(schema: Any) -> tuple[str, bool]:
+    """The argument list of ``schema`` as text, and whether it has keyword-only arguments."""
+    text = str(schema)
+    inner = text[text.index("(") + 1:text.rindex(") ->")]
+    return inner, any(arg.kwarg_only for arg in schema.arguments)
+
+
+def _reference(binding: OpBinding):
+    """Eager semantics: dequantize, run the op in float, requantize -- what the kernel's
+    quantized branch approximates."""
+    op_inputs = binding.inputs
+    outputs = len(binding.op.outputs)
+
+    def reference(qco_dtypes: Sequence[int], qco_scales: Sequence[float], qco_offsets: Sequence[int],
+                  *args: Any, **kwargs: Any) -> Any:
+        encodings = _encodings(qco_dtypes, qco_scales, qco_offsets)
+        values = list(args)
+        for index, arg in enumerate(op_inputs):
+            if arg.schema_index < len(values) and values[arg.schema_index] is not None:
+                values[arg.schema_index] = _dequantize(values[arg.schema_index], encodings[index])
+        results = binding.overload(*values, **kwargs)
+        results = (results,) if outputs == 1 else tuple(results)
+        quantized = tuple(_quantize(r, e) for r, e in zip(results, encodings[len(op_inputs):]))
+        return quantized[0] if outputs == 1 else quantized
+
+    return reference
+
+
+def _fake(binding: OpBinding):
+    op_inputs = binding.inputs
+    outputs = len(binding.op.outputs)
+
+    def fake(qco_dtypes: Sequence[int], qco_scales: Sequence[float], qco_offsets: Sequence[int],
+             *args: Any, **kwargs: Any) -> Any:
+        encodings = _encodings(qco_dtypes, qco_scales, qco_offsets)
+        values = list(args)
+        for index, arg in enumerate(op_inputs):
+            value = values[arg.schema_index] if arg.schema_index < len(values) else None
+            if value is not None and encodings[index].is_quantized:
+                values[arg.schema_index] = torch.empty_like(value, dtype=torch.float32)
+        results = binding.overload(*values, **kwargs)
+        results = (results,) if outputs == 1 else tuple(results)
+        stored = tuple(torch.empty_like(r, dtype=storage_dtype(e, r.dtype))
+                       for r, e in zip(results, encodings[len(op_inputs):]))
+        return stored[0] if outputs == 1 else stored
+
+    return fake
+
+
+def _out_reference(reference, outputs: int):
+    def out_kernel(*args: Any, **kwargs: Any) -> Any:
+        outs = [kwargs.pop("out")] if outputs == 1 else [kwargs.pop(f"out{i}") for i in range(outputs)]
+        results = reference(*args, **kwargs)
+        results = (results,) if outputs == 1 else tuple(results)
+        for out, result in zip(outs, results):
+            out.copy_(result)
+        return outs[0] if outputs == 1 else tuple(outs)
+
+    return out_kernel
+
+
+def _out_fake(outputs: int):
+    def out_fake(*args: Any, **kwargs: Any) -> Any:
+        return kwargs["out"] if outputs == 1 else tuple(kwargs[f"out{i}"] for i in range(outputs))
+
+    return out_fake
+
+
+_BY_KERNEL_VALUE = {row.kernel_value: row.datatype for row in DATATYPES.values() if row.kernel is not None}
+
+
+def _encodings(dtypes: Sequence[int], scales: Sequence[float], offsets: Sequence[int]) -> list[Encoding]:
+    return [Encoding(_BY_KERNEL_VALUE[int(d)], float(s), int(o)) for d, s, o in zip(dtypes, scales, offsets)]
+
+
+def storage_dtype(encoding: Encoding, plain: torch.dtype) -> torch.dtype:
+    """The torch dtype a tensor of ``encoding`` is stored in (``plain`` when unquantized)."""
+    if not encoding.is_quantized:
+        return plain
+    if encoding.datatype not in PT2E_STORAGE:
+        raise QuantizedEmulationError(f"{encoding.datatype.short_name} tensors cannot be passed to a kernel")
+    return PT2E_STORAGE[encoding.datatype]
+
+
+def _bounds(datatype: Datatype) -> tuple[int, int]:
+    bits = datatype.bits
+    signed = datatype.name.startswith("S")
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+
+
+def _dequantize(tensor: torch.Tensor, encoding: Encoding) -> torch.Tensor:
+    if not encoding.is_quantized:
+        return tensor
+    return torch.tensor(encoding.scale, dtype=torch.float32) * (tensor.to(torch.int64) + encoding.offset).float()
+
+
+def _quantize(tensor: torch.Tensor, encoding: Encoding) -> torch.Tensor:
+    if not encoding.is_quantized:
+        return tensor
+    low, high = _bounds(encoding.datatype)
+    inverse = 1 / torch.tensor(encoding.scale, dtype=torch.float32)
+    q = torch.round(tensor.float() * inverse) - encoding.offset
+    q = torch.nan_to_num(q, nan=float(low)).clamp(low, high)
+    return q.to(storage_dtype(encoding, tensor.dtype))
+
+
+def assert_finite(encoding: Encoding, where: str) -> None:
+    """Refuse an encoding a kernel cannot use (zero, negative or non-finite scale)."""
+    if not (math.isfinite(encoding.scale) and encoding.scale > 0):
+        raise QuantizedEmulationError(f"{where}: scale {encoding.scale} is not a positive finite number")

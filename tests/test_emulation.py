@@ -1,0 +1,209 @@
+"""The host runs what the HTP runs: quantized kernels on quantized tensors with QNN's
+encodings, integer inputs as QNN's lowering casts them, kernel failures with their reason.
+
+Real PT2E (QnnQuantizer + our annotation), real lowering, the real ExecuTorch runtime.
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+
+import pytest
+import torch
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+import qnn_custom_ops as qco
+from qnn_custom_ops.generator import generate
+from qnn_custom_ops.opdef import Datatype
+from qnn_custom_ops.runtime import HostRunner, RunnerError, Tolerance, compare_outputs
+
+from .conftest import DATA, OP_PACKAGES
+from .torch_ops import EXAMPLE_PACKAGE, MUL3, QUANT_OPS, QUANT_PACKAGE, SPLIT, SPLIT_PACKAGE, ConvMul3
+
+GATHER, SCALE_ROWS, HALVES = (QUANT_OPS[k] for k in ("GatherRows", "ScaleRows", "Halves"))
+
+
+@pytest.fixture(scope="module")
+def quant_package(tmp_path_factory):
+    """QuantTestPackage generated from tests/data/quant_ops.xml, with the test kernels of
+    tests/data/quant_kernels (ScaleRows' float branch is wrong on purpose)."""
+    out = tmp_path_factory.mktemp("quant-package")
+    (out / "QuantTestPackage/kernels").mkdir(parents=True)
+    for kernel in (DATA / "quant_kernels").glob("*.h"):
+        shutil.copy(kernel, out / "QuantTestPackage/kernels" / kernel.name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", qco.OpDefWarning)
+        package_dir = generate(qco.load_package(DATA / "quant_ops.xml"), out).package_dir
+    binding = qco.bind(QUANT_PACKAGE, QUANT_OPS)
+    return binding, qco.build_host_library(package_dir, binding)
+
+
+@pytest.fixture(scope="module")
+def mul3():
+    binding = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3})
+    return binding, qco.build_host_library(OP_PACKAGES / "ExampleOpPackage", binding)
+
+
+@pytest.fixture(scope="module")
+def split():
+    binding = qco.bind(SPLIT_PACKAGE, {"SplitCustomOp": SPLIT})
+    return binding, qco.build_host_library(OP_PACKAGES / "SplitCustomOpPackage", binding)
+
+
+def convert(model, samples, binding, quant_dtype):
+    prepared = prepare_pt2e(torch.export.export(model, samples[0]).module(),
+                            qco.make_quantizer(binding, quant_dtype))
+    for sample in samples:
+        prepared(*sample)
+    return convert_pt2e(prepared)
+
+
+def samples_of(*shapes, count=4, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [tuple(torch.randn(*s, generator=generator) for s in shapes) for _ in range(count)]
+
+
+def as_tuple(value):
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def run(model, inputs, binding, library, **lower_options):
+    program = qco.lower(model, inputs, binding, target="host", **lower_options)
+    return program, HostRunner([library]).run(program.buffer, [inputs])[0]
+
+
+class ScaleModel(torch.nn.Module):
+    """linear -> ScaleRows (a static weight) -> + 0.5: activations with non-zero zero points."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.weight = torch.nn.Parameter(torch.linspace(-2.0, 3.0, 8))
+
+    def forward(self, x):
+        return SCALE_ROWS(self.linear(x), self.weight) + 0.5
+
+
+@pytest.mark.parametrize("quant_dtype, activation", [("8a8w", Datatype.UFIXED_POINT_8),
+                                                      ("16a8w", Datatype.UFIXED_POINT_16)])
+def test_quantized_models_run_the_quantized_branch(quant_package, quant_dtype, activation):
+    """ScaleRows' float branch adds 1000 on purpose: matching the converted model within one
+    step proves the kernel ran on the quantized tensors, with their zero points."""
+    _, library = quant_package
+    binding = qco.bind(QUANT_PACKAGE, {"ScaleRows": SCALE_ROWS})  # GatherRows has no 16-bit datatype
+    samples = samples_of((4, 8))
+    converted = convert(ScaleModel().eval(), samples, binding, quant_dtype)
+    program, outputs = run(converted, samples[0], binding, library)
+    (emulated,) = program.emulated
+    encodings = dict(emulated.tensors)
+    assert emulated.qnn_op_type == "ScaleRows"
+    assert encodings["x"].datatype is activation and encodings["y"].datatype is activation
+    weight = Datatype.SFIXED_POINT_8 if quant_dtype == "8a8w" else Datatype.UFIXED_POINT_8
+    assert encodings["weight"].datatype is weight
+    assert encodings["x"].offset != 0 and encodings["y"].offset != 0  # asymmetric activations
+    if quant_dtype == "16a8w":
+        assert encodings["weight"].offset == -128  # 16a8w weights: uint8 with zero point 128
+    reference = as_tuple(converted(*samples[0]))
+    reports = compare_outputs(outputs, reference, Tolerance(atol=0), scales=program.output_scales)
+    assert all(r.passed for r in reports), [str(r) for r in reports]
+    assert "steps of" in str(reports[0])
+
+    # The float branch (the wrong one) is what emulate="float" runs: far from the reference.
+    float_program, float_outputs = run(converted, samples[0], binding, library, emulate="float")
+    assert float_program.emulated == ()
+    (far,) = compare_outputs(float_outputs, reference, Tolerance(atol=0), scales=program.output_scales)
+    assert not far.passed and far.steps > 10
+
+
+def test_shipped_mul3_runs_its_uint8_branch(mul3):
+    binding, library = mul3
+    samples = samples_of((1, 3, 8, 8))
+    converted = convert(ConvMul3().eval(), samples, binding, "8a8w")
+    program, outputs = run(converted, samples[0], binding, library)
+    (emulated,) = program.emulated
+    assert {str(e.datatype.short_name) for _, e in emulated.tensors} == {"UFIXED_POINT_8"}
+    reports = compare_outputs(outputs, as_tuple(converted(*samples[0])), Tolerance(atol=0),
+                              scales=program.output_scales)
+    assert all(r.passed for r in reports), [str(r) for r in reports]
+
+
+class SplitModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        low, high = SPLIT(self.linear(x))
+        return torch.relu(low), high * 4
+
+
+def test_split_runs_with_two_output_encodings(split):
+    binding, library = split
+    samples = samples_of((2, 3, 8))
+    converted = convert(SplitModel().eval(), samples, binding, "8a8w")
+    program, outputs = run(converted, samples[0], binding, library)
+    (emulated,) = program.emulated
+    encodings = dict(emulated.tensors)
+    assert encodings["first_half"] != encodings["second_half"]
+    reports = compare_outputs(outputs, as_tuple(converted(*samples[0])), Tolerance(atol=0),
+                              scales=program.output_scales)
+    assert len(reports) == 2 and all(r.passed for r in reports), [str(r) for r in reports]
+
+
+class GatherModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(6, 4, generator=torch.Generator().manual_seed(1)))
+
+    def forward(self, indices):
+        return GATHER(self.table * 1.0, indices)
+
+
+def test_int64_indices_reach_the_kernel_as_int32_as_on_qnn(quant_package):
+    """QNN's lowering casts int64 graph inputs to int32; the kernel (INT_32 only) sees int32."""
+    binding, library = quant_package
+    indices = torch.tensor([5, 0, 3], dtype=torch.int64)
+    _, outputs = run(GatherModel().eval(), (indices,), binding, library)
+    torch.testing.assert_close(outputs[0], GatherModel().eval()(indices), rtol=0, atol=0)
+
+
+def test_a_dtype_the_opdef_forbids_is_refused_before_lowering(quant_package):
+    """int64 computed in the graph stays int64 on QNN (only inputs and constants are cast)."""
+    binding, _ = quant_package
+
+    class Computed(GatherModel):
+        def forward(self, indices):
+            return GATHER(self.table * 1.0, indices * 2)
+
+    with pytest.raises(qco.PreflightError, match=r"input 'indices' is INT_64, but QuantTestPackage::GatherRows "
+                                                 r"allows only INT_32 on HTP"):
+        qco.lower(Computed().eval(), (torch.tensor([1, 2]),), binding, target="host")
+
+
+def test_a_kernel_failure_reaches_python_with_its_op_and_status(quant_package):
+    binding, library = quant_package
+
+    class Odd(torch.nn.Module):
+        def forward(self, x):
+            low, high = HALVES(x)
+            return low, high
+
+    with pytest.raises(RunnerError, match=r"kernel failed: qco_quant::halves\.out: shape mismatch"):
+        run(Odd(), (torch.randn(2, 5),), binding, library)
+
+
+def test_compare_in_steps_passes_one_step_and_fails_two():
+    golden = torch.zeros(4)
+    one_step, two_steps = golden + 0.01, golden + 0.02
+    tolerance = Tolerance(atol=0)
+    assert compare_outputs([one_step], [golden], tolerance, scales=[0.01])[0].passed
+    report = compare_outputs([two_steps], [golden], tolerance, scales=[0.01])[0]
+    assert not report.passed and report.steps == pytest.approx(2.0)
+    assert compare_outputs([two_steps], [golden], Tolerance(atol=0, lsb=2), scales=[0.01])[0].passed
+    assert not compare_outputs([one_step], [golden], tolerance)[0].passed  # no scale: absolute only
+
+
+def test_compare_refuses_a_dtype_mismatch():
+    report = compare_outputs([torch.zeros(2, dtype=torch.int32)], [torch.zeros(2)])[0]
+    assert not report.passed and report.problem == "dtype int32 but the golden is float32"
