@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -45,15 +46,20 @@ def quantize(model: torch.nn.Module, samples: Sequence[tuple], binding, quant_dt
 
 
 def run_on_target(args: argparse.Namespace, name: str, binding, package_dir: Path, model: torch.nn.Module,
-                  inputs: tuple) -> list[torch.Tensor]:
-    """Lower ``model`` for the target, write the .pte, run it once on ``inputs``."""
+                  inputs: tuple) -> tuple[list[torch.Tensor], tuple]:
+    """Lower ``model`` for the target, write the .pte, run it once on ``inputs``; returns the
+    outputs and each output's quantization scale."""
     args.output_dir.mkdir(parents=True, exist_ok=True)
     pte = args.output_dir / f"{name}_{args.target}.pte"
     if args.target == "host":
         library = qco.build_host_library(package_dir, binding)
         program = qco.lower(model, inputs, binding, target="host", output=pte)
         print(f"lowered for the host: {pte} (kernels from {library.name})")
-        return HostRunner([library]).run(program.buffer, [inputs])[0]
+        for emulated in program.emulated:
+            print(f"  kernel runs on quantized tensors, as on the HTP: {emulated}")
+        if not program.emulated:
+            print("  kernel runs on float tensors")
+        return HostRunner([library]).run(program.buffer, [inputs])[0], program.output_scales
     from executorch.backends.qualcomm.utils.utils import get_soc_to_htp_arch_map
 
     if not args.device or not args.build_folder:
@@ -65,33 +71,41 @@ def run_on_target(args: argparse.Namespace, name: str, binding, package_dir: Pat
     print(f"lowered for QNN ({args.soc}, HTP v{arch}): {pte}")
     runner = DeviceRunner(args.device, args.soc, args.build_folder, device_libraries(binding.package.name, builds),
                           adb_host=args.adb_host)
-    return runner.run(program.buffer, [inputs])[0]
+    return runner.run(program.buffer, [inputs])[0], program.output_scales
 
 
 def as_list(value) -> list[torch.Tensor]:
     return list(value) if isinstance(value, (tuple, list)) else [value]
 
 
+@dataclass(frozen=True)
+class FlowResult:
+    outputs: list  # the target's
+    reference: list  # the converted (or float) model's, in PyTorch
+    eager: list  # float eager PyTorch's
+    scales: tuple  # each output's quantization step, None if unquantized
+
+
 def quantize_and_run(args: argparse.Namespace, name: str, binding, package_dir: Path, model: torch.nn.Module,
-                     samples: Sequence[tuple]) -> tuple[list, list, list]:
-    """(target outputs, converted-model outputs, float eager outputs) for ``samples[0]``."""
+                     samples: Sequence[tuple]) -> FlowResult:
+    """Target, converted-model and float eager outputs for ``samples[0]``."""
     model = model.eval()
     reference = quantize(model, samples, binding, args.quant)
     inputs = samples[0]
-    outputs = run_on_target(args, name, binding, package_dir, reference, inputs)
+    outputs, scales = run_on_target(args, name, binding, package_dir, reference, inputs)
     with torch.no_grad():
-        return outputs, as_list(reference(*inputs)), as_list(model(*inputs))
+        return FlowResult(outputs, as_list(reference(*inputs)), as_list(model(*inputs)), scales)
 
 
-def report(outputs: Sequence[torch.Tensor], reference: Sequence[torch.Tensor], eager: Sequence[torch.Tensor],
-           quant_step: float) -> int:
-    """Compare with the reference model (must match) and print the error against float eager."""
-    print("against the converted (reference) model:")
-    reports = compare_outputs(outputs, reference, Tolerance(atol=quant_step))
+def report(result: FlowResult) -> int:
+    """Compare with the reference model (within one quantization step of each output, or
+    1e-5 for float outputs) and print the error against float eager."""
+    print("against the converted (reference) model, within one step:")
+    reports = compare_outputs(result.outputs, result.reference, Tolerance(atol=1e-5, lsb=1), scales=result.scales)
     for line in reports:
         print(f"  {line}")
     print("against float eager PyTorch (quantization error, for information):")
-    for line in compare_outputs(outputs, eager, Tolerance(atol=float("inf"))):
+    for line in compare_outputs(result.outputs, result.eager, Tolerance(atol=float("inf"))):
         print(f"  {line}")
     ok = all(r.passed for r in reports)
     print("OK" if ok else "MISMATCH")

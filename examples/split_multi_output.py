@@ -35,9 +35,7 @@ def main() -> int:
 
     torch.manual_seed(0)
     samples = [(torch.randn(1, 4, 8, 16),) for _ in range(8)]
-    outputs, reference, eager = quantize_and_run(args, "split", binding, PACKAGE_DIR, Model(), samples)
-    step = max(float(t.abs().max()) for t in reference) / 255 * 2 if args.quant != "none" else 1e-5
-    return report(outputs, reference, eager, quant_step=step)
+    return report(quantize_and_run(args, "split", binding, PACKAGE_DIR, Model(), samples))
 
 
 if __name__ == "__main__":

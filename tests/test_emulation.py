@@ -207,3 +207,22 @@ def test_compare_in_steps_passes_one_step_and_fails_two():
 def test_compare_refuses_a_dtype_mismatch():
     report = compare_outputs([torch.zeros(2, dtype=torch.int32)], [torch.zeros(2)])[0]
     assert not report.passed and report.problem == "dtype int32 but the golden is float32"
+
+
+def test_cli_run_compares_in_steps_of_the_scales_lower_recorded(mul3, tmp_path, capsys):
+    from qnn_custom_ops import cli
+
+    binding, library = mul3
+    samples = samples_of((1, 3, 8, 8))
+    converted = convert(ConvMul3().eval(), samples, binding, "8a8w")
+    program = qco.lower(converted, samples[0], binding, output=tmp_path / "m.pte")
+    (scale,) = program.output_scales
+    assert scale is not None and (tmp_path / "m.pte.scales.json").is_file()
+    torch.save(samples[0][0], tmp_path / "x.pt")
+    torch.save(converted(*samples[0]) + scale, tmp_path / "one_step.pt")  # one step off everywhere
+    command = ["run", str(tmp_path / "m.pte"), "--inputs", str(tmp_path / "x.pt"), "--library", str(library),
+               "--golden", str(tmp_path / "one_step.pt"), "--atol", "0"]
+    assert cli.main(command) == 0
+    assert "(1.00 steps of" in capsys.readouterr().out
+    assert cli.main(command + ["--lsb", "0.5"]) == 3
+    assert capsys.readouterr().out.strip().endswith("FAIL")

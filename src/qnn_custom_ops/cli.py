@@ -152,6 +152,7 @@ def _runner(args: argparse.Namespace):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from .partitioner.lowering import read_output_scales, scales_file
     from .runtime import Tolerance, compare_outputs, method_specs
 
     pte_path = Path(args.model)
@@ -166,7 +167,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"output {index}: {list(output.shape)} {str(output.dtype).replace('torch.', '')}")
         return EXIT_OK
     goldens = _load_tensors(args.golden, output_specs, "golden")
-    reports = compare_outputs(outputs, goldens, Tolerance(args.atol, args.min_sqnr))
+    scales = read_output_scales(pte_path)
+    if scales is None:
+        print(f"note: no {scales_file(pte_path).name} beside the program (written by lower(output=...)): "
+              "errors are compared in absolute terms only", file=sys.stderr)
+    reports = compare_outputs(outputs, goldens, Tolerance(args.atol, args.min_sqnr, args.lsb), scales=scales)
     for report in reports:
         print(report)
     return EXIT_OK if all(r.passed for r in reports) else EXIT_MISMATCH
@@ -204,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--golden", nargs="+", default=[], metavar="FILE", help="expected outputs, .pt or .raw")
     run.add_argument("--atol", type=float, default=1e-4, help="pass when max abs error <= ATOL (default 1e-4)")
     run.add_argument("--min-sqnr", type=float, default=float("inf"), help="... or SQNR >= this many dB")
+    run.add_argument("--lsb", type=float, default=1.0,
+                     help="... or, for a quantized output, within LSB steps of its scale (default 1)")
     run.add_argument("--library", action="append", default=[], help="host kernel library to load (host target)")
     run.add_argument("--build-folder", help="ExecuTorch build with the QNN backend (x86 and device targets)")
     run.add_argument("--device", help="adb serial (device target)")

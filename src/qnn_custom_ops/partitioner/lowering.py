@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -103,7 +104,8 @@ def lower(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], bindin
     (``emulate="quantized"``, the default), or its float branch between dequantize and
     quantize nodes (``emulate="float"``, for comparison). ``target="qnn"``: the QNN
     partitioner with ``compile_spec`` (``compile_spec(soc, binding, builds)``); needs the QNN
-    SDK and says so in one line without it. ``output`` writes the .pte (atomically).
+    SDK and says so in one line without it. ``output`` writes the .pte (atomically), and
+    beside it ``<output>.scales.json``, the outputs' quantization scales.
     """
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}: use one of {', '.join(TARGETS)}")
@@ -122,4 +124,19 @@ def lower(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], bindin
         from ..generator.writer import write_atomic
 
         write_atomic(Path(output), program.buffer)
+        write_atomic(scales_file(Path(output)), json.dumps({"output_scales": list(scales)}).encode())
     return program
+
+
+def scales_file(pte: Path) -> Path:
+    """The sidecar of a .pte written by ``lower``: its outputs' quantization scales, which
+    ``qnn-custom-ops run`` compares in steps of."""
+    return pte.with_name(pte.name + ".scales.json")
+
+
+def read_output_scales(pte: Path) -> tuple[float | None, ...] | None:
+    """The scales ``lower`` recorded beside ``pte``, or None if it recorded none."""
+    path = scales_file(pte)
+    if not path.is_file():
+        return None
+    return tuple(json.loads(path.read_text())["output_scales"])

@@ -51,6 +51,9 @@ class OutputReport:
         return f"output {self.index}: {list(self.shape)} {str(self.dtype).replace('torch.', '')}  {detail}  {verdict}"
 
 
+_FLOAT32_SLACK = 1e-5
+
+
 def _sqnr_db(golden: torch.Tensor, error: torch.Tensor) -> float:
     noise = float(error.pow(2).mean())
     signal = float(golden.pow(2).mean())
@@ -76,7 +79,8 @@ def compare_output(index: int, output: torch.Tensor, golden: torch.Tensor, toler
     norms = float(got.norm() * want.norm())
     cosine = float(got @ want) / norms if norms > 0 else float(torch.equal(got, want))
     sqnr = _sqnr_db(want, error)
-    within_steps = scale is not None and max_abs <= tolerance.lsb * scale
+    # float32 outputs: one step computed in float32 may differ from the scale by an ulp
+    within_steps = scale is not None and max_abs <= tolerance.lsb * scale * (1 + _FLOAT32_SLACK)
     passed = max_abs <= tolerance.atol or within_steps or sqnr >= tolerance.min_sqnr_db
     return OutputReport(index, shape, dtype, max_abs, mean_abs, cosine, sqnr, passed, scale=scale)
 
