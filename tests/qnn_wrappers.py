@@ -17,6 +17,8 @@ from executorch.backends.qualcomm.serialization.qc_schema import QnnExecuTorchBa
 from executorch.backends.qualcomm.utils.utils import qnn_edge_config
 from executorch.exir import to_edge_transform_and_lower
 
+from qnn_custom_ops.builder.visitor import bound_visitors
+
 SCALAR = PyQnnManager.Qnn_ParamType_t.QNN_PARAMTYPE_SCALAR
 HTP = QnnExecuTorchBackendType.kHtpBackend
 
@@ -62,11 +64,13 @@ def readback(py_op_wrapper) -> OpReadback:
     )
 
 
-def op_wrappers(edge_program, op_package_infos, nodes) -> list[OpReadback]:
-    """The op wrappers executorch's visitors build for ``nodes``, read back field by field."""
-    visitors = get_node_visitors(edge_program, op_package_infos=op_package_infos)
-    wrappers = defaultdict(dict)
-    return [readback(visitors[node.target.__name__].define_node(node, wrappers)) for node in nodes]
+def op_wrappers(edge_program, op_package_infos, nodes, binding) -> list[OpReadback]:
+    """The op wrappers executorch's visitors build for ``nodes`` during a lowering with
+    ``binding``, read back field by field."""
+    with bound_visitors(binding.ops):
+        visitors = get_node_visitors(edge_program, op_package_infos=op_package_infos)
+        wrappers = defaultdict(dict)
+        return [readback(visitors[node.target.__name__].define_node(node, wrappers)) for node in nodes]
 
 
 def qnn_edge_program(module, example_inputs):
@@ -78,6 +82,9 @@ def qnn_edge_program(module, example_inputs):
     return to_edge_transform_and_lower(aten, transform_passes=passes, compile_config=qnn_edge_config()).exported_program()
 
 
-def all_op_wrappers(edge_program, op_package_infos) -> list[OpReadback]:
-    """Every op wrapper of the graph, built by QnnBackend exactly as before Compile."""
-    return [readback(w) for w in QnnBackend._build_op_wrappers(edge_program, False, op_package_infos, False, HTP)]
+def all_op_wrappers(edge_program, op_package_infos, binding=None) -> list[OpReadback]:
+    """Every op wrapper of the graph, built by QnnBackend exactly as before Compile: during a
+    lowering with ``binding``, or with executorch's own visitors when it is None."""
+    with bound_visitors(binding.ops if binding is not None else {}):
+        return [readback(w) for w in QnnBackend._build_op_wrappers(edge_program, False, op_package_infos, False,
+                                                                   HTP)]

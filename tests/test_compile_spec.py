@@ -18,7 +18,8 @@ from executorch.backends.qualcomm.serialization.qc_schema_serialize import flatb
 from executorch.exir import to_edge_transform_and_lower
 
 import qnn_custom_ops as qco
-from qnn_custom_ops.builder.visitor import BoundOpVisitor
+from qnn_custom_ops.partitioner import op_package_options
+from qnn_custom_ops.builder.visitor import BoundOpVisitor, bound_visitors
 from qnn_custom_ops.partitioner import (
     DEVICE_WORKSPACE,
     CompileSpecError,
@@ -92,7 +93,7 @@ def test_build_problems_are_reported_together(mul3_binding, tmp_path):
               OpPackageBuild("CPU", "aarch64-android", wrong),
               OpPackageBuild("CPU", "aarch64-android", wrong)]
     with pytest.raises(CompileSpecError) as info:
-        mul3_binding.op_package_options(builds)
+        op_package_options(mul3_binding, builds)
     message = str(info.value)
     assert "no HTP build" in message
     assert f"{tmp_path / 'missing.so'}: no such library" in message
@@ -112,7 +113,7 @@ def arg_kind_builds(tmp_path):
 
 def test_lowering_uses_our_visitor_and_builds_the_op_wrapper(arg_kind_builds):
     binding = qco.bind(ARG_KIND_PACKAGE, {"KitchenSink": SINK, "TwoHalves": HALVES})
-    infos = binding.op_package_options(arg_kind_builds).op_package_infos
+    infos = op_package_options(binding, arg_kind_builds).op_package_infos
 
     class Model(torch.nn.Module):
         def forward(self, x, bias):
@@ -122,9 +123,12 @@ def test_lowering_uses_our_visitor_and_builds_the_op_wrapper(arg_kind_builds):
     program = edge_program(Model(), torch.randn(1, 1, 2, 8), torch.randn(8))
     from executorch.backends.qualcomm.builders.node_visitor_manager import get_node_visitors
 
-    visitors = get_node_visitors(program, op_package_infos=infos)
+    with bound_visitors(binding.ops):  # as during our partitioning and lowering
+        visitors = get_node_visitors(program, op_package_infos=infos)
     assert isinstance(visitors["qco_test.kitchen_sink.default"], BoundOpVisitor)
-    sink, halves = op_wrappers(program, infos, bound_nodes(binding, program))
+    assert not isinstance(get_node_visitors(program, op_package_infos=infos)["qco_test.kitchen_sink.default"],
+                          BoundOpVisitor)  # and only then
+    sink, halves = op_wrappers(program, infos, bound_nodes(binding, program), binding)
     assert (sink.package, sink.type) == ("ArgKindPackage", "KitchenSink")
     assert [(t.dims, t.datatype) for t in sink.inputs] == [([1, 1, 2, 8], "QNN_DATATYPE_FLOAT_32"),
                                                             ([8], "QNN_DATATYPE_FLOAT_32")]

@@ -12,6 +12,7 @@ from executorch.backends.qualcomm.serialization.qc_schema import QnnExecuTorchBa
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 import qnn_custom_ops as qco
+from qnn_custom_ops.partitioner import op_package_options
 from qnn_custom_ops.builder.visitor import _EXECUTORCH_CUSTOM_OP
 from qnn_custom_ops.partitioner import OpPackageBuild
 from qnn_custom_ops.quantizer import FLOAT_TENSORS_KEY, Share
@@ -246,8 +247,8 @@ def halves_builds(tmp_path):
 
 def test_two_outputs_keep_their_own_encodings_down_to_the_qnn_tensors(halves_builds):
     binding, program = quantized_halves_program()
-    infos = binding.op_package_options(halves_builds).op_package_infos
-    wrappers = all_op_wrappers(program, infos)
+    infos = op_package_options(binding, halves_builds).op_package_infos
+    wrappers = all_op_wrappers(program, infos, binding)
     (halves,) = [w for w in wrappers if w.type == "Halves"]
     assert halves.package == "QuantTestPackage"
     low, high = halves.outputs
@@ -264,7 +265,7 @@ def test_executorchs_own_custom_op_visitor_shares_one_encoding(halves_builds):
     """Why ours exists: executorch's CustomOp reads the op node's quant attrs for every output,
     which AnnotateQuantAttrs overwrote with the last getitem's."""
     binding, program = quantized_halves_program()
-    infos = binding.op_package_options(halves_builds).op_package_infos
+    infos = op_package_options(binding, halves_builds).op_package_infos
     graph = get_qnn_pass_manager_cls(QnnExecuTorchBackendType.kHtpBackend)().transform_for_preprocess_pipeline(program)
     node = next(n for n in graph.graph.nodes if binding.op_for(n) is not None)
     visitor = _EXECUTORCH_CUSTOM_OP(infos[0], generate_node_to_external_map(program), program, False)
@@ -275,7 +276,7 @@ def test_executorchs_own_custom_op_visitor_shares_one_encoding(halves_builds):
 def test_executorchs_make_quantizer_accepts_our_annotation(mul3_binding):
     from executorch.backends.qualcomm.export_utils import make_quantizer
 
-    quantizer = make_quantizer(custom_annotations=(mul3_binding.quant_annotation("8a8w"),))
+    quantizer = make_quantizer(custom_annotations=(qco.quant_annotation(mul3_binding, "8a8w"),))
     prepared = prepare_pt2e(torch.export.export(ConvMul3().eval(), samples_of((1, 3, 8, 8))[0]).module(), quantizer)
     mul3 = node_of(prepared, MUL3)
     assert mul3.args[0].op == "call_module" and "activation_post_process" in mul3.args[0].target

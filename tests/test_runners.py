@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import qnn_custom_ops as qco
+from qnn_custom_ops.partitioner import op_package_options
 from qnn_custom_ops.partitioner import DEVICE_WORKSPACE, OpPackageBuild, device_libraries, device_library_path
 from qnn_custom_ops.runtime import DeviceRunner, RawOutputError, RunnerError, X86Runner
 
@@ -123,7 +124,7 @@ def test_device_run_pushes_to_the_compile_spec_paths_runs_and_pulls(mul3_pte, fa
     assert commands[-1][:2] == ["pull", f"{ws}/outputs"]
     # what the compile spec baked in is exactly where the libraries were pushed
     binding = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3})
-    baked = {i.op_package_path for i in binding.op_package_options(op_package_builds).op_package_infos}
+    baked = {i.op_package_path for i in op_package_options(binding, op_package_builds).op_package_infos}
     assert baked == {htp_path, cpu_path} and baked <= set(pushes)
 
 

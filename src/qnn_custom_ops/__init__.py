@@ -13,8 +13,8 @@ __version__ = "0.1.0"
 
 # Public name -> module that defines it (imported lazily: these pull in torch/executorch).
 _LAZY = {
-    "bind": "binding",
-    "OpPackageBinding": "binding",
+    "bind": "builder",
+    "OpPackageBinding": "builder",
     "AlignmentError": "builder",
     "OpMappingError": "builder",
     "QnnOpSpec": "builder",
@@ -31,6 +31,7 @@ _LAZY = {
     "build_host_library": "runtime",
     "load_host_library": "runtime",
     "make_quantizer": "quantizer",
+    "quant_annotation": "quantizer",
     "QuantAnnotationError": "quantizer",
     "Share": "quantizer",
 }

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..errors import ReportedError
-from ..opdef import Datatype, TensorDef
+from ..opdef import Datatype, HTP, TensorDef
 from .alignment import ArgBinding, ArgKind, OpBinding
 
 NUMPY_DTYPE: dict[Datatype, type] = {
@@ -34,7 +34,6 @@ NUMPY_DTYPE: dict[Datatype, type] = {
     Datatype.BOOL_8: np.bool_,
 }
 
-BACKEND = "HTP"
 
 
 class OpMappingError(ReportedError, ValueError):
@@ -134,7 +133,7 @@ def _param(arg: ArgBinding, value: Any, binding: OpBinding, where: str) -> QnnPa
     if isinstance(value, torch.fx.Node):
         raise OpMappingError(f"{where}: param '{tensor.name}' is computed in the graph ({value.name}); "
                              "QNN params must be constants at export time")
-    datatypes = binding.op.datatypes(tensor, BACKEND)
+    datatypes = binding.op.datatypes(tensor, HTP)
     if arg.kind is ArgKind.STR:
         return _enum_param(tensor, value, datatypes, where)
     if arg.kind in (ArgKind.INT_LIST, ArgKind.FLOAT_LIST):

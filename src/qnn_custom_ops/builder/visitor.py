@@ -1,14 +1,16 @@
 """Our node visitor inside executorch's QNN lowering, for the bound ops.
 
 executorch builds one ``CustomOp`` visitor per op package info of the compile spec
-(``node_visitor_manager.get_node_visitors``). ``install`` swaps that class for a factory
-that hands bound ops to ``BoundOpVisitor`` -- which builds the ``PyQnnOpWrapper`` from a
-``QnnOpSpec`` -- and leaves any other custom op to executorch's own visitor.
+(``node_visitor_manager.get_node_visitors``). While a ``bound_visitors`` block runs (our
+partitioning or lowering), that class is swapped for a factory that hands bound ops to
+``BoundOpVisitor`` -- which builds the ``PyQnnOpWrapper`` from a ``QnnOpSpec`` -- and leaves
+any other custom op to executorch's own visitor; the original is restored afterwards.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, Mapping
 
 import executorch.backends.qualcomm.python.PyQnnManagerAdaptor as PyQnnManager
 import torch
@@ -16,11 +18,12 @@ from executorch.backends.qualcomm.builders import node_visitor_manager
 from executorch.backends.qualcomm.builders.node_visitor import NodeVisitor
 from executorch.backends.qualcomm.utils.constants import QCOM_DATA, QCOM_QUANT_ATTRS
 
+from ..errors import ReportedError
 from .alignment import OpBinding
 from .spec import QnnOpSpec, output_carrier, qnn_op_spec
 
 _EXECUTORCH_CUSTOM_OP = node_visitor_manager.CustomOp
-_BOUND: dict[str, OpBinding] = {}  # custom op name ("ns.op.overload") -> binding
+_ACTIVE: dict[str, OpBinding] = {}  # custom op name ("ns.op.overload") -> binding, inside bound_visitors
 
 NATIVE = PyQnnManager.Qnn_TensorType_t.QNN_TENSOR_TYPE_NATIVE
 
@@ -91,14 +94,36 @@ def _add_params(op: PyQnnManager.PyQnnOpWrapper, spec: QnnOpSpec) -> None:
 
 
 def _visitor_for(op_package_info: Any, *visitor_args: Any) -> NodeVisitor:
-    binding = _BOUND.get(op_package_info.custom_op_name)
+    binding = _ACTIVE.get(op_package_info.custom_op_name)
     if binding is None:
         return _EXECUTORCH_CUSTOM_OP(op_package_info, *visitor_args)
     return BoundOpVisitor(binding, *visitor_args)
 
 
-def install(bindings: dict[str, OpBinding]) -> None:
-    """Route executorch's custom-op visitors for these bindings to ``BoundOpVisitor``."""
+class BindingConflictError(ReportedError, ValueError):
+    """One torch op bound to two different OpDefs in one lowering."""
+
+
+@contextmanager
+def bound_visitors(bindings: Mapping[str, OpBinding]) -> Iterator[None]:
+    """Route executorch's custom-op visitors for these bound ops to ``BoundOpVisitor`` while
+    the block runs; executorch's visitor is back in place afterwards, whatever happens."""
+    added = []
     for binding in bindings.values():
-        _BOUND[binding.custom_op_name] = binding
+        active = _ACTIVE.get(binding.custom_op_name)
+        if active is not None and (active.package_name, active.qnn_op_type) != (binding.package_name,
+                                                                               binding.qnn_op_type):
+            raise BindingConflictError(
+                f"{binding.custom_op_name} is bound to {active.package_name}::{active.qnn_op_type} and to "
+                f"{binding.package_name}::{binding.qnn_op_type} in one lowering (bind each torch op to one OpDef)")
+        if active is None:
+            _ACTIVE[binding.custom_op_name] = binding
+            added.append(binding.custom_op_name)
+    previous = node_visitor_manager.CustomOp
     node_visitor_manager.CustomOp = _visitor_for
+    try:
+        yield
+    finally:
+        node_visitor_manager.CustomOp = previous
+        for name in added:
+            del _ACTIVE[name]

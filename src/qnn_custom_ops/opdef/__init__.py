@@ -1,10 +1,10 @@
 """OpDef XML: read, validate, and model QNN op package configs. Imports nothing of ours."""
 
 from .diagnostics import Diagnostic, OpDefError, OpDefWarning
-from .model import Datatype, Default, Layout, OpDef, OpPackage, Shape, Supplement, TensorDef
+from .model import HTP, Datatype, Default, Layout, OpDef, OpPackage, Shape, Supplement, TensorDef
 from .parser import load_package
 
 __all__ = [
-    "Datatype", "Default", "Diagnostic", "Layout", "OpDef", "OpDefError", "OpDefWarning",
+    "HTP", "Datatype", "Default", "Diagnostic", "Layout", "OpDef", "OpDefError", "OpDefWarning",
     "OpPackage", "Shape", "Supplement", "TensorDef", "load_package",
 ]

@@ -93,7 +93,8 @@ class Layout(str, enum.Enum):
 
 #: The backends an op package is built for as an HTP package; the QNN SDK builds HTP_FP16
 #: packages (its ExampleOpPackageHtpFp16.xml) exactly like HTP ones.
-HTP_BACKENDS = ("HTP", "HTP_FP16")
+HTP = "HTP"
+HTP_BACKENDS = (HTP, "HTP_FP16")
 KNOWN_BACKENDS = ("CPU", "GPU", "DSP", *HTP_BACKENDS, "LPAI")
 
 #: A parsed default: bool, int, float, str (STRING params), or a tuple for rank-1 params.

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 from executorch.backends.qualcomm.serialization.qc_schema import (
     QcomChipset,
@@ -22,10 +22,9 @@ from executorch.backends.qualcomm.serialization.qc_schema import (
     QnnExecuTorchOpPackageTarget,
 )
 
+from ..builder import OpPackageBinding
 from ..errors import ReportedError
 
-if TYPE_CHECKING:
-    from ..binding import OpPackageBinding
 
 DEVICE_WORKSPACE = "/data/local/tmp/qnn_custom_ops"
 
@@ -96,7 +95,7 @@ def interface_provider(package_name: str) -> str:
     return f"{package_name}InterfaceProvider"
 
 
-def op_package_options(binding: "OpPackageBinding", builds: Iterable[OpPackageBuild]) -> QnnExecuTorchOpPackageOptions:
+def op_package_options(binding: OpPackageBinding, builds: Iterable[OpPackageBuild]) -> QnnExecuTorchOpPackageOptions:
     """One op package info per (bound op, build); raises ``CompileSpecError`` listing every problem.
 
     x86_64 libraries are loaded on this machine at compile time: they must exist and export
@@ -171,7 +170,7 @@ def chipset(soc: str | QcomChipset) -> QcomChipset:
         raise CompileSpecError(f"unknown SoC {soc!r}: use one of {known}") from None
 
 
-def compile_spec(soc: str | QcomChipset, binding: "OpPackageBinding", builds: Iterable[OpPackageBuild],
+def compile_spec(soc: str | QcomChipset, binding: OpPackageBinding, builds: Iterable[OpPackageBuild],
                  quant: bool = True, **options: object) -> list:
     """The full QNN HTP compile spec for ``to_edge_transform_and_lower``, op packages included.
 

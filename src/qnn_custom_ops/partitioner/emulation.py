@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from ..builder import OpBinding, node_arguments, output_carrier
+from ..builder import OpBinding, OpPackageBinding, node_arguments, output_carrier
 from ..builder.quantized import (
     Encoding,
     QuantizedEmulationError,
@@ -29,8 +29,6 @@ from ..builder.quantized import (
     storage_dtype,
 )
 
-if TYPE_CHECKING:
-    from ..binding import OpPackageBinding
 
 
 @dataclass(frozen=True)
@@ -46,7 +44,7 @@ class EmulatedOp:
         return f"{self.node} ({self.qnn_op_type}): {shown}"
 
 
-def cast_int64_inputs(program: torch.export.ExportedProgram, binding: "OpPackageBinding") -> int:
+def cast_int64_inputs(program: torch.export.ExportedProgram, binding: OpPackageBinding) -> int:
     """Cast int64 graph inputs and constants feeding a bound op to int32, as QNN's lowering
     does; returns how many casts were inserted."""
     graph = program.graph_module.graph
@@ -68,7 +66,7 @@ def cast_int64_inputs(program: torch.export.ExportedProgram, binding: "OpPackage
     return casts
 
 
-def emulate_quantized(program: torch.export.ExportedProgram, binding: "OpPackageBinding") -> list[EmulatedOp]:
+def emulate_quantized(program: torch.export.ExportedProgram, binding: OpPackageBinding) -> list[EmulatedOp]:
     """Fold the dequantize/quantize nodes around every quantized bound op into its
     quantized variant; returns what each folded op computes on."""
     graph = program.graph_module.graph

@@ -5,17 +5,23 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import torch
+from executorch.backends.qualcomm._passes.qnn_pass_manager import get_qnn_pass_manager_cls
+from executorch.backends.qualcomm.serialization.qc_schema import QnnExecuTorchBackendType
+from executorch.backends.qualcomm.utils.utils import qnn_edge_config
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import EdgeCompileConfig, ExecutorchProgramManager, to_edge_transform_and_lower
 
+from ..builder import OpPackageBinding
 from ..builder.quantized import encoding_of, is_dequantize
+from ..builder.visitor import bound_visitors
+from ..generator.writer import write_atomic
 from .emulation import EmulatedOp, cast_int64_inputs, emulate_quantized
+from .partitioner import QnnCustomOpPartitioner
 from .preflight import PreflightError, preflight
 
-if TYPE_CHECKING:
-    from ..binding import OpPackageBinding
 
 TARGETS = ("host", "qnn")
 EMULATIONS = ("quantized", "float")
@@ -48,7 +54,7 @@ def is_quantized(program: torch.export.ExportedProgram) -> bool:
     return any("quantized_decomposed" in str(n.target) for n in program.graph.nodes if n.op == "call_function")
 
 
-def _lower_host(exported: torch.export.ExportedProgram, binding: "OpPackageBinding",
+def _lower_host(exported: torch.export.ExportedProgram, binding: OpPackageBinding,
                 emulate: str) -> tuple[Any, list[EmulatedOp]]:
     """The program QNN would run, for the host's kernels.
 
@@ -60,8 +66,6 @@ def _lower_host(exported: torch.export.ExportedProgram, binding: "OpPackageBindi
     weight and int32 bias conventions differ from XNNPACK's), while portable kernels
     reproduce the converted model.
     """
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-
     cast_int64_inputs(exported, binding)
     problems = preflight(exported.graph_module, binding)
     if problems:
@@ -79,21 +83,18 @@ def _lower_host(exported: torch.export.ExportedProgram, binding: "OpPackageBindi
     return edge, emulated
 
 
-def _lower_qnn(exported: torch.export.ExportedProgram, binding: "OpPackageBinding", compile_spec: list) -> Any:
-    from executorch.backends.qualcomm._passes.qnn_pass_manager import get_qnn_pass_manager_cls
-    from executorch.backends.qualcomm.serialization.qc_schema import QnnExecuTorchBackendType
-    from executorch.backends.qualcomm.utils.utils import qnn_edge_config
-
-    from .partitioner import QnnCustomOpPartitioner
-
+def _lower_qnn(exported: torch.export.ExportedProgram, binding: OpPackageBinding, compile_spec: list) -> Any:
+    """QNN's own export and edge passes, our partitioner, and our visitors for the bound ops
+    while QNN builds its graph (executorch's own visitor is back afterwards)."""
     pass_manager = get_qnn_pass_manager_cls(QnnExecuTorchBackendType.kHtpBackend)()
     aten = pass_manager.transform_for_export_pipeline(exported)
-    return to_edge_transform_and_lower(aten, transform_passes=pass_manager.get_to_edge_transform_passes(exported),
-                                       partitioner=[QnnCustomOpPartitioner(compile_spec, binding)],
-                                       compile_config=qnn_edge_config())
+    with bound_visitors(binding.ops):
+        return to_edge_transform_and_lower(aten, transform_passes=pass_manager.get_to_edge_transform_passes(exported),
+                                           partitioner=[QnnCustomOpPartitioner(compile_spec, binding)],
+                                           compile_config=qnn_edge_config())
 
 
-def lower(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], binding: "OpPackageBinding",
+def lower(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], binding: OpPackageBinding,
           target: str = "host", *, compile_spec: list | None = None, emulate: str = "quantized",
           output: str | Path | None = None) -> LoweredProgram:
     """Export and lower ``model`` (float, or converted by PT2E) and return the program manager.
@@ -121,8 +122,6 @@ def lower(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], bindin
         edge, emulated = _lower_qnn(exported, binding, compile_spec), []
     program = LoweredProgram(edge.to_executorch(), tuple(emulated), scales)
     if output is not None:
-        from ..generator.writer import write_atomic
-
         write_atomic(Path(output), program.buffer)
         write_atomic(scales_file(Path(output)), json.dumps({"output_scales": list(scales)}).encode())
     return program

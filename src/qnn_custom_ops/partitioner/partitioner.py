@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from executorch.backends.qualcomm.partition.qnn_partitioner import QnnPartitioner
@@ -11,11 +11,11 @@ from executorch.backends.qualcomm.serialization.qc_schema import QnnExecuTorchBa
 from executorch.backends.qualcomm.serialization.qc_schema_serialize import flatbuffer_to_option
 from executorch.exir.backend.partitioner import PartitionResult
 
+from ..builder import OpPackageBinding
+from ..builder.visitor import bound_visitors
 from ..qnn_sdk import require_sdk
 from .preflight import PreflightError, preflight
 
-if TYPE_CHECKING:
-    from ..binding import OpPackageBinding
 
 _BACKENDS = {QnnExecuTorchBackendType.kHtpBackend: "HTP", QnnExecuTorchBackendType.kGpuBackend: "GPU"}
 
@@ -34,7 +34,7 @@ class QnnCustomOpPartitioner(QnnPartitioner):
     says so in one line (``QnnSdkMissingError``) instead of downloading or aborting.
     """
 
-    def __init__(self, compile_spec: list[Any], binding: "OpPackageBinding", **kwargs: Any) -> None:
+    def __init__(self, compile_spec: list[Any], binding: OpPackageBinding, **kwargs: Any) -> None:
         super().__init__(compile_spec, **kwargs)
         self.binding = binding
         self.backend = spec_backend(compile_spec)
@@ -49,7 +49,8 @@ class QnnCustomOpPartitioner(QnnPartitioner):
     def partition(self, edge_program: torch.export.ExportedProgram) -> PartitionResult:
         self.preflight(edge_program.graph_module)
         require_sdk("QNN partitioning (QnnCustomOpPartitioner)")
-        result = super().partition(edge_program)
+        with bound_visitors(self.binding.ops):
+            result = super().partition(edge_program)
         self.delegated_nodes = [n.name for n in edge_program.graph.nodes
                                 if n.op == "call_function" and "delegation_tag" in n.meta]
         return result

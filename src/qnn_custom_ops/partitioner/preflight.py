@@ -1,28 +1,24 @@
-"""Preflight: every problem of an edge graph with custom ops, before any QNN call.
+"""Preflight: every problem of a graph with custom ops, before any QNN call or host lowering.
 
-A custom op with no binding, a bound op whose arguments do not map, a datatype at a node
-that the OpDef does not allow on the backend: all are collected and raised together.
+An op of a bound namespace with no binding, a bound op whose arguments do not map, a
+datatype at a node that the OpDef does not allow on the backend: all are collected and
+raised together.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
+from executorch.backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 
-from ..builder import OpBinding, OpMappingError, output_carrier, target_op_name
+from ..builder import OpBinding, OpMappingError, OpPackageBinding, output_carrier, target_op_name
 from ..builder.quantized import is_dequantize, is_quantize, quantized_datatype
 from ..errors import ReportedError
 from ..opdef import Datatype
 from ..opdef.datatypes import plain_datatype
 
-if TYPE_CHECKING:
-    from ..binding import OpPackageBinding
 
-# Namespaces of ops that are not user custom ops.
-STANDARD_NAMESPACES = frozenset({"aten", "prims", "quantized_decomposed", "dim_order_ops", "torchao",
-                                 "executorch_prim", "llama", "qaisw", "higher_order"})
-QUANT_ATTRS = "quant_attrs"  # executorch.backends.qualcomm.utils.constants.QCOM_QUANT_ATTRS
 
 
 class PreflightError(ReportedError, ValueError):
@@ -35,7 +31,7 @@ class PreflightError(ReportedError, ValueError):
 
 def _quant_datatype(node: torch.fx.Node) -> Datatype | None:
     """The fixed-point datatype of a tensor, from QNN's quant attrs or a Q/DQ node's range."""
-    attrs = node.meta.get(QUANT_ATTRS)
+    attrs = node.meta.get(QCOM_QUANT_ATTRS)
     if attrs:
         return Datatype.fixed_point(attrs["quant_min"], attrs["quant_max"])
     if is_dequantize(node) or is_quantize(node):
@@ -64,14 +60,18 @@ def output_datatype(node: torch.fx.Node, index: int, multi: bool) -> Datatype | 
     return plain_datatype(value.dtype)
 
 
-def preflight(graph_module: torch.fx.GraphModule, binding: "OpPackageBinding", backend: str = "HTP") -> list[str]:
-    """Problems of the graph's custom op nodes (an empty list when all is well)."""
+def preflight(graph_module: torch.fx.GraphModule, binding: OpPackageBinding, backend: str = "HTP") -> list[str]:
+    """Problems of the graph's nodes in the binding's namespaces (an empty list when all is well).
+
+    An op of a bound op's namespace that is not bound itself is a mistake (a forgotten
+    binding); ops of other namespaces are not ours to judge.
+    """
     problems: list[str] = []
     for node in graph_module.graph.nodes:
         if node.op != "call_function":
             continue
         name = target_op_name(node.target)
-        if name is None or name.split(".")[0] in STANDARD_NAMESPACES:
+        if name is None or name.split(".")[0] not in binding.namespaces:
             continue
         op_binding = binding.op_for(node)
         if op_binding is None:

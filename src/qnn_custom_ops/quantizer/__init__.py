@@ -10,10 +10,11 @@ from .annotation import (  # noqa: E402
     QuantAnnotationError,
     Share,
     make_annotation,
+    quant_annotation,
     quant_dtype_of,
     spec_datatype,
 )
 from .factory import make_quantizer  # noqa: E402
 
 __all__ = ["FLOAT_TENSORS_KEY", "QUANT_DTYPES", "QuantAnnotationError", "Share", "make_annotation",
-           "make_quantizer", "quant_dtype_of", "spec_datatype"]
+           "make_quantizer", "quant_annotation", "quant_dtype_of", "spec_datatype"]

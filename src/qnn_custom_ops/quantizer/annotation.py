@@ -23,11 +23,10 @@ from torchao.quantization.pt2e.quantizer import (
 )
 from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
 
-from ..builder import OpBinding, node_arguments, output_carrier, target_op_name
+from ..builder import OpBinding, OpPackageBinding, node_arguments, output_carrier, target_op_name
 from ..errors import ReportedError
-from ..opdef import Datatype, TensorDef
+from ..opdef import Datatype, HTP, TensorDef
 
-BACKEND = "HTP"
 QUANT_DTYPES = {
     "8a8w": QuantDtype.use_8a8w,
     "16a8w": QuantDtype.use_16a8w,
@@ -111,20 +110,20 @@ class OpAnnotator:
 
     def _default_spec(self, tensor: TensorDef) -> QuantizationSpec | None:
         """The spec the OpDef calls for, or None for a tensor that stays unquantized."""
-        datatypes = self.binding.op.datatypes(tensor, BACKEND)
+        datatypes = self.binding.op.datatypes(tensor, HTP)
         if _is_numeric_only(datatypes) or _is_float_only(datatypes):
             return None
         return self.config.weight if tensor.is_static else self.config.input_activation
 
     def _checked(self, tensor: TensorDef, spec: Any) -> Any:
         if isinstance(spec, QuantizationSpec):
-            allowed = self.binding.op.datatypes(tensor, BACKEND)
+            allowed = self.binding.op.datatypes(tensor, HTP)
             produced = spec_datatype(spec)
             if produced not in allowed:
                 raise QuantAnnotationError(
                     f"{self.binding.package_name}::{self.binding.op.name}: {tensor.kind} '{tensor.name}' would be "
                     f"{produced.short_name} under {self.quant_dtype}, but the OpDef allows only "
-                    f"{', '.join(d.short_name for d in allowed)} on {BACKEND} (add {produced.value} to its "
+                    f"{', '.join(d.short_name for d in allowed)} on {HTP} (add {produced.value} to its "
                     "<Datatype>s and the kernel, choose another quant_dtype, or override this tensor)")
         return spec
 
@@ -178,6 +177,13 @@ class OpAnnotator:
                 carrier = output_carrier(node, index, True)
                 if carrier is not None:
                     carrier.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(output_qspec=spec, _annotated=True)
+
+
+def quant_annotation(binding: OpPackageBinding, quant_dtype: str = "8a8w",
+                     overrides: Overrides | None = None) -> Callable[[torch.fx.GraphModule], None]:
+    """``(GraphModule) -> None`` for ``QnnQuantizer.add_custom_quant_annotations``: annotates
+    every node of the binding's ops as its OpDef allows."""
+    return make_annotation(binding.ops, quant_dtype, overrides)
 
 
 def make_annotation(bindings: Mapping[str, OpBinding], quant_dtype: str = "8a8w",

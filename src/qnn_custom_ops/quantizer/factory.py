@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from executorch.backends.qualcomm.quantizer.quantizer import QnnQuantizer
 from executorch.backends.qualcomm.serialization.qc_schema import QcomChipset
 
-from .annotation import Overrides, quant_dtype_of
-
-if TYPE_CHECKING:
-    from ..binding import OpPackageBinding
+from ..builder import OpPackageBinding
+from .annotation import Overrides, quant_annotation, quant_dtype_of
 
 
-def make_quantizer(binding: "OpPackageBinding", quant_dtype: str = "8a8w", overrides: Overrides | None = None,
+def make_quantizer(binding: OpPackageBinding, quant_dtype: str = "8a8w", overrides: Overrides | None = None,
                    soc_model: str = "SM8750", per_channel_conv: bool = True, per_channel_linear: bool = False,
                    **default_config: Any) -> QnnQuantizer:
     """A ``QnnQuantizer`` for ``quant_dtype`` whose custom annotation covers the bound ops.
 
     Configured as executorch's ``export_utils.make_quantizer`` does (which also accepts
-    ``binding.quant_annotation(...)`` as a custom annotation), without importing its debug
+    ``quant_annotation(binding, ...)`` as a custom annotation), without importing its debug
     tooling. ``default_config`` goes to ``QnnQuantizer.set_default_quant_config``.
     """
-    annotation = binding.quant_annotation(quant_dtype, overrides)
+    annotation = quant_annotation(binding, quant_dtype, overrides)
     quantizer = QnnQuantizer(soc_model=QcomChipset[soc_model])
     quantizer.add_custom_quant_annotations((annotation,))
     quantizer.set_default_quant_config(quant_dtype_of(quant_dtype), is_conv_per_channel=per_channel_conv,

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import jinja2
 
-from ..builder import ArgBinding, ArgKind, OpBinding
+from ..builder import ArgBinding, ArgKind, OpBinding, OpPackageBinding
 from ..builder.quantized import NAMESPACE as QUANTIZED_NAMESPACE
 from ..builder.quantized import quantized_name
 from ..generator.context import cpp_string
@@ -24,8 +23,6 @@ from ..opdef import Datatype
 from ..opdef.datatypes import kernel_rows
 from .cmake_build import HostBuildError, cache_root, cached_build, content_key, files_under
 
-if TYPE_CHECKING:
-    from ..binding import OpPackageBinding
 
 # QNN datatype of a parameter -> (C++ storage type, qco::DType name)
 _PARAM_STORAGE = {
@@ -191,7 +188,7 @@ def library_name(package_name: str) -> str:
     return f"libqco_{package_name}_executorch.so"
 
 
-def render_project(package_dir: Path, binding: "OpPackageBinding") -> dict[str, str]:
+def render_project(package_dir: Path, binding: OpPackageBinding) -> dict[str, str]:
     """The CMake project of the host library, file name -> text."""
     include, library = executorch_paths()
     name = binding.package.name
@@ -209,7 +206,7 @@ def render_project(package_dir: Path, binding: "OpPackageBinding") -> dict[str, 
     }
 
 
-def build_host_library(package_dir: str | Path, binding: "OpPackageBinding", *, sanitize: str = "",
+def build_host_library(package_dir: str | Path, binding: OpPackageBinding, *, sanitize: str = "",
                        build_root: Path | None = None) -> Path:
     """Build (or reuse) the host library of ``package_dir`` for the ops of ``binding``.
 

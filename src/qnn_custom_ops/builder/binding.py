@@ -1,21 +1,22 @@
 """``OpPackageBinding``: an op package bound to torch ops -- the handle every later step takes.
 
-``bind`` checks the schemas once (``builder``); the binding then hands out QNN op specs
-(``builder``), compile-spec op package options (``partitioner``) and quantizer
-annotations (``quantizer``). This module only composes them.
+``bind`` checks the schemas once; the binding is then plain data (the package and its
+``OpBinding``s) that maps graph nodes to their ops and to ``QnnOpSpec``s. The quantizer
+(``quant_annotation``, ``make_quantizer``) and the partitioner (``compile_spec``,
+``lower``) take a binding; the binding knows neither.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import torch
 
-from .builder import OpBinding, OpMappingError, QnnOpSpec, bind_ops, qnn_op_spec, target_op_name
-from .builder.visitor import install
-from .opdef import OpPackage
+from ..opdef import OpPackage
+from .alignment import OpBinding, bind_ops, target_op_name
+from .spec import OpMappingError, QnnOpSpec, qnn_op_spec
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,11 @@ class OpPackageBinding:
     @property
     def by_custom_op_name(self) -> Mapping[str, OpBinding]:
         return MappingProxyType({b.custom_op_name: b for b in self.ops.values()})
+
+    @property
+    def namespaces(self) -> frozenset[str]:
+        """The torch namespaces of the bound ops: where an unbound op is a mistake."""
+        return frozenset(b.overload.namespace for b in self.ops.values())
 
     def op_for(self, node: torch.fx.Node) -> OpBinding | None:
         """The binding of a node's op, or None if the node is not a bound op."""
@@ -41,24 +47,12 @@ class OpPackageBinding:
             raise OpMappingError(f"node {node.name} ({node.target}) is not a bound op (bound: {bound})")
         return qnn_op_spec(binding, node)
 
-    def op_package_options(self, builds: Iterable[Any]) -> Any:
-        """``QnnExecuTorchOpPackageOptions`` for the compile spec; see ``partitioner.OpPackageBuild``."""
-        from .partitioner.compile_spec import op_package_options
-
-        return op_package_options(self, builds)
-
-    def quant_annotation(self, quant_dtype: str = "8a8w", overrides: Any = None) -> Any:
-        """``(GraphModule) -> None`` for ``QnnQuantizer.add_custom_quant_annotations``; see ``quantizer``."""
-        from .quantizer import make_annotation
-
-        return make_annotation(self.ops, quant_dtype, overrides)
-
 
 def bind(package: OpPackage, mapping: Mapping[str, Any]) -> OpPackageBinding:
     """Bind QNN op types of ``package`` to torch overloads: ``{"ExampleCustomOp": torch.ops.my_ops.mul3.default}``.
 
-    Raises ``AlignmentError`` listing every mismatch of every pair.
+    Raises ``AlignmentError`` listing every mismatch of every pair. Changes nothing outside
+    the returned binding: executorch's QNN visitors are routed to the bound ops only while a
+    lowering with this binding runs.
     """
-    ops = bind_ops(package, mapping)
-    install(ops)
-    return OpPackageBinding(package, MappingProxyType(ops))
+    return OpPackageBinding(package, MappingProxyType(bind_ops(package, mapping)))

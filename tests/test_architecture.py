@@ -1,0 +1,118 @@
+"""The shape of the package: data flows one way, and binding changes nothing in ExecuTorch."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+from executorch.backends.qualcomm.builders import node_visitor_manager
+
+import qnn_custom_ops as qco
+from qnn_custom_ops.builder.visitor import BindingConflictError, bound_visitors
+
+from .conftest import REPO
+from .torch_ops import EXAMPLE_PACKAGE, MUL3, QUANT_PACKAGE, ConvMul3
+
+SOURCE = REPO / "src" / "qnn_custom_ops"
+
+# DESIGN.md's picture, top to bottom: a module may import its own layer or the ones above.
+LAYERS = {
+    "opdef": 0, "errors": 0, "qnn_sdk": 0,
+    "generator": 1, "builder": 1,
+    "quantizer": 2, "partitioner": 2,
+    "runtime": 3,
+    "cli": 4, "__init__": 4, "__main__": 4,
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SOURCE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module of ours that ``path`` imports, at any depth of the file (function-local too)."""
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+            target = f"{base}.{node.module}" if node.module else base
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("qnn_custom_ops"):
+            found.add(node.module)
+    return found
+
+
+def our_graph() -> dict[str, set[str]]:
+    modules = {module_name(p): p for p in SOURCE.rglob("*.py")}
+    return {name: {m for m in imports_of(path) if m in modules and m != name} for name, path in modules.items()}
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    return LAYERS[parts[1] if len(parts) > 1 else "__init__"]
+
+
+def test_no_import_reaches_a_higher_layer():
+    upward = [f"{a} -> {b}" for a, targets in our_graph().items() for b in targets if layer(b) > layer(a)]
+    assert upward == []
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = our_graph()
+    state: dict[str, int] = {}
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(target):] + [target]))
+            if target not in state:
+                visit(target, path + [target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path):
+    """The check can fail: a builder module importing the runtime is caught."""
+    graph = our_graph()
+    graph["qnn_custom_ops.builder.spec"].add("qnn_custom_ops.runtime.host_library")
+    assert any(layer(b) > layer(a) for a, targets in graph.items() for b in targets)
+
+
+def test_binding_and_lowering_leave_executorchs_visitor_in_place(tmp_path, monkeypatch):
+    from .test_compile_spec import fake_op_package_library
+
+    original = node_visitor_manager.CustomOp
+    binding = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3})
+    assert node_visitor_manager.CustomOp is original
+    with bound_visitors(binding.ops):
+        assert node_visitor_manager.CustomOp is not original
+    assert node_visitor_manager.CustomOp is original
+
+    monkeypatch.setenv("QNN_SDK_ROOT", "")
+    builds = [qco.OpPackageBuild("HTP", "x86_64", fake_op_package_library(tmp_path, "ExampleOpPackage"))]
+    with pytest.raises(qco.QnnSdkMissingError):  # the lowering stops here without the SDK ...
+        qco.lower(ConvMul3().eval(), (torch.randn(1, 3, 8, 8),), binding, target="qnn",
+                  compile_spec=qco.compile_spec("SM8650", binding, builds))
+    assert node_visitor_manager.CustomOp is original  # ... and still puts executorch's visitor back
+
+
+def test_one_torch_op_bound_to_two_opdefs_in_one_lowering_is_refused():
+    first = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3})
+    second = qco.bind(QUANT_PACKAGE, {"FloatOnly": MUL3})
+    with bound_visitors(first.ops):
+        with pytest.raises(BindingConflictError, match=r"my_ops\.mul3\.default is bound to "
+                                                        r"ExampleOpPackage::ExampleCustomOp and to "
+                                                        r"QuantTestPackage::FloatOnly in one lowering"):
+            with bound_visitors(second.ops):
+                pass
+        with bound_visitors(first.ops):  # the same binding again is fine
+            pass
