@@ -14,17 +14,13 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from .errors import ReportedError
+from .errors import ReportedError, UsageError
 from .opdef import OpDefError, OpDefWarning, OpPackage, load_package
 
 if TYPE_CHECKING:
     from .runtime.raw_io import TensorSpec
 
 EXIT_OK, EXIT_INTERNAL, EXIT_INVALID, EXIT_MISMATCH = 0, 1, 2, 3
-
-
-class UsageError(Exception):
-    """Bad input that is not an OpDef problem; the message is the one line to print."""
 
 
 def _load(configs: Sequence[str]) -> OpPackage:
@@ -45,13 +41,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from .generator import UnsafeOutputError, generate
+    from .generator import generate
 
     package = _load(args.configs)
-    try:
-        result = generate(package, args.output, force=args.force, dry_run=args.dry_run)
-    except UnsafeOutputError as exc:
-        raise UsageError(str(exc)) from exc
+    result = generate(package, args.output, force=args.force, dry_run=args.dry_run)
     for step in result.steps:
         if args.dry_run or step.action.value != "unchanged":
             print(step)
@@ -96,10 +89,7 @@ def _cmd_opdef_from_torch(args: argparse.Namespace) -> int:
         if not values:
             raise UsageError(f"--enum {item!r}: expected ARG=value1,value2,...")
         enums[name] = values.split(",")
-    try:
-        xml = opdefs_from_torch(ops, package=args.package, enums=enums)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+    xml = opdefs_from_torch(ops, package=args.package, enums=enums)
     if args.output:
         from .generator.writer import write_atomic
 
@@ -229,15 +219,12 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
         for diagnostic in exc.diagnostics:
             print(diagnostic, file=sys.stderr)
         return EXIT_INVALID
-    except UsageError as exc:
+    except ReportedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # the last line of defence: one line, not a traceback
-        if isinstance(exc, ReportedError):
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_INVALID
         if os.environ.get("QCO_DEBUG"):
             raise
         print(f"internal error: {type(exc).__name__}: {exc} (rerun with QCO_DEBUG=1 and report it)",

@@ -17,7 +17,6 @@ import torch
 from ..errors import ReportedError
 from ..opdef import Datatype, OpDef, OpPackage, TensorDef
 
-NO_DEFAULT: Any = object()
 
 
 class ArgKind(enum.Enum):
@@ -58,8 +57,6 @@ class ArgBinding:
     schema_name: str
     kind: ArgKind
     optional: bool  # the schema accepts None
-    default: Any  # the schema default, or NO_DEFAULT
-    kwarg_only: bool
 
 
 @dataclass(frozen=True)
@@ -209,8 +206,7 @@ def _align(op: OpDef, package_name: str, overload: torch._ops.OpOverload,
 
 
 def _arg_binding(tensor: TensorDef, index: int, arg: Any, kind: tuple[ArgKind, bool]) -> ArgBinding:
-    return ArgBinding(tensor, index, arg.name, kind[0], kind[1],
-                      arg.default_value if arg.has_default_value() else NO_DEFAULT, arg.kwarg_only)
+    return ArgBinding(tensor, index, arg.name, kind[0], kind[1])
 
 
 def _datatype_names(tensor: TensorDef) -> str:

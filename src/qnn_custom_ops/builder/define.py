@@ -7,7 +7,8 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from ..opdef import OpDef, OpPackage, TensorDef
+from ..opdef import Datatype, OpDef, OpPackage, TensorDef
+from ..errors import UsageError
 
 _LIBRARIES: list[torch.library.Library] = []  # a Library deregisters its ops when collected
 
@@ -20,14 +21,14 @@ def torch_name_for(qnn_type: str) -> str:
 def _param_type(tensor: TensorDef) -> str:
     if tensor.is_enum:
         base = "str"
-    elif all(d.name == "BOOL_8" for d in tensor.datatypes):
+    elif all(d is Datatype.BOOL_8 for d in tensor.datatypes):
         base = "bool"
     elif all(d.is_integer for d in tensor.datatypes):
         base = "int"
     elif all(d.is_float for d in tensor.datatypes):
         base = "float"
     else:
-        raise ValueError(f"param '{tensor.name}' has datatypes {', '.join(d.short_name for d in tensor.datatypes)}, "
+        raise UsageError(f"param '{tensor.name}' has datatypes {', '.join(d.short_name for d in tensor.datatypes)}, "
                          "which map to no single torch type (use integer, float or BOOL_8 datatypes)")
     if tensor.shape.rank == 1 and base in ("int", "float"):
         base += "[]"
@@ -87,7 +88,7 @@ def define_torch_ops(package: OpPackage, namespace: str, impls: Mapping[str, Cal
     fakes = fakes or {}
     unknown = [t for t in impls if t not in package.ops]
     if unknown:
-        raise KeyError(f"{', '.join(unknown)}: not an op of {package.name} (ops: {', '.join(package.ops)})")
+        raise UsageError(f"{', '.join(unknown)}: not an op of {package.name} (ops: {', '.join(package.ops)})")
     library = torch.library.Library(namespace, "FRAGMENT")
     _LIBRARIES.append(library)
     overloads = {}
@@ -106,7 +107,7 @@ def _define(library: torch.library.Library, namespace: str, name: str, op: OpDef
     existing = getattr(getattr(torch.ops, namespace), name, None) if hasattr(torch.ops, namespace) else None
     if existing is not None and hasattr(existing, "default"):
         if str(existing.default._schema) != f"{namespace}::{functional}":
-            raise ValueError(f"{namespace}::{name} is already defined as {existing.default._schema}, "
+            raise UsageError(f"{namespace}::{name} is already defined as {existing.default._schema}, "
                              f"not {namespace}::{functional}: pick another namespace or name")
         return existing.default
     library.define(functional)

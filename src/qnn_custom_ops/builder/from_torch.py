@@ -8,13 +8,15 @@ from typing import Any, Mapping, Sequence
 import torch
 from lxml import etree
 
+from ..opdef import Datatype
 from ..opdef.identifiers import is_c_identifier
 from .alignment import ArgKind, arg_kind, op_name
+from ..errors import UsageError
 
-ACTIVATION_DATATYPES = ("QNN_DATATYPE_FLOAT_32", "QNN_DATATYPE_UFIXED_POINT_8")
-_PARAM_DATATYPE = {ArgKind.INT: "QNN_DATATYPE_INT_32", ArgKind.INT_LIST: "QNN_DATATYPE_INT_32",
-                   ArgKind.FLOAT: "QNN_DATATYPE_FLOAT_32", ArgKind.FLOAT_LIST: "QNN_DATATYPE_FLOAT_32",
-                   ArgKind.BOOL: "QNN_DATATYPE_BOOL_8", ArgKind.STR: "QNN_DATATYPE_UINT_32"}
+ACTIVATION_DATATYPES = (Datatype.FLOAT_32.value, Datatype.UFIXED_POINT_8.value)
+_PARAM_DATATYPE = {ArgKind.INT: Datatype.INT_32.value, ArgKind.INT_LIST: Datatype.INT_32.value,
+                   ArgKind.FLOAT: Datatype.FLOAT_32.value, ArgKind.FLOAT_LIST: Datatype.FLOAT_32.value,
+                   ArgKind.BOOL: Datatype.BOOL_8.value, ArgKind.STR: Datatype.UINT_32.value}
 
 
 def qnn_type_for(overload: torch._ops.OpOverload) -> str:
@@ -41,7 +43,7 @@ def opdefs_from_torch(ops: Mapping[str, Any], *, package: str, enums: Mapping[st
     """One config holding an OpDef per ``{qnn_op_type: overload}``."""
     for name in (package, *ops):
         if not is_c_identifier(name):
-            raise ValueError(f"{name!r} cannot name a QNN package or op: use letters, digits and '_'")
+            raise UsageError(f"{name!r} cannot name a QNN package or op: use letters, digits and '_'")
     root = etree.Element("OpDefCollection", PackageName=package, Domain=domain, Version=version)
     op_list = etree.SubElement(root, "OpDefList")
     for qnn_type, overload in ops.items():
@@ -64,14 +66,14 @@ def _opdef(qnn_type: str, overload: torch._ops.OpOverload, enums: Mapping[str, S
         if kind is ArgKind.TENSOR:
             opdef.append(_tensor("Input", arg.name, not optional))
         elif kind is ArgKind.UNSUPPORTED:
-            raise ValueError(f"{op_name(overload)}: argument '{arg.name}' of type {arg.type} has no QNN "
+            raise UsageError(f"{op_name(overload)}: argument '{arg.name}' of type {arg.type} has no QNN "
                              "equivalent (use Tensor, int, float, bool, str, int[] or float[])")
         else:
             params.append(_param(overload, arg, kind, optional, enums))
     returns = schema.returns
     for index, ret in enumerate(returns):
         if arg_kind(ret.type) != (ArgKind.TENSOR, False):
-            raise ValueError(f"{op_name(overload)}: returns {ret.type}; QNN ops return Tensors")
+            raise UsageError(f"{op_name(overload)}: returns {ret.type}; QNN ops return Tensors")
         name = ret.name or ("output" if len(returns) == 1 else f"output_{index}")
         opdef.append(_tensor("Output", name, True))
     opdef.extend(params)
@@ -104,7 +106,7 @@ def _param(overload: torch._ops.OpOverload, arg: Any, kind: ArgKind, optional: b
     if kind is ArgKind.STR:
         values = enums.get(arg.name)
         if not values:
-            raise ValueError(f"{op_name(overload)}: str argument '{arg.name}' needs its allowed values: "
+            raise UsageError(f"{op_name(overload)}: str argument '{arg.name}' needs its allowed values: "
                              f"pass enums={{'{arg.name}': [...]}}")
         enumeration = etree.SubElement(element, "Enumeration")
         for value in values:

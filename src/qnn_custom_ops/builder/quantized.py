@@ -222,8 +222,7 @@ def storage_dtype(encoding: Encoding, plain: torch.dtype) -> torch.dtype:
 
 def _bounds(datatype: Datatype) -> tuple[int, int]:
     bits = datatype.bits
-    signed = datatype.name.startswith("S")
-    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if datatype.is_signed else (0, (1 << bits) - 1)
 
 
 def _dequantize(tensor: torch.Tensor, encoding: Encoding) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""fx.Node of a bound op -> ``QnnOpSpec``: plain data saying exactly what QNN will receive.
+"""fx.Node of a bound op -> ``QnnOpSpec``: exactly what QNN will receive for it.
 
 Datatypes come from the OpDef, never from the Python type of a value: a negative int is
 INT_32 when the XML says so, a bool is BOOL_8, a list is a tensor param of the declared
@@ -16,23 +16,13 @@ import numpy as np
 import torch
 
 from ..errors import ReportedError
+from ..opdef.datatypes import DATATYPES
 from ..opdef import Datatype, HTP, TensorDef
 from .alignment import ArgBinding, ArgKind, OpBinding
 
-NUMPY_DTYPE: dict[Datatype, type] = {
-    Datatype.INT_8: np.int8,
-    Datatype.INT_16: np.int16,
-    Datatype.INT_32: np.int32,
-    Datatype.INT_64: np.int64,
-    Datatype.UINT_8: np.uint8,
-    Datatype.UINT_16: np.uint16,
-    Datatype.UINT_32: np.uint32,
-    Datatype.UINT_64: np.uint64,
-    Datatype.FLOAT_16: np.float16,
-    Datatype.FLOAT_32: np.float32,
-    Datatype.FLOAT_64: np.float64,
-    Datatype.BOOL_8: np.bool_,
-}
+# QNN datatype -> numpy scalar type of a param value, for every datatype a param can have.
+NUMPY_DTYPE: dict[Datatype, type] = {r.datatype: np.dtype(r.numpy).type for r in DATATYPES.values()
+                                     if r.numpy is not None and not r.datatype.is_fixed_point}
 
 
 

@@ -10,7 +10,7 @@ import jinja2
 
 from ..opdef import Datatype, OpPackage
 from ..opdef.datatypes import HTP_DTYPES, kernel_rows
-from .abi import KernelDType, KernelStatus
+from .abi import ABI_VERSION, KernelDType, KernelStatus
 from .context import MIN_QNN_SDK, PackageContext, package_context
 
 
@@ -23,10 +23,15 @@ class PlannedFile:
     user_owned: bool = False
 
 
-@lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
+@lru_cache(maxsize=None)
+def template_environment(package: str = "qnn_custom_ops.generator") -> jinja2.Environment:
+    """The Jinja environment of ``package``'s templates/ (the generator's templates are
+    always reachable too, for shared pieces): strict, and whitespace as written."""
+    loaders = [jinja2.PackageLoader(package, "templates")]
+    if package != "qnn_custom_ops.generator":
+        loaders.append(jinja2.PackageLoader("qnn_custom_ops.generator", "templates"))
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("qnn_custom_ops.generator", "templates"),
+        loader=jinja2.ChoiceLoader(loaders),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -36,7 +41,7 @@ def _environment() -> jinja2.Environment:
 
 
 def _render(template: str, **context: object) -> bytes:
-    return _environment().get_template(template).render(**context).encode("utf-8")
+    return template_environment().get_template(template).render(**context).encode("utf-8")
 
 
 def abi_context() -> dict[str, list[tuple]]:
@@ -89,7 +94,7 @@ def render_package(package: OpPackage) -> list[PlannedFile]:
         PlannedFile(PurePosixPath(f"src/{name}Interface.cpp"), _render("htp/interface.cpp.j2", package=ctx)),
         PlannedFile(PurePosixPath("kernels/qco/tensor_view.h"), _render("kernels/tensor_view.h.j2", **abi_context())),
         PlannedFile(PurePosixPath("host/CMakeLists.txt"), _render("host/CMakeLists.txt.j2", package=ctx)),
-        PlannedFile(PurePosixPath(f"host/src/{name}CApi.cpp"), _render("host/capi.cpp.j2", package=ctx)),
+        PlannedFile(PurePosixPath(f"host/src/{name}CApi.cpp"), _render("host/capi.cpp.j2", package=ctx, abi_version=ABI_VERSION)),
     ]
     files += [
         PlannedFile(PurePosixPath("config") / config_name, path.read_bytes())

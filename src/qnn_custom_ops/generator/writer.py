@@ -8,6 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import ReportedError
 from .render import PlannedFile
 
 # Where user-owned files live, to find ones whose op left the config.
@@ -38,7 +39,7 @@ class Step:
         return self.action in (Action.CREATE, Action.UPDATE, Action.OVERWRITE)
 
 
-class UnsafeOutputError(ValueError):
+class UnsafeOutputError(ReportedError, ValueError):
     """A target would land outside the output directory (through a symlink, say)."""
 
 

@@ -31,25 +31,25 @@ class DatatypeRow:
     numpy: str | None = None
     torch: str | None = None
     scalar_member: str | None = None  # Qnn_Scalar_t union member for a scalar parameter
+    scalar_type: tuple[str, int] | None = None  # ExecuTorch (c10) ScalarType of a plain tensor: name, code
 
-    @property
-    def size(self) -> int | None:
-        """Bytes per element."""
-        bits = self.datatype.bits
-        return None if bits is None or bits < 8 else bits // 8
 
 _ROWS = (
-    DatatypeRow(Datatype.INT_8, "Int8", 10, "QInt8", "int8_t", "int8", "int8", "int8Value"),
-    DatatypeRow(Datatype.INT_16, "Int16", 12, "QInt16", "int16_t", "int16", "int16", "int16Value"),
-    DatatypeRow(Datatype.INT_32, "Int32", 6, "Int32", "int32_t", "int32", "int32", "int32Value"),
-    DatatypeRow(Datatype.INT_64, "Int64", 8, "Int64", "int64_t", "int64", "int64", "int64Value"),
-    DatatypeRow(Datatype.UINT_8, "UInt8", 11, "QUInt8", "uint8_t", "uint8", "uint8", "uint8Value"),
-    DatatypeRow(Datatype.UINT_16, "UInt16", 13, "QUInt16", "uint16_t", "uint16", "uint16", "uint16Value"),
+    DatatypeRow(Datatype.INT_8, "Int8", 10, "QInt8", "int8_t", "int8", "int8", "int8Value", ("Char", 1)),
+    DatatypeRow(Datatype.INT_16, "Int16", 12, "QInt16", "int16_t", "int16", "int16", "int16Value", ("Short", 2)),
+    DatatypeRow(Datatype.INT_32, "Int32", 6, "Int32", "int32_t", "int32", "int32", "int32Value", ("Int", 3)),
+    DatatypeRow(Datatype.INT_64, "Int64", 8, "Int64", "int64_t", "int64", "int64", "int64Value", ("Long", 4)),
+    DatatypeRow(Datatype.UINT_8, "UInt8", 11, "QUInt8", "uint8_t", "uint8", "uint8", "uint8Value", ("Byte", 0)),
+    DatatypeRow(Datatype.UINT_16, "UInt16", 13, "QUInt16", "uint16_t", "uint16", "uint16", "uint16Value",
+                ("UInt16", 27)),
     DatatypeRow(Datatype.UINT_32, "UInt32", 7, "Int32", "uint32_t", "uint32", "uint32", "uint32Value"),
     DatatypeRow(Datatype.UINT_64, "UInt64", 17, "Int64", "uint64_t", "uint64", "uint64", "uint64Value"),
-    DatatypeRow(Datatype.FLOAT_16, "Float16", 1, "Float16", None, "float16", "float16", "floatValue"),
-    DatatypeRow(Datatype.FLOAT_32, "Float32", 0, "Float32", "float", "float32", "float32", "floatValue"),
-    DatatypeRow(Datatype.FLOAT_64, "Float64", 16, None, "double", "float64", "float64", "doubleValue"),
+    DatatypeRow(Datatype.FLOAT_16, "Float16", 1, "Float16", None, "float16", "float16", "floatValue",
+                ("Half", 5)),
+    DatatypeRow(Datatype.FLOAT_32, "Float32", 0, "Float32", "float", "float32", "float32", "floatValue",
+                ("Float", 6)),
+    DatatypeRow(Datatype.FLOAT_64, "Float64", 16, None, "double", "float64", "float64", "doubleValue",
+                ("Double", 7)),
     DatatypeRow(Datatype.SFIXED_POINT_4),
     DatatypeRow(Datatype.SFIXED_POINT_8, "SFixed8", 3, "QInt8", "int8_t", "int8", "int8"),
     DatatypeRow(Datatype.SFIXED_POINT_16, "SFixed16", 5, "QInt16", "int16_t", "int16", "int16"),
@@ -58,17 +58,12 @@ _ROWS = (
     DatatypeRow(Datatype.UFIXED_POINT_8, "UFixed8", 2, "QUInt8", "uint8_t", "uint8", "uint8"),
     DatatypeRow(Datatype.UFIXED_POINT_16, "UFixed16", 4, "QUInt16", "uint16_t", "uint16", "uint16"),
     DatatypeRow(Datatype.UFIXED_POINT_32, "UFixed32", 15, None, "uint32_t", "uint32", "uint32"),
-    DatatypeRow(Datatype.BOOL_8, "Bool", 9, "QUInt8", "bool", "bool_", "bool", "bool8Value"),
+    DatatypeRow(Datatype.BOOL_8, "Bool", 9, "QUInt8", "bool", "bool_", "bool", "bool8Value", ("Bool", 11)),
     DatatypeRow(Datatype.STRING),
     DatatypeRow(Datatype.BACKEND_SPECIFIC),
 )
 
 DATATYPES: Mapping[Datatype, DatatypeRow] = MappingProxyType({row.datatype: row for row in _ROWS})
-
-
-def row(datatype: Datatype) -> DatatypeRow:
-    """The table row of ``datatype``."""
-    return DATATYPES[datatype]
 
 
 def kernel_rows() -> list[DatatypeRow]:

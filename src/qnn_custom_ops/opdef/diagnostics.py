@@ -58,7 +58,8 @@ class Reporter:
         return [d for d in self.diagnostics if d.severity == "warning"]
 
     def raise_if_errors(self) -> None:
-        """Raise every error found so far; warnings are re-emitted so none is lost."""
+        """If anything is an error, raise every diagnostic found so far (warnings included,
+        in file order), so one report holds them all."""
         if self.errors:
             raise OpDefError(sorted(self.diagnostics, key=lambda d: (d.file, d.line)))
 

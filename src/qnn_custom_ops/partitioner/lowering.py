@@ -21,6 +21,7 @@ from ..generator.writer import write_atomic
 from .emulation import EmulatedOp, cast_int64_inputs, emulate_quantized
 from .partitioner import QnnCustomOpPartitioner
 from .preflight import PreflightError, preflight
+from ..errors import UsageError
 
 
 TARGETS = ("host", "qnn")
@@ -109,11 +110,11 @@ def lower(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], bindin
     beside it ``<output>.scales.json``, the outputs' quantization scales.
     """
     if target not in TARGETS:
-        raise ValueError(f"unknown target {target!r}: use one of {', '.join(TARGETS)}")
+        raise UsageError(f"unknown target {target!r}: use one of {', '.join(TARGETS)}")
     if emulate not in EMULATIONS:
-        raise ValueError(f"unknown emulate {emulate!r}: use one of {', '.join(EMULATIONS)}")
+        raise UsageError(f"unknown emulate {emulate!r}: use one of {', '.join(EMULATIONS)}")
     if target == "qnn" and compile_spec is None:
-        raise ValueError("target='qnn' needs compile_spec=qnn_custom_ops.compile_spec(soc, binding, builds)")
+        raise UsageError("target='qnn' needs compile_spec=qnn_custom_ops.compile_spec(soc, binding, builds)")
     exported = torch.export.export(model, tuple(example_inputs), strict=True)
     scales = output_scales(exported)
     if target == "host":

@@ -38,7 +38,6 @@ class QnnCustomOpPartitioner(QnnPartitioner):
         super().__init__(compile_spec, **kwargs)
         self.binding = binding
         self.backend = spec_backend(compile_spec)
-        self.delegated_nodes: list[str] = []
 
     def preflight(self, graph_module: torch.fx.GraphModule) -> None:
         """Raise ``PreflightError`` with every problem of the graph's custom op nodes."""
@@ -50,7 +49,4 @@ class QnnCustomOpPartitioner(QnnPartitioner):
         self.preflight(edge_program.graph_module)
         require_sdk("QNN partitioning (QnnCustomOpPartitioner)")
         with bound_visitors(self.binding.ops):
-            result = super().partition(edge_program)
-        self.delegated_nodes = [n.name for n in edge_program.graph.nodes
-                                if n.op == "call_function" and "delegation_tag" in n.meta]
-        return result
+            return super().partition(edge_program)

@@ -24,7 +24,7 @@ from torchao.quantization.pt2e.quantizer import (
 from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
 
 from ..builder import OpBinding, OpPackageBinding, node_arguments, output_carrier, target_op_name
-from ..errors import ReportedError
+from ..errors import ReportedError, UsageError
 from ..opdef import Datatype, HTP, TensorDef
 
 QUANT_DTYPES = {
@@ -59,7 +59,7 @@ def quant_dtype_of(name: str) -> QuantDtype:
     try:
         return QUANT_DTYPES[name]
     except KeyError:
-        raise ValueError(f"unknown quant_dtype {name!r}: use one of {', '.join(QUANT_DTYPES)}") from None
+        raise UsageError(f"unknown quant_dtype {name!r}: use one of {', '.join(QUANT_DTYPES)}") from None
 
 
 def spec_datatype(spec: QuantizationSpec) -> Datatype:

@@ -9,33 +9,24 @@ ABI in the same library. Builds are cached by content hash.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from importlib.metadata import version
 from pathlib import Path
-
-import jinja2
 
 from ..builder import ArgBinding, ArgKind, OpBinding, OpPackageBinding
 from ..builder.quantized import NAMESPACE as QUANTIZED_NAMESPACE
 from ..builder.quantized import quantized_name
 from ..generator.context import cpp_string
+from ..generator.render import template_environment
 from ..opdef import Datatype
 from ..opdef.datatypes import kernel_rows
 from .cmake_build import HostBuildError, cache_root, cached_build, content_key, files_under
 
 
-# QNN datatype of a parameter -> (C++ storage type, qco::DType name)
-_PARAM_STORAGE = {
-    Datatype.INT_8: ("int8_t", "Int8"), Datatype.INT_16: ("int16_t", "Int16"),
-    Datatype.INT_32: ("int32_t", "Int32"), Datatype.INT_64: ("int64_t", "Int64"),
-    Datatype.UINT_8: ("uint8_t", "UInt8"), Datatype.UINT_16: ("uint16_t", "UInt16"),
-    Datatype.UINT_32: ("uint32_t", "UInt32"), Datatype.UINT_64: ("uint64_t", "UInt64"),
-    Datatype.FLOAT_32: ("float", "Float32"), Datatype.FLOAT_64: ("double", "Float64"),
-    Datatype.BOOL_8: ("bool", "Bool"),
-}
+# QNN datatype of a parameter -> (C++ storage type, qco::DType name), for every plain datatype.
+_PARAM_STORAGE = {r.datatype: (r.c_type, r.kernel) for r in kernel_rows()
+                  if r.c_type is not None and not r.datatype.is_fixed_point}
 # ExecuTorch ScalarType -> qco::DType, for tensors.
-_SCALAR_TYPES = [("Float", "Float32"), ("Half", "Float16"), ("Double", "Float64"), ("Byte", "UInt8"),
-                 ("Char", "Int8"), ("Short", "Int16"), ("Int", "Int32"), ("Long", "Int64"), ("Bool", "Bool")]
+_SCALAR_TYPES = [(r.scalar_type[0], r.kernel) for r in kernel_rows() if r.scalar_type is not None]
 # Schema kind -> ExecuTorch C++ argument type.
 _CPP_TYPES = {ArgKind.TENSOR: "Tensor", ArgKind.INT: "int64_t", ArgKind.FLOAT: "double", ArgKind.BOOL: "bool",
               ArgKind.STR: "std::string_view", ArgKind.INT_LIST: "ArrayRef<int64_t>",
@@ -163,13 +154,6 @@ def _kernel_context(op: OpBinding, quantized: bool) -> KernelContext:
         unboxing=unboxing, write_backs=[f"h_{out}" for out in outputs] if quantized else [])
 
 
-@lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.PackageLoader("qnn_custom_ops.runtime", "templates"),
-                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                              keep_trailing_newline=True, autoescape=False)
-
-
 def _integer_storage() -> list[tuple[str, str]]:
     """(kernel dtype, C type) of every integer-like kernel dtype, for storage conversions."""
     return [(r.kernel, "uint8_t" if r.c_type == "bool" else r.c_type) for r in kernel_rows()
@@ -193,7 +177,7 @@ def render_project(package_dir: Path, binding: OpPackageBinding) -> dict[str, st
     include, library = executorch_paths()
     name = binding.package.name
     kernels = [kernel for op in binding.ops.values() for kernel in kernel_contexts(op)]
-    env = _environment()
+    env = template_environment("qnn_custom_ops.runtime")
     return {
         "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(
             package=name, target=f"qco_{name}_executorch", c_abi_source=(package_dir / "host/src" / f"{name}CApi.cpp"),

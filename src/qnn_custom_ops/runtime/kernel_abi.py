@@ -12,29 +12,12 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import ReportedError
 from ..generator.abi import ABI_VERSION, KernelDType, KernelStatus
-from .loading import load_host_library
+from ..opdef.datatypes import kernel_rows
+from .loading import KernelLoadError, load_host_library
 
-_NUMPY_DTYPE = {
-    KernelDType.Float32: np.float32,
-    KernelDType.Float16: np.float16,
-    KernelDType.Float64: np.float64,
-    KernelDType.UFixed8: np.uint8,
-    KernelDType.SFixed8: np.int8,
-    KernelDType.UFixed16: np.uint16,
-    KernelDType.SFixed16: np.int16,
-    KernelDType.SFixed32: np.int32,
-    KernelDType.UFixed32: np.uint32,
-    KernelDType.Int8: np.int8,
-    KernelDType.UInt8: np.uint8,
-    KernelDType.Int16: np.int16,
-    KernelDType.UInt16: np.uint16,
-    KernelDType.Int32: np.int32,
-    KernelDType.UInt32: np.uint32,
-    KernelDType.Int64: np.int64,
-    KernelDType.UInt64: np.uint64,
-    KernelDType.Bool: np.bool_,
-}
+_NUMPY_DTYPE = {KernelDType[r.kernel]: np.dtype(r.numpy).type for r in kernel_rows()}
 
 
 class CTensorView(ctypes.Structure):
@@ -77,7 +60,7 @@ class KernelTensor:
         return view, dims
 
 
-class KernelError(RuntimeError):
+class KernelError(ReportedError, RuntimeError):
     """A kernel returned a non-ok status."""
 
     def __init__(self, op: str, status: int):
@@ -99,7 +82,7 @@ class KernelLibrary:
         version = getattr(self._lib, f"qco_{package_name}_abi_version")
         version.restype = ctypes.c_int32
         if version() != ABI_VERSION:
-            raise RuntimeError(f"{self.path}: kernel ABI version {version()}, this qnn-custom-ops "
+            raise KernelLoadError(f"{self.path}: kernel ABI version {version()}, this qnn-custom-ops "
                                f"speaks {ABI_VERSION}; regenerate the package and rebuild")
 
     def run(self, op: str, outputs: Sequence[KernelTensor], inputs: Sequence[KernelTensor],

@@ -15,6 +15,7 @@ from typing import Sequence
 import torch
 
 from ..errors import ReportedError
+from ..opdef.datatypes import DATATYPES
 from ..qnn_sdk import require_sdk
 from .loading import (
     check_program_kernels,
@@ -32,8 +33,7 @@ RUNNER_IN_BUILD = Path("examples/qualcomm/executor_runner") / RUNNER
 BACKEND_IN_BUILD = Path("backends/qualcomm/libqnn_executorch_backend.so")
 
 # ExecuTorch ScalarType codes (as c10's) -> torch dtypes.
-_SCALAR_TYPES = {0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64, 5: torch.float16,
-                 6: torch.float32, 7: torch.float64, 11: torch.bool, 27: torch.uint16}
+_TORCH_DTYPES = {r.scalar_type[1]: getattr(torch, r.torch) for r in DATATYPES.values() if r.scalar_type is not None}
 
 
 class RunnerError(ReportedError, RuntimeError):
@@ -47,7 +47,7 @@ def method_specs(pte: bytes, method: str = "forward") -> tuple[list[TensorSpec],
     meta = Runtime.get().load_program(pte).metadata(method)
 
     def spec(info) -> TensorSpec:
-        return TensorSpec(tuple(info.sizes()), _SCALAR_TYPES[int(info.dtype())])
+        return TensorSpec(tuple(info.sizes()), _TORCH_DTYPES[int(info.dtype())])
 
     return ([spec(meta.input_tensor_meta(i)) for i in range(meta.num_inputs())],
             [spec(meta.output_tensor_meta(i)) for i in range(meta.num_outputs())])
