@@ -6,6 +6,7 @@ Runs without the QNN SDK: only compiling and running need libQnnHtp.so.
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import executorch.backends.qualcomm.python.PyQnnManagerAdaptor as PyQnnManager
@@ -67,7 +68,7 @@ def readback(py_op_wrapper) -> OpReadback:
 def op_wrappers(edge_program, op_package_infos, nodes, binding) -> list[OpReadback]:
     """The op wrappers executorch's visitors build for ``nodes`` during a lowering with
     ``binding``, read back field by field."""
-    with bound_visitors(binding.ops):
+    with bound_visitors(binding):
         visitors = get_node_visitors(edge_program, op_package_infos=op_package_infos)
         wrappers = defaultdict(dict)
         return [readback(visitors[node.target.__name__].define_node(node, wrappers)) for node in nodes]
@@ -85,6 +86,6 @@ def qnn_edge_program(module, example_inputs):
 def all_op_wrappers(edge_program, op_package_infos, binding=None) -> list[OpReadback]:
     """Every op wrapper of the graph, built by QnnBackend exactly as before Compile: during a
     lowering with ``binding``, or with executorch's own visitors when it is None."""
-    with bound_visitors(binding.ops if binding is not None else {}):
+    with bound_visitors(binding) if binding is not None else nullcontext():
         return [readback(w) for w in QnnBackend._build_op_wrappers(edge_program, False, op_package_infos, False,
                                                                    HTP)]

@@ -93,7 +93,7 @@ def test_binding_and_lowering_leave_executorchs_visitor_in_place(tmp_path, monke
     original = node_visitor_manager.CustomOp
     binding = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3})
     assert node_visitor_manager.CustomOp is original
-    with bound_visitors(binding.ops):
+    with bound_visitors(binding):
         assert node_visitor_manager.CustomOp is not original
     assert node_visitor_manager.CustomOp is original
 
@@ -108,11 +108,11 @@ def test_binding_and_lowering_leave_executorchs_visitor_in_place(tmp_path, monke
 def test_one_torch_op_bound_to_two_opdefs_in_one_lowering_is_refused():
     first = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3})
     second = qco.bind(QUANT_PACKAGE, {"FloatOnly": MUL3})
-    with bound_visitors(first.ops):
+    with bound_visitors(first):
         with pytest.raises(BindingConflictError, match=r"my_ops\.mul3\.default is bound to "
                                                         r"ExampleOpPackage::ExampleCustomOp and to "
                                                         r"QuantTestPackage::FloatOnly in one lowering"):
-            with bound_visitors(second.ops):
+            with bound_visitors(second):
                 pass
-        with bound_visitors(first.ops):  # the same binding again is fine
+        with bound_visitors(first):  # the same binding again is fine
             pass

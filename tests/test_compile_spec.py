@@ -123,7 +123,7 @@ def test_lowering_uses_our_visitor_and_builds_the_op_wrapper(arg_kind_builds):
     program = edge_program(Model(), torch.randn(1, 1, 2, 8), torch.randn(8))
     from executorch.backends.qualcomm.builders.node_visitor_manager import get_node_visitors
 
-    with bound_visitors(binding.ops):  # as during our partitioning and lowering
+    with bound_visitors(binding):  # as during our partitioning and lowering
         visitors = get_node_visitors(program, op_package_infos=infos)
     assert isinstance(visitors["qco_test.kitchen_sink.default"], BoundOpVisitor)
     assert not isinstance(get_node_visitors(program, op_package_infos=infos)["qco_test.kitchen_sink.default"],

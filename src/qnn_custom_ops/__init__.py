@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "bind": "builder",
     "OpPackageBinding": "builder",
+    "bound_visitors": "builder.visitor",
     "AlignmentError": "builder",
     "OpMappingError": "builder",
     "QnnOpSpec": "builder",

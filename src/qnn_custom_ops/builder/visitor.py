@@ -10,7 +10,7 @@ any other custom op to executorch's own visitor; the original is restored afterw
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, Mapping
+from typing import Any, Dict, Iterator
 
 import executorch.backends.qualcomm.python.PyQnnManagerAdaptor as PyQnnManager
 import torch
@@ -20,6 +20,7 @@ from executorch.backends.qualcomm.utils.constants import QCOM_DATA, QCOM_QUANT_A
 
 from ..errors import ReportedError
 from .alignment import OpBinding
+from .binding import OpPackageBinding
 from .spec import QnnOpSpec, output_carrier, qnn_op_spec
 
 _EXECUTORCH_CUSTOM_OP = node_visitor_manager.CustomOp
@@ -105,11 +106,12 @@ class BindingConflictError(ReportedError, ValueError):
 
 
 @contextmanager
-def bound_visitors(bindings: Mapping[str, OpBinding]) -> Iterator[None]:
-    """Route executorch's custom-op visitors for these bound ops to ``BoundOpVisitor`` while
-    the block runs; executorch's visitor is back in place afterwards, whatever happens."""
+def bound_visitors(package_binding: OpPackageBinding) -> Iterator[None]:
+    """Route executorch's custom-op visitors for the bound ops to ``BoundOpVisitor`` while the
+    block runs -- wrap ``to_edge_transform_and_lower`` with ``QnnCustomOpPartitioner`` in it
+    (``lower`` does) -- and put executorch's visitor back afterwards, whatever happens."""
     added = []
-    for binding in bindings.values():
+    for binding in package_binding.ops.values():
         active = _ACTIVE.get(binding.custom_op_name)
         if active is not None and (active.package_name, active.qnn_op_type) != (binding.package_name,
                                                                                binding.qnn_op_type):

@@ -89,7 +89,7 @@ def _lower_qnn(exported: torch.export.ExportedProgram, binding: OpPackageBinding
     while QNN builds its graph (executorch's own visitor is back afterwards)."""
     pass_manager = get_qnn_pass_manager_cls(QnnExecuTorchBackendType.kHtpBackend)()
     aten = pass_manager.transform_for_export_pipeline(exported)
-    with bound_visitors(binding.ops):
+    with bound_visitors(binding):
         return to_edge_transform_and_lower(aten, transform_passes=pass_manager.get_to_edge_transform_passes(exported),
                                            partitioner=[QnnCustomOpPartitioner(compile_spec, binding)],
                                            compile_config=qnn_edge_config())

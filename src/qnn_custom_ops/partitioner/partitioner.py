@@ -48,5 +48,5 @@ class QnnCustomOpPartitioner(QnnPartitioner):
     def partition(self, edge_program: torch.export.ExportedProgram) -> PartitionResult:
         self.preflight(edge_program.graph_module)
         require_sdk("QNN partitioning (QnnCustomOpPartitioner)")
-        with bound_visitors(self.binding.ops):
+        with bound_visitors(self.binding):
             return super().partition(edge_program)
