@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import socket
 from pathlib import Path
 
@@ -10,6 +13,10 @@ import pytest
 
 # executorch's QNN helpers download the SDK when QNN_SDK_ROOT is unset; an empty value stops them.
 os.environ.setdefault("QNN_SDK_ROOT", "")
+# Host builds made by the tests go to a cache of this run, never the user's ~/.cache.
+TEST_CACHE = Path(tempfile.mkdtemp(prefix="qco-test-cache-"))
+os.environ["QCO_CACHE_DIR"] = str(TEST_CACHE)
+atexit.register(shutil.rmtree, TEST_CACHE, ignore_errors=True)
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"

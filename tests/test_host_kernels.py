@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from pathlib import Path
+
 from qnn_custom_ops.runtime import (
     HostBuildError,
     KernelDType,
@@ -14,6 +16,7 @@ from qnn_custom_ops.runtime import (
     KernelLibrary,
     KernelTensor,
     build_host_kernels,
+    cmake_build,
 )
 
 from .conftest import OP_PACKAGES
@@ -152,3 +155,53 @@ def test_build_error_shows_the_compiler_message(tmp_path, build_root):
     (package / "kernels/ExampleCustomOp.h").write_text("#pragma once\nint broken( {\n")
     with pytest.raises(HostBuildError, match=r"ExampleCustomOp\.h:2:\d+: error"):
         build_host_kernels(package, build_root=build_root)
+
+
+def _build_in_child(package, build_root):
+    return str(build_host_kernels(package, build_root=build_root))
+
+
+def test_concurrent_builds_into_one_empty_cache_all_succeed(tmp_path):
+    """Four processes build one package into an empty cache at once: all get the same valid
+    library (the others wait on the lock and reuse the winner's)."""
+    import multiprocessing
+    import shutil
+
+    package = Path(shutil.copytree(OP_PACKAGES / "ExampleOpPackage", tmp_path / "ExampleOpPackage"))
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        paths = pool.starmap(_build_in_child, [(package, tmp_path / "cache")] * 4)
+    assert len(set(paths)) == 1 and cmake_build.is_valid_library(Path(paths[0]))
+    assert not list((tmp_path / "cache").glob("*.partial"))
+
+
+def test_an_edit_reuses_the_build_tree_and_a_moved_checkout_reuses_the_build(tmp_path, monkeypatch):
+    import shutil
+
+    package = Path(shutil.copytree(OP_PACKAGES / "ExampleOpPackage", tmp_path / "a" / "ExampleOpPackage"))
+    outputs = []
+    real_run = cmake_build._run
+    monkeypatch.setattr(cmake_build, "_run", lambda command, what: outputs.append((command[1], real_run(command, what))))
+    build_host_kernels(package, build_root=tmp_path / "cache")
+    assert [step for step, _ in outputs] == ["-S", "--build"]  # configure, then build
+
+    outputs.clear()
+    (package / "kernels/NOTES.txt").write_text("not compiled\n")  # a new content key ...
+    build_host_kernels(package, build_root=tmp_path / "cache")
+    assert [step for step, _ in outputs] == ["--build"]  # ... the same build tree, no configure,
+    assert "Building CXX object" not in outputs[0][1]  # and nothing to recompile
+
+    outputs.clear()
+    moved = Path(shutil.move(tmp_path / "a", tmp_path / "b")) / "ExampleOpPackage"
+    build_host_kernels(moved, build_root=tmp_path / "cache")
+    assert outputs == []  # the key does not depend on where the checkout is
+
+
+def test_a_corrupt_cache_entry_is_rebuilt(tmp_path):
+    import shutil
+
+    package = Path(shutil.copytree(OP_PACKAGES / "ExampleOpPackage", tmp_path / "ExampleOpPackage"))
+    library = build_host_kernels(package, build_root=tmp_path / "cache")
+    library.write_bytes(library.read_bytes()[:100])  # truncated, as by a crash or a full disk
+    assert not cmake_build.is_valid_library(library)
+    assert build_host_kernels(package, build_root=tmp_path / "cache") == library
+    assert cmake_build.is_valid_library(library)

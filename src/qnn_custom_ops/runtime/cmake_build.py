@@ -6,8 +6,11 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping
+
+from filelock import FileLock
 
 from ..errors import ReportedError
 
@@ -24,11 +27,12 @@ def cache_root() -> Path:
     return base / "qnn_custom_ops"
 
 
-def content_key(files: Iterable[Path], extra: Mapping[str, str]) -> str:
-    """A short hash of the files' names and bytes and of ``extra``."""
+def content_key(root: Path, files: Iterable[Path], extra: Mapping[str, str]) -> str:
+    """A short hash of the files' names (relative to ``root``: a moved checkout keeps its key),
+    their bytes, and ``extra``."""
     digest = hashlib.sha256()
     for path in sorted(files):
-        digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     for key, value in sorted(extra.items()):
         digest.update(f"{key}={value}\0".encode())
     return digest.hexdigest()[:16]
@@ -40,27 +44,74 @@ def files_under(*directories: Path) -> list[Path]:
             if p.is_file() and "build" not in p.relative_to(d).parts]
 
 
-def cached_build(source_dir: Path, build_dir: Path, library_name: str, options: Mapping[str, str],
-                 what: str) -> Path:
-    """Configure and build ``source_dir`` into ``build_dir`` unless ``library_name`` is there already.
+def cached_build(project: Path | Mapping[str, str], build_dir: Path, work_dir: Path, library_name: str,
+                 options: Mapping[str, str], what: str) -> Path:
+    """``build_dir/library_name``, built from ``project`` (a CMake source directory, or the
+    files of one, relative path -> text) unless a valid copy is there already.
 
-    The build happens in a staging directory that is renamed into place only when it
-    succeeded, so a failed or interrupted build never leaves a half-built cache entry.
+    Process-safe: one lock per ``work_dir``; whoever waited on it reuses the winner's
+    result. Incremental: ``work_dir`` keeps the CMake build tree, so an edited kernel
+    recompiles only what includes it. Atomic: the library is published into ``build_dir``
+    by one rename, so nobody ever sees a half-written library; a broken entry is rebuilt.
     """
     library = build_dir / library_name
-    if library.is_file():
+    if is_valid_library(library):
         return library
-    staging = build_dir.with_name(build_dir.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    _run(["cmake", "-S", str(source_dir), "-B", str(staging), "-DCMAKE_BUILD_TYPE=Release",
-          *(f"-D{k}={v}" for k, v in options.items())], what)
-    _run(["cmake", "--build", str(staging), "--parallel", str(os.cpu_count() or 1)], what)
-    shutil.rmtree(build_dir, ignore_errors=True)
-    staging.rename(build_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(work_dir) + ".lock"):
+        if is_valid_library(library):
+            return library
+        source_dir = project if isinstance(project, Path) else _write_sources(work_dir / "src", project)
+        binary_dir = work_dir / "build"
+        if not (binary_dir / "CMakeCache.txt").is_file():
+            _run(["cmake", "-S", str(source_dir), "-B", str(binary_dir), "-DCMAKE_BUILD_TYPE=Release",
+                  *(f"-D{k}={v}" for k, v in options.items())], what)
+        _run(["cmake", "--build", str(binary_dir), "--parallel", str(os.cpu_count() or 1)], what)
+        _publish(binary_dir / library_name, build_dir)
     return library
 
 
-def _run(command: list[str], what: str) -> None:
+def is_valid_library(path: Path) -> bool:
+    """A complete ELF shared object, not a truncated or foreign file."""
+    try:
+        with path.open("rb") as file:
+            header = file.read(64)
+    except OSError:
+        return False
+    return len(header) == 64 and header[:4] == b"\x7fELF" and path.stat().st_size > 1024
+
+
+def _write_sources(directory: Path, files: Mapping[str, str]) -> Path:
+    """Write generated sources, touching only files whose text changed (keeps make incremental)."""
+    for relative, text in files.items():
+        path = directory / relative
+        if not path.is_file() or path.read_text() != text:
+            write_text_atomic(path, text)
+    return directory
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees the old file or the new, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def _publish(built: Path, build_dir: Path) -> None:
+    """Copy the library into a private staging directory and rename it into place."""
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{build_dir.name}.", suffix=".partial", dir=build_dir.parent))
+    try:
+        shutil.copy2(built, staging / built.name)
+        shutil.rmtree(build_dir, ignore_errors=True)
+        staging.rename(build_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _run(command: list[str], what: str) -> str:
+    """Run a CMake step; its output, or ``HostBuildError`` with the compiler's error lines."""
     if shutil.which(command[0]) is None:
         raise HostBuildError(f"{what}: {command[0]} not found (install CMake and a C++17 compiler)")
     result = subprocess.run(command, capture_output=True, text=True)
@@ -68,3 +119,4 @@ def _run(command: list[str], what: str) -> None:
         output = (result.stdout + result.stderr).splitlines()
         errors = [line for line in output if "error" in line.lower() and "make" not in line.split(":")[0]]
         raise HostBuildError(f"{what} failed:\n" + "\n".join(errors or output[-20:]))
+    return result.stdout

@@ -14,7 +14,8 @@ def build_host_kernels(package_dir: str | Path, *, sanitize: str = "", build_roo
     if not (package_dir / "host" / "CMakeLists.txt").is_file():
         raise HostBuildError(f"{package_dir}: no host/CMakeLists.txt (run generate-op-package first)")
     options = {"QCO_SANITIZE": sanitize}
-    key = content_key(files_under(package_dir / "kernels", package_dir / "host"), options)
-    build_dir = (build_root or cache_root() / "host") / f"{name}-{key}"
-    return cached_build(package_dir / "host", build_dir, f"libqco_{name}_kernels.so", options,
+    key = content_key(package_dir, files_under(package_dir / "kernels", package_dir / "host"), options)
+    root = build_root or cache_root() / "host"
+    work = root / f"{name}-work-{content_key(package_dir, [], {'source': str(package_dir), **options})}"
+    return cached_build(package_dir / "host", root / f"{name}-{key}", work, f"libqco_{name}_kernels.so", options,
                         f"host build of {name}")

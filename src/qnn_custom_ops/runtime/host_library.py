@@ -19,7 +19,7 @@ from ..generator.context import cpp_string
 from ..generator.render import template_environment
 from ..opdef import Datatype
 from ..opdef.datatypes import kernel_rows
-from .cmake_build import HostBuildError, cache_root, cached_build, content_key, files_under
+from .cmake_build import HostBuildError, cache_root, cached_build, content_key, files_under, write_text_atomic
 
 
 # QNN datatype of a parameter -> (C++ storage type, qco::DType name), for every plain datatype.
@@ -203,17 +203,15 @@ def build_host_library(package_dir: str | Path, binding: OpPackageBinding, *, sa
         raise HostBuildError(f"{package_dir}: not a generated package of {name} (run generate-op-package)")
     sources = render_project(package_dir, binding)
     options = {"QCO_SANITIZE": sanitize}
-    extra = {**options, "executorch": version("executorch"), **{f"src:{k}": v for k, v in sources.items()}}
-    key = content_key(files_under(package_dir / "kernels", package_dir / "host"), extra)
-    build_dir = (build_root or cache_root() / "executorch") / f"{name}-{key}"
-    library = build_dir / library_name(name)
-    if library.is_file() and library.with_suffix(".ops").is_file():
-        return library
-    source_dir = build_dir.with_name(build_dir.name + ".src")
-    for relative, text in sources.items():
-        (source_dir / relative).parent.mkdir(parents=True, exist_ok=True)
-        (source_dir / relative).write_text(text)
-    built = cached_build(source_dir, build_dir, library_name(name), options, f"host library of {name}")
+    # keyed by what is compiled, not where the checkout is: the project rendered for a placeholder path
+    relocatable = render_project(Path("/package"), binding)
+    extra = {**options, "executorch": version("executorch"), **{f"src:{k}": v for k, v in relocatable.items()}}
+    key = content_key(package_dir, files_under(package_dir / "kernels", package_dir / "host"), extra)
+    root = build_root or cache_root() / "executorch"
+    work = root / f"{name}-work-{content_key(package_dir, [], {'source': str(package_dir), **options})}"
+    built = cached_build(sources, root / f"{name}-{key}", work, library_name(name), options, f"host library of {name}")
     registered = [kernel.registered_name for op in binding.ops.values() for kernel in kernel_contexts(op)]
-    built.with_suffix(".ops").write_text("\n".join(registered) + "\n")
+    ops = built.with_suffix(".ops")
+    if not ops.is_file():
+        write_text_atomic(ops, "\n".join(registered) + "\n")
     return built
