@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +121,46 @@ def test_opdef_from_torch_unknown_module_or_op_exits_2(tmp_path):
     missing_op = run("qnn-custom-ops", "opdef-from-torch", "json:nope.nothing", "--package", "P")
     assert missing_op.returncode == 2 and "no torch op nope::nothing.default" in missing_op.stderr
     assert "Traceback" not in missing_module.stderr + missing_op.stderr
+
+
+def test_an_endless_config_is_refused_without_reading_it_all():
+    """/dev/zero never ends: the read itself is bounded (the size limit used to come from stat())."""
+    result = run("qnn-custom-ops", "validate", "/dev/zero")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "/dev/zero:1: error: config is over the 4194304 byte limit (split the package into several configs)"
+
+
+def test_a_config_from_a_pipe_is_read_once(tmp_path):
+    config = (FIXTURES / "example_op_package_htp.xml").read_bytes()
+    result = subprocess.run([str(BIN / "generate-op-package"), "/dev/stdin", "-o", str(tmp_path)], input=config,
+                            capture_output=True)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "ExampleOpPackage/config/stdin").read_bytes() == config
+
+
+def test_outputs_never_replace_symlinks_or_special_files(tmp_path):
+    import threading
+
+    from qnn_custom_ops.generator.writer import UnsafeOutputError, write_atomic
+
+    target = tmp_path / "target.xml"
+    target.write_text("mine")
+    link = tmp_path / "link.xml"
+    link.symlink_to(target)
+    with pytest.raises(UnsafeOutputError, match="is a symbolic link; refusing to replace it"):
+        write_atomic(link, b"new")
+    assert link.is_symlink() and target.read_text() == "mine"
+    with pytest.raises(UnsafeOutputError, match="is not a regular file"):
+        write_atomic(tmp_path, b"new")
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    write_atomic(fifo, b"through the pipe")  # a stream is written through, as -o /dev/stdout means
+    reader.join(timeout=10)
+    assert received == [b"through the pipe"] and fifo.exists() and not fifo.is_file()
+
+    code = cli.main(["opdef-from-torch", "tests.data.sample_ops:qco_sample.gated", "--package", "P", "-o", str(link)])
+    assert code == 2 and target.read_text() == "mine"

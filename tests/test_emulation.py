@@ -226,3 +226,19 @@ def test_cli_run_compares_in_steps_of_the_scales_lower_recorded(mul3, tmp_path, 
     assert "(1.00 steps of" in capsys.readouterr().out
     assert cli.main(command + ["--lsb", "0.5"]) == 3
     assert capsys.readouterr().out.strip().endswith("FAIL")
+
+
+def test_the_host_library_compiles_for_names_that_collide_with_ours_or_cpp(tmp_path):
+    """Two ops with an enum param `mode`, arguments named ctx, status, check, int64_t, h_ctx,
+    NULL, EOF: every generated file compiles (the HTP side: tests/test_htp_build.py)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", qco.OpDefWarning)
+        package = qco.load_package(DATA / "hostile_names.xml")
+    package_dir = generate(package, tmp_path).package_dir
+    ops = qco.define_torch_ops(package, "qco_hostile", {"First": lambda ctx, h_ctx, mode="fast", check=False,
+                                                          int64_t=-2: ctx + h_ctx,
+                                                          "Second": lambda NULL_, mode="slow": NULL_ * 2})
+    library = qco.build_host_library(package_dir, qco.bind(package, ops), build_root=tmp_path / "cache")
+    assert library.with_suffix(".ops").read_text().split() == [
+        "qco_hostile::first.out", "qco_quantized::qco_hostile__first.out",
+        "qco_hostile::second.out", "qco_quantized::qco_hostile__second.out"]

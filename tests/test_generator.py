@@ -299,3 +299,33 @@ def test_shipped_packages_are_in_sync_with_the_generator(tmp_path, package):
                if s.action is not Action.UNCHANGED}
     assert set(changed.values()) <= {Action.KEEP}, changed
     assert set(changed) <= {p.relative_to(copy).as_posix() for p in copy.glob("kernels/*.h")}
+
+
+def _param_config(datatype: str, default: str) -> str:
+    return opdef_xml(simple_op("Op", f"""<Parameter><Name>p</Name><Mandatory>false</Mandatory>
+        <Datatype>{datatype}</Datatype><Shape><Rank>SCALAR</Rank></Shape><Default>{default}</Default></Parameter>"""))
+
+
+@pytest.mark.parametrize("datatype, default, range_text", [
+    ("UINT_8", "300", "UINT_8 takes integers 0..255 (300 given)"),
+    ("UINT_8", "-5", "UINT_8 takes integers 0..255 (-5 given)"),
+    ("INT_32", "1.5", "INT_32 takes integers -2147483648..2147483647 (1.5 given)"),
+    ("BOOL_8", "5", "BOOL_8 takes true, false, 1 or 0 (5 given)"),
+    ("FLOAT_32", "1e300", "FLOAT_32 takes finite numbers up to 3.40282e+38 in magnitude (1e+300 given)"),
+])
+def test_a_default_the_datatype_cannot_hold_is_an_error_with_its_range(write_config, datatype, default, range_text):
+    path = write_config(_param_config(datatype, default))
+    with pytest.raises(qco.OpDefError) as info:
+        load(path)
+    assert f"{path.name}:" in str(info.value) and range_text in str(info.value)
+
+
+@pytest.mark.parametrize("datatype, default, literal", [
+    ("INT_64", "-9223372036854775808", ".int64Value = (-9223372036854775807LL - 1)}"),
+    ("UINT_8", "255", ".uint8Value = 255u}"),
+    ("UINT_64", "18446744073709551615", ".uint64Value = 18446744073709551615ULL}"),
+])
+def test_representable_defaults_are_emitted_exactly(tmp_path, write_config, datatype, default, literal):
+    source = (generate(load(write_config(_param_config(datatype, default))), tmp_path).package_dir
+              / "src/ops/Op.cpp").read_text()
+    assert literal in source

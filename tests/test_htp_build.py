@@ -26,7 +26,7 @@ from .conftest import DATA, FIXTURE_CONFIGS, OP_PACKAGES
 
 STANDIN = Path(__file__).resolve().parent / "htp_standin"
 CONFIGS = FIXTURE_CONFIGS + [DATA / name for name in ("every_feature.xml", "every_arg_kind.xml", "quant_ops.xml",
-                                                      "htp_fp16.xml")]
+                                                      "htp_fp16.xml", "hostile_names.xml")]
 SHIPPED = sorted(p.name for p in OP_PACKAGES.iterdir() if (p / "Makefile").is_file())
 REAL_SDK = Path(os.environ.get("QNN_SDK_ROOT") or "/nonexistent")
 HAS_REAL_SDK = (REAL_SDK / "include/QNN/QnnSdkBuildId.h").is_file()

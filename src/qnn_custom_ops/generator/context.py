@@ -254,6 +254,8 @@ def _cpp_literal(value: bool | int | float, datatype: Datatype) -> str:
         return "1" if value else "0"
     if datatype.is_integer:
         number = int(value)
+        if datatype == Datatype.INT_64 and number == -(2**63):
+            return "(-9223372036854775807LL - 1)"  # the literal 9223372036854775808LL does not exist
         if datatype.bits == 64:
             return f"{number}{'ULL' if datatype.name.startswith('UINT') else 'LL'}"
         return f"{number}{'u' if datatype.name.startswith('UINT') else ''}"

@@ -97,8 +97,8 @@ def render_package(package: OpPackage) -> list[PlannedFile]:
         PlannedFile(PurePosixPath(f"host/src/{name}CApi.cpp"), _render("host/capi.cpp.j2", package=ctx, abi_version=ABI_VERSION)),
     ]
     files += [
-        PlannedFile(PurePosixPath("config") / config_name, path.read_bytes())
-        for config_name, path in zip(config_names, package.paths)
+        PlannedFile(PurePosixPath("config") / config_name, source)
+        for config_name, source in zip(config_names, package.sources)
     ]
     for op in ctx.ops:
         files.append(PlannedFile(PurePosixPath(f"src/ops/{op.name}.cpp"),

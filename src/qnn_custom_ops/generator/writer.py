@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import os
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,7 +83,22 @@ def apply_steps(steps: list[Step], files: list[PlannedFile], root: Path) -> None
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside ``path`` and rename it over: never half-written."""
+    """Write to a temporary file beside ``path`` and rename it over: never half-written.
+
+    Only a regular file (or none) is replaced. A character device or a pipe (``/dev/stdout``,
+    ``/dev/null``, a FIFO) is written through, as the user means; anything else -- a symbolic
+    link, a directory, a socket -- is refused with ``UnsafeOutputError``, never replaced.
+    """
+    if path.is_symlink():
+        raise UnsafeOutputError(f"{path}: is a symbolic link; refusing to replace it (name its target, or remove it)")
+    if path.exists():
+        mode = path.stat().st_mode
+        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+            with path.open("wb") as stream:
+                stream.write(data)
+            return
+        if not stat.S_ISREG(mode):
+            raise UnsafeOutputError(f"{path}: is not a regular file; refusing to replace it (choose a file path)")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -17,6 +17,13 @@ CPP_KEYWORDS = frozenset(
     typename union unsigned using virtual void volatile wchar_t while xor xor_eq""".split()
 )
 
+# Standard C/C++ macros and the reserved forms (_X): as a name they would expand or clash.
+C_MACROS = frozenset(
+    """NULL EOF NAN INFINITY HUGE_VAL HUGE_VALF BUFSIZ FILENAME_MAX errno assert offsetof
+    stdin stdout stderr EXIT_SUCCESS EXIT_FAILURE RAND_MAX CHAR_BIT MB_LEN_MAX""".split()
+)
+_LIMIT_MACRO = re.compile(r"U?INT(8|16|32|64|MAX|PTR)_(MIN|MAX|C)\Z|SIZE_MAX\Z|(CHAR|SCHAR|UCHAR|SHRT|USHRT|INT|UINT|"
+                          r"LONG|ULONG|LLONG|ULLONG|FLT|DBL|LDBL)_(MIN|MAX|EPSILON|TRUE_MIN)\Z")
 # Names the generated C++ itself uses in the scope of an op's arguments.
 GENERATED_NAMES = frozenset({"Tensor", "TensorType", "GraphStatus", "Op", "qco", "std", "op"})
 
@@ -31,6 +38,9 @@ def is_c_identifier(name: str) -> bool:
     return (
         bool(_IDENTIFIER.match(name))
         and name not in CPP_KEYWORDS
+        and name not in C_MACROS
+        and not _LIMIT_MACRO.match(name)
+        and not re.match(r"_[A-Z]", name)
         and not name.startswith(("__", RESERVED_PREFIX))
         and len(name) <= MAX_NAME_LENGTH
     )
@@ -47,6 +57,6 @@ def sanitize_identifier(name: str) -> str:
     cleaned = re.sub(r"_+", "_", cleaned)
     if cleaned[0].isdigit() or cleaned.startswith(RESERVED_PREFIX):
         cleaned = "t_" + cleaned
-    if cleaned in CPP_KEYWORDS or cleaned in GENERATED_NAMES or cleaned.startswith("__"):
+    if not is_argument_name(cleaned):
         cleaned += "_"
     return cleaned[:MAX_NAME_LENGTH]

@@ -232,6 +232,7 @@ class OpPackage:
     ops: Mapping[str, OpDef]
     paths: tuple[Path, ...]
     warnings: tuple[str, ...] = ()
+    sources: tuple[bytes, ...] = field(default=(), compare=False, repr=False)  # each config as read, once
 
     @property
     def path(self) -> Path:

@@ -72,6 +72,7 @@ class _SupplementalOp:
 @dataclass(frozen=True)
 class _ConfigFile:
     path: Path
+    data: bytes
     package: str
     domain: str
     version: str
@@ -99,7 +100,16 @@ def load_package(*paths: str | Path) -> OpPackage:
 
 
 def _read_config(path: Path, reporter: Reporter) -> _ConfigFile | None:
-    root = _parse_tree(path, reporter)
+    try:
+        data = read_bounded(path)
+    except OSError as exc:
+        reporter.error(path, 0, f"cannot read config: {exc.strerror or exc}", "check the path")
+        return None
+    if data is None:
+        reporter.error(path, 1, f"config is over the {MAX_FILE_BYTES} byte limit",
+                       "split the package into several configs")
+        return None
+    root = _parse_tree(path, data, reporter)
     if root is None:
         return None
     ops = tuple(_read_op(el, path, reporter) for el in root.find("OpDefList").iterfind("OpDef"))
@@ -110,6 +120,7 @@ def _read_config(path: Path, reporter: Reporter) -> _ConfigFile | None:
     )
     return _ConfigFile(
         path=path,
+        data=data,
         package=root.get("PackageName").strip(),
         domain=(root.get("Domain") or "").strip(),
         version=(root.get("Version") or "").strip(),
@@ -119,18 +130,16 @@ def _read_config(path: Path, reporter: Reporter) -> _ConfigFile | None:
     )
 
 
-def _parse_tree(path: Path, reporter: Reporter) -> etree._Element | None:
+def read_bounded(path: Path) -> bytes | None:
+    """The file's bytes, read once (a pipe such as /dev/stdin works) and never more than
+    MAX_FILE_BYTES + 1 (a device such as /dev/zero cannot exhaust memory); None if over."""
+    with path.open("rb") as handle:
+        data = handle.read(MAX_FILE_BYTES + 1)
+    return data if len(data) <= MAX_FILE_BYTES else None
+
+
+def _parse_tree(path: Path, data: bytes, reporter: Reporter) -> etree._Element | None:
     """Bytes to a schema-valid tree, or None with the reasons reported."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            reporter.error(path, 1, f"config is {size} bytes, over the {MAX_FILE_BYTES} byte limit",
-                           "split the package into several configs")
-            return None
-        data = path.read_bytes()
-    except OSError as exc:
-        reporter.error(path, 0, f"cannot read config: {exc.strerror or exc}", "check the path")
-        return None
     if not data.strip():
         reporter.error(path, 1, "config is empty", "write an <OpDefCollection> document")
         return None
@@ -284,7 +293,13 @@ def _read_tensor(el: etree._Element, kind: str, op: str, path: Path, reporter: R
     if default_el is None:
         return tensor
     default = Default(_text(default_el), _parse_default(_text(default_el), tensor))
-    if default.value is None:
+    out_of_range = _out_of_range(default.text, tensor) if default.value is None else None
+    if out_of_range:
+        reporter.error(path, default_el.sourceline,
+                       f"op {op}: default {default.text!r} of {kind} {name!r} does not fit "
+                       f"{'/'.join(d.short_name for d in datatypes)}: {out_of_range}",
+                       "write a default the datatype can hold, or widen the <Datatype>")
+    elif default.value is None:
         reporter.warning(path, default_el.sourceline,
                          f"op {op}: default {default.text!r} of {kind} {name!r} is not a "
                          f"{'/'.join(d.short_name for d in datatypes) or 'known'} value; "
@@ -332,8 +347,34 @@ def _parse_scalar(text: str, datatype: Datatype) -> DefaultValue | None:
             value = float(lowered)
         except ValueError:
             return None
-        return value if value == value and abs(value) != float("inf") else None
+        limit = _FLOAT_MAX.get(datatype, float("inf"))
+        return value if value == value and abs(value) != float("inf") and abs(value) <= limit else None
     return None
+
+
+_FLOAT_MAX = {Datatype.FLOAT_16: 65504.0, Datatype.FLOAT_32: 3.4028234663852886e38}
+
+
+def _out_of_range(text: str, tensor: TensorDef) -> str | None:
+    """Why a number that is a default of a scalar param fits none of its datatypes (the
+    ranges), or None when the text is no number at all (a tolerated oddity such as ``N-1``)."""
+    if tensor.is_enum or tensor.shape.rank not in (None, 0):
+        return None
+    try:
+        number = float(text.strip())
+    except ValueError:
+        return None
+    ranges = []
+    for datatype in tensor.datatypes:
+        if datatype == Datatype.BOOL_8:
+            ranges.append("BOOL_8 takes true, false, 1 or 0")
+        elif datatype.is_integer:
+            low, high = _integer_range(datatype)
+            ranges.append(f"{datatype.short_name} takes integers {low}..{high}")
+        elif datatype.is_float:
+            limit = _FLOAT_MAX.get(datatype, 1.7976931348623157e308)
+            ranges.append(f"{datatype.short_name} takes finite numbers up to {limit:g} in magnitude")
+    return "; ".join(ranges) + f" ({number:g} given)" if ranges else None
 
 
 def _integer_range(datatype: Datatype) -> tuple[int, int]:
@@ -418,4 +459,5 @@ def _merge(configs: list[_ConfigFile], reporter: Reporter) -> OpPackage:
         version=first.version,
         ops=MappingProxyType(merged),
         paths=tuple(c.path for c in configs),
+        sources=tuple(c.data for c in configs),
     )

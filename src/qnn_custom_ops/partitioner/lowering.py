@@ -124,7 +124,8 @@ def lower(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], bindin
     program = LoweredProgram(edge.to_executorch(), tuple(emulated), scales)
     if output is not None:
         write_atomic(Path(output), program.buffer)
-        write_atomic(scales_file(Path(output)), json.dumps({"output_scales": list(scales)}).encode())
+        if Path(output).is_file():  # not for a stream such as /dev/stdout
+            write_atomic(scales_file(Path(output)), json.dumps({"output_scales": list(scales)}).encode())
     return program
 
 

@@ -84,6 +84,12 @@ def _param_storage(op: OpBinding, arg: ArgBinding) -> tuple[str, str]:
     return _PARAM_STORAGE[datatype]
 
 
+def _variable(arg: ArgBinding) -> str:
+    """The C++ name of a schema argument: prefixed, so no argument name (``ctx``, ``status``,
+    ``int64_t``, ``NULL``...) can collide with ours or with C++."""
+    return f"a_{arg.schema_name}"
+
+
 def kernel_contexts(op: OpBinding) -> list[KernelContext]:
     """The op's two ExecuTorch kernels: ``<ns>::<op>.out`` on float (or unquantized) tensors,
     and ``qco_quantized::<ns>__<op>.out`` on quantized tensors with their encodings."""
@@ -108,10 +114,11 @@ def _kernel_context(op: OpBinding, quantized: bool) -> KernelContext:
         cpp = _CPP_TYPES[arg.kind]
         cpp = f"std::optional<{cpp}>" if arg.optional else cpp
         by_reference = arg.kind is ArgKind.TENSOR or arg.optional
-        signature.append(f"const {cpp}& {arg.schema_name}" if by_reference else f"{cpp} {arg.schema_name}")
+        variable = _variable(arg)
+        signature.append(f"const {cpp}& {variable}" if by_reference else f"{cpp} {variable}")
         stack = f"stack[{first_arg + index}]"
         unboxing.append(f"{stack}->toTensor()" if cpp == "Tensor" else f"{stack}->to<{cpp}>()")
-    outputs = ["out"] if len(op.op.outputs) == 1 else [f"out{i}" for i in range(len(op.op.outputs))]
+    outputs = [f"qco_out{i}" for i in range(len(op.op.outputs))]
     signature += [f"Tensor& {out}" for out in outputs]
     first_out = len(unboxing)
     unboxing += [f"stack[{first_out + i}]->toTensor()" for i in range(len(outputs))]
@@ -122,7 +129,8 @@ def _kernel_context(op: OpBinding, quantized: bool) -> KernelContext:
         conversions.append(Conversion(
             f"qco_dtypes.size() == {count} && qco_scales.size() == {count} && qco_offsets.size() == {count}",
             cpp_string(f"expected {count} encodings (inputs, then outputs)")))
-    tensors = [(out, "output", out) for out in outputs] + [(a.schema_name, "input", a.tensor.name) for a in op.inputs]
+    tensors = ([(out, "output", tensor.name) for out, tensor in zip(outputs, op.op.outputs)]
+               + [(_variable(a), "input", a.tensor.name) for a in op.inputs])
     for position, (variable, kind, shown) in enumerate(tensors):
         if quantized:
             index = len(op.inputs) + position if kind == "output" else position - len(outputs)
@@ -135,19 +143,19 @@ def _kernel_context(op: OpBinding, quantized: bool) -> KernelContext:
         conversions.append(Conversion(expression, cpp_string(message)))
     for arg in op.params:
         storage, dtype = _param_storage(op, arg)
-        holder = f"h_{arg.schema_name}"
+        holder = f"h_{_variable(arg)}"
         if arg.kind is ArgKind.STR:
             table = EnumTable(f"{function}_{arg.schema_name}_values",
                               [cpp_string(v) for v in arg.tensor.enum_values])
             enums.append(table)
-            expression = f"qco::et::enum_view({arg.schema_name}, {table.variable}, qco::DType::k{dtype}, {holder})"
+            expression = f"qco::et::enum_view({_variable(arg)}, {table.variable}, qco::DType::k{dtype}, {holder})"
             message = f"param {arg.tensor.name} is not one of {', '.join(arg.tensor.enum_values)}"
         else:
             helper = "list_view" if arg.kind in (ArgKind.INT_LIST, ArgKind.FLOAT_LIST) else "scalar_view"
-            expression = f"qco::et::{helper}<{storage}>({arg.schema_name}, qco::DType::k{dtype}, {holder})"
+            expression = f"qco::et::{helper}<{storage}>({_variable(arg)}, qco::DType::k{dtype}, {holder})"
             message = f"param {arg.tensor.name} does not fit {storage}"
         conversions.append(Conversion(expression, cpp_string(message)))
-    holders = [f"h_{out}" for out in outputs] + [f"h_{a.schema_name}" for a in op.inputs + op.params]
+    holders = [f"h_{out}" for out in outputs] + [f"h_{_variable(a)}" for a in op.inputs + op.params]
     return KernelContext(
         qnn_type=op.qnn_op_type, registered_name=registered, function=function, signature=signature,
         holders=holders, conversions=conversions, kernel_views=[f"{h}.view" for h in holders], enums=enums,
