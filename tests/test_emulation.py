@@ -19,6 +19,7 @@ from qnn_custom_ops.opdef import Datatype
 from qnn_custom_ops.runtime import HostRunner, RunnerError, Tolerance, compare_outputs
 
 from .conftest import DATA, OP_PACKAGES
+from .test_runtime import SplitModel
 from .torch_ops import EXAMPLE_PACKAGE, MUL3, QUANT_OPS, QUANT_PACKAGE, SPLIT, SPLIT_PACKAGE, ConvMul3
 
 GATHER, SCALE_ROWS, HALVES = (QUANT_OPS[k] for k in ("GatherRows", "ScaleRows", "Halves"))
@@ -126,16 +127,6 @@ def test_shipped_mul3_runs_its_uint8_branch(mul3):
     reports = compare_outputs(outputs, as_tuple(converted(*samples[0])), Tolerance(atol=0),
                               scales=program.output_scales)
     assert all(r.passed for r in reports), [str(r) for r in reports]
-
-
-class SplitModel(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(8, 8)
-
-    def forward(self, x):
-        low, high = SPLIT(self.linear(x))
-        return torch.relu(low), high * 4
 
 
 def test_split_runs_with_two_output_encodings(split):

@@ -113,13 +113,13 @@ def _define(library: torch.library.Library, namespace: str, name: str, op: OpDef
     library.define(functional)
     library.define(out_variant)
     library.impl(name, impl, "CompositeExplicitAutograd")
-    library.impl(f"{name}.out", _out_impl(impl, len(op.outputs)), "CompositeExplicitAutograd")
+    library.impl(f"{name}.out", out_kernel_of(impl, len(op.outputs)), "CompositeExplicitAutograd")
     torch.library.register_fake(f"{namespace}::{name}", fake, lib=library)
-    torch.library.register_fake(f"{namespace}::{name}.out", _out_fake(len(op.outputs)), lib=library)
+    torch.library.register_fake(f"{namespace}::{name}.out", out_fake_of(len(op.outputs)), lib=library)
     return getattr(getattr(torch.ops, namespace), name).default
 
 
-def _out_impl(impl: Callable[..., Any], outputs: int) -> Callable[..., Any]:
+def out_kernel_of(impl: Callable[..., Any], outputs: int) -> Callable[..., Any]:
     """The ``.out`` kernel: run the reference, copy into the caller's tensors."""
 
     def out_kernel(*args: Any, **kwargs: Any) -> Any:
@@ -133,7 +133,7 @@ def _out_impl(impl: Callable[..., Any], outputs: int) -> Callable[..., Any]:
     return out_kernel
 
 
-def _out_fake(outputs: int) -> Callable[..., Any]:
+def out_fake_of(outputs: int) -> Callable[..., Any]:
     def out_fake(*args: Any, **kwargs: Any) -> Any:
         return kwargs["out"] if outputs == 1 else tuple(kwargs[f"out{i}"] for i in range(outputs))
 

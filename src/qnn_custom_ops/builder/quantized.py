@@ -22,7 +22,7 @@ from ..errors import ReportedError
 from ..opdef import Datatype
 from ..opdef.datatypes import DATATYPES, plain_datatype
 from .alignment import OpBinding, target_op_name
-from .define import out_arguments, returns_schema
+from .define import out_arguments, out_fake_of, out_kernel_of, returns_schema
 
 NAMESPACE = "qco_quantized"
 ENCODING_ARGUMENTS = ("qco_dtypes", "qco_scales", "qco_offsets")
@@ -130,9 +130,9 @@ def quantized_variant(binding: OpBinding) -> torch._ops.OpOverload:
                    f"{returns_schema(outputs, out=True)}")
     reference = _reference(binding)
     library.impl(name, reference, "CompositeExplicitAutograd")
-    library.impl(f"{name}.out", _out_reference(reference, outputs), "CompositeExplicitAutograd")
+    library.impl(f"{name}.out", out_kernel_of(reference, outputs), "CompositeExplicitAutograd")
     torch.library.register_fake(f"{NAMESPACE}::{name}", _fake(binding), lib=library)
-    torch.library.register_fake(f"{NAMESPACE}::{name}.out", _out_fake(outputs), lib=library)
+    torch.library.register_fake(f"{NAMESPACE}::{name}.out", out_fake_of(outputs), lib=library)
     return getattr(packet, name).default
 
 
@@ -146,62 +146,35 @@ def _schema_arguments(schema: Any) -> tuple[str, bool]:
 def _reference(binding: OpBinding):
     """Eager semantics: dequantize, run the op in float, requantize -- what the kernel's
     quantized branch approximates."""
+    return _around_the_op(binding, _dequantize, _quantize)
+
+
+def _fake(binding: OpBinding):
+    """Shapes and storage dtypes, from the op's own fake kernel on float stand-ins."""
+    return _around_the_op(binding, lambda value, encoding: torch.empty_like(value, dtype=torch.float32)
+                          if encoding.is_quantized else value,
+                          lambda result, encoding: torch.empty_like(result, dtype=storage_dtype(encoding, result.dtype)))
+
+
+def _around_the_op(binding: OpBinding, into_float, out_of_float):
+    """The variant's kernel: ``into_float`` on each input with its encoding, the original op,
+    ``out_of_float`` on each output with its encoding."""
     op_inputs = binding.inputs
     outputs = len(binding.op.outputs)
 
-    def reference(qco_dtypes: Sequence[int], qco_scales: Sequence[float], qco_offsets: Sequence[int],
-                  *args: Any, **kwargs: Any) -> Any:
+    def kernel(qco_dtypes: Sequence[int], qco_scales: Sequence[float], qco_offsets: Sequence[int],
+               *args: Any, **kwargs: Any) -> Any:
         encodings = _encodings(qco_dtypes, qco_scales, qco_offsets)
         values = list(args)
         for index, arg in enumerate(op_inputs):
             if arg.schema_index < len(values) and values[arg.schema_index] is not None:
-                values[arg.schema_index] = _dequantize(values[arg.schema_index], encodings[index])
+                values[arg.schema_index] = into_float(values[arg.schema_index], encodings[index])
         results = binding.overload(*values, **kwargs)
         results = (results,) if outputs == 1 else tuple(results)
-        quantized = tuple(_quantize(r, e) for r, e in zip(results, encodings[len(op_inputs):]))
-        return quantized[0] if outputs == 1 else quantized
+        converted = tuple(out_of_float(r, e) for r, e in zip(results, encodings[len(op_inputs):]))
+        return converted[0] if outputs == 1 else converted
 
-    return reference
-
-
-def _fake(binding: OpBinding):
-    op_inputs = binding.inputs
-    outputs = len(binding.op.outputs)
-
-    def fake(qco_dtypes: Sequence[int], qco_scales: Sequence[float], qco_offsets: Sequence[int],
-             *args: Any, **kwargs: Any) -> Any:
-        encodings = _encodings(qco_dtypes, qco_scales, qco_offsets)
-        values = list(args)
-        for index, arg in enumerate(op_inputs):
-            value = values[arg.schema_index] if arg.schema_index < len(values) else None
-            if value is not None and encodings[index].is_quantized:
-                values[arg.schema_index] = torch.empty_like(value, dtype=torch.float32)
-        results = binding.overload(*values, **kwargs)
-        results = (results,) if outputs == 1 else tuple(results)
-        stored = tuple(torch.empty_like(r, dtype=storage_dtype(e, r.dtype))
-                       for r, e in zip(results, encodings[len(op_inputs):]))
-        return stored[0] if outputs == 1 else stored
-
-    return fake
-
-
-def _out_reference(reference, outputs: int):
-    def out_kernel(*args: Any, **kwargs: Any) -> Any:
-        outs = [kwargs.pop("out")] if outputs == 1 else [kwargs.pop(f"out{i}") for i in range(outputs)]
-        results = reference(*args, **kwargs)
-        results = (results,) if outputs == 1 else tuple(results)
-        for out, result in zip(outs, results):
-            out.copy_(result)
-        return outs[0] if outputs == 1 else tuple(outs)
-
-    return out_kernel
-
-
-def _out_fake(outputs: int):
-    def out_fake(*args: Any, **kwargs: Any) -> Any:
-        return kwargs["out"] if outputs == 1 else tuple(kwargs[f"out{i}"] for i in range(outputs))
-
-    return out_fake
+    return kernel
 
 
 _BY_KERNEL_VALUE = {row.kernel_value: row.datatype for row in DATATYPES.values() if row.kernel is not None}
