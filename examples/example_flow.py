@@ -12,11 +12,15 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-import qnn_custom_ops as qco
-from qnn_custom_ops.partitioner import compile_spec, device_libraries, makefile_builds
-from qnn_custom_ops.runtime import DeviceRunner, HostRunner, Tolerance, compare_outputs
+from qnn_custom_ops.quiet import native_noise_filtered, quiet_third_party
+
+quiet_third_party(verbose="--verbose" in sys.argv)  # after torch set its loggers, before the rest speaks
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e  # noqa: E402
+
+import qnn_custom_ops as qco  # noqa: E402
+from qnn_custom_ops.partitioner import compile_spec, device_libraries, makefile_builds  # noqa: E402
+from qnn_custom_ops.runtime import DeviceRunner, HostRunner, Tolerance, compare_outputs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 OP_PACKAGES = REPO / "op_packages"
@@ -32,6 +36,7 @@ def parse_args(description: str) -> argparse.Namespace:
     parser.add_argument("--adb-host", help="adb server host (qnn target)")
     parser.add_argument("--build-folder", type=Path, help="ExecuTorch built for Android with QNN (qnn target)")
     parser.add_argument("--output-dir", type=Path, default=REPO / "build" / "examples")
+    parser.add_argument("--verbose", action="store_true", help="show third-party log lines and warnings too")
     return parser.parse_args()
 
 
@@ -59,7 +64,9 @@ def run_on_target(args: argparse.Namespace, name: str, binding, package_dir: Pat
             print(f"  kernel runs on quantized tensors, as on the HTP: {emulated}")
         if not program.emulated:
             print("  kernel runs on float tensors")
-        return HostRunner([library]).run(program.buffer, [inputs])[0], program.output_scales
+        with native_noise_filtered(args.verbose):
+            outputs = HostRunner([library]).run(program.buffer, [inputs])[0]
+        return outputs, program.output_scales
     from executorch.backends.qualcomm.utils.utils import get_soc_to_htp_arch_map
 
     if not args.device or not args.build_folder:

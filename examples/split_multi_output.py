@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import sys
 
-import torch
 from example_flow import OP_PACKAGES, parse_args, quantize_and_run, report
+
+import torch
 
 import qnn_custom_ops as qco
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from .errors import ReportedError, UsageError
+from .quiet import native_noise_filtered, quiet_third_party
 from .opdef import OpDefError, OpDefWarning, OpPackage, load_package
 
 if TYPE_CHECKING:
@@ -151,7 +152,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     pte = pte_path.read_bytes()
     input_specs, output_specs = method_specs(pte)
     inputs = _load_tensors(args.inputs, input_specs, "input")
-    (outputs,) = _runner(args).run(pte, [inputs])
+    with native_noise_filtered(args.verbose):
+        (outputs,) = _runner(args).run(pte, [inputs])
     if not args.golden:
         for index, output in enumerate(outputs):
             print(f"output {index}: {list(output.shape)} {str(output.dtype).replace('torch.', '')}")
@@ -179,6 +181,7 @@ def _add_generate_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="qnn-custom-ops", description=__doc__.splitlines()[0])
+    parser.add_argument("--verbose", action="store_true", help="show third-party log lines and warnings too")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     validate = commands.add_parser("validate", help="check OpDef configs; print every problem")
     validate.add_argument("configs", nargs="+", metavar="CONFIG")
@@ -234,6 +237,7 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    quiet_third_party(args.verbose)
     return _run(args.handler, args)
 
 

@@ -14,7 +14,7 @@ from .annotation import (  # noqa: E402
     quant_dtype_of,
     spec_datatype,
 )
-from .factory import make_quantizer  # noqa: E402
+from .factory import BoundOpsQnnQuantizer, make_quantizer  # noqa: E402
 
-__all__ = ["FLOAT_TENSORS_KEY", "QUANT_DTYPES", "QuantAnnotationError", "Share", "make_annotation",
+__all__ = ["BoundOpsQnnQuantizer", "FLOAT_TENSORS_KEY", "QUANT_DTYPES", "QuantAnnotationError", "Share", "make_annotation",
            "make_quantizer", "quant_annotation", "quant_dtype_of", "spec_datatype"]

@@ -11,6 +11,21 @@ from ..builder import OpPackageBinding
 from .annotation import Overrides, quant_annotation, quant_dtype_of
 
 
+class BoundOpsQnnQuantizer(QnnQuantizer):
+    """``QnnQuantizer`` that leaves the bound ops to our annotation: it skips them in its own
+    pass (which would print "No quant config is implemented" for each, although ours
+    quantizes them)."""
+
+    def __init__(self, binding: OpPackageBinding, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.binding = binding
+
+    def annotate(self, model: Any) -> Any:
+        bound = [n.name for n in model.graph.nodes if self.binding.op_for(n) is not None]
+        self.add_discard_nodes([*self.discard_nodes, *bound])  # add_discard_nodes replaces the set
+        return super().annotate(model)
+
+
 def make_quantizer(binding: OpPackageBinding, quant_dtype: str = "8a8w", overrides: Overrides | None = None,
                    soc_model: str = "SM8750", per_channel_conv: bool = True, per_channel_linear: bool = False,
                    **default_config: Any) -> QnnQuantizer:
@@ -21,7 +36,7 @@ def make_quantizer(binding: OpPackageBinding, quant_dtype: str = "8a8w", overrid
     tooling. ``default_config`` goes to ``QnnQuantizer.set_default_quant_config``.
     """
     annotation = quant_annotation(binding, quant_dtype, overrides)
-    quantizer = QnnQuantizer(soc_model=QcomChipset[soc_model])
+    quantizer = BoundOpsQnnQuantizer(binding, soc_model=QcomChipset[soc_model])
     quantizer.add_custom_quant_annotations((annotation,))
     quantizer.set_default_quant_config(quant_dtype_of(quant_dtype), is_conv_per_channel=per_channel_conv,
                                        is_linear_per_channel=per_channel_linear, **default_config)
