@@ -116,3 +116,16 @@ def test_one_torch_op_bound_to_two_opdefs_in_one_lowering_is_refused():
                 pass
         with bound_visitors(first):  # the same binding again is fine
             pass
+
+
+@pytest.mark.parametrize("value, said", [(None, "QNN_SDK_ROOT is unset"), ("", "QNN_SDK_ROOT is set but empty"),
+                                         ("/nowhere", "QNN_SDK_ROOT is /nowhere")])
+def test_the_missing_sdk_message_says_what_is_true(monkeypatch, value, said):
+    from qnn_custom_ops.qnn_sdk import require_sdk
+
+    if value is None:
+        monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
+    else:
+        monkeypatch.setenv("QNN_SDK_ROOT", value)
+    with pytest.raises(qco.QnnSdkMissingError, match=f"\\\\({said}\\\\)"):
+        require_sdk("QNN partitioning")

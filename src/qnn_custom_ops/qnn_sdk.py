@@ -37,9 +37,16 @@ def require_sdk(step: str) -> Path:
     """The SDK root, or one line saying what is missing and what works without it."""
     root = sdk_root()
     if root is None:
-        where = os.environ.get("QNN_SDK_ROOT") or "unset"
         raise QnnSdkMissingError(
             f"{step} needs the QNN SDK: {REQUIRED_HOST_LIBRARY} not found under "
-            f"QNN_SDK_ROOT/{HOST_LIBRARY_DIR} (QNN_SDK_ROOT is {where}); set QNN_SDK_ROOT to your "
+            f"QNN_SDK_ROOT/{HOST_LIBRARY_DIR} ({_describe_root()}); set QNN_SDK_ROOT to your "
             "QNN SDK, or use the host target, which needs no SDK")
     return root
+
+
+def _describe_root() -> str:
+    """What QNN_SDK_ROOT is, truthfully: unset, set but empty, or the path it names."""
+    if "QNN_SDK_ROOT" not in os.environ:
+        return "QNN_SDK_ROOT is unset"
+    root = os.environ["QNN_SDK_ROOT"]
+    return f"QNN_SDK_ROOT is {root}" if root else "QNN_SDK_ROOT is set but empty"
