@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -127,5 +128,5 @@ def test_the_missing_sdk_message_says_what_is_true(monkeypatch, value, said):
         monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
     else:
         monkeypatch.setenv("QNN_SDK_ROOT", value)
-    with pytest.raises(qco.QnnSdkMissingError, match=f"\\\\({said}\\\\)"):
+    with pytest.raises(qco.QnnSdkMissingError, match=re.escape(f"({said})")):
         require_sdk("QNN partitioning")
