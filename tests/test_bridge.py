@@ -10,6 +10,7 @@ from executorch.exir import EdgeCompileConfig, to_edge
 import qnn_custom_ops as qco
 from qnn_custom_ops.builder import OpMappingError
 
+from .conftest import OP_PACKAGES
 from .torch_ops import ARG_KIND_PACKAGE, EXAMPLE_PACKAGE, MUL3, SPLIT, SPLIT_PACKAGE
 
 SINK = torch.ops.qco_test.kitchen_sink.default
@@ -199,3 +200,35 @@ def test_define_torch_ops_makes_functional_out_and_fake_variants():
 def test_define_torch_ops_schema_binds_to_its_own_opdef():
     binding = qco.bind(SPLIT_PACKAGE, {"SplitCustomOp": SPLIT})
     assert binding.ops["SplitCustomOp"].custom_op_name == "my_ops.split_half.default"
+
+
+def test_a_custom_op_without_out_variant_gets_the_one_line_fix_and_then_builds(tmp_path):
+    """torch.library.custom_op defines no .out overload; binding says how to add it, and
+    register_out_variant makes the host library build."""
+    import warnings
+
+    from qnn_custom_ops.builder.binding import MissingOutVariantWarning
+
+    @torch.library.custom_op("qco_custom::triple", mutates_args=())
+    def triple(input: torch.Tensor) -> torch.Tensor:
+        return input * 3
+
+    @triple.register_fake
+    def _(input):
+        return torch.empty_like(input)
+
+    overload = torch.ops.qco_custom.triple.default
+    with pytest.warns(MissingOutVariantWarning, match=r"qnn_custom_ops\.register_out_variant\("
+                                                      r"torch\.ops\.qco_custom\.triple\.default\)"):
+        binding = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": overload})
+    from qnn_custom_ops.runtime import HostBuildError
+
+    with pytest.raises(HostBuildError, match=r"register_out_variant\(torch\.ops\.qco_custom\.triple"):
+        qco.build_host_library(OP_PACKAGES / "ExampleOpPackage", binding, build_root=tmp_path)
+    out_variant = qco.register_out_variant(overload)
+    out = torch.empty(2)
+    assert out_variant(torch.ones(2), out=out) is out and out.tolist() == [3.0, 3.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MissingOutVariantWarning)
+        binding = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": overload})
+    assert qco.build_host_library(OP_PACKAGES / "ExampleOpPackage", binding, build_root=tmp_path).is_file()

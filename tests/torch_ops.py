@@ -37,6 +37,9 @@ def _two_halves_fake(x):
     return x.new_empty(shape), x.new_empty(shape)
 
 
+for _overload in (torch.ops.qco_test.kitchen_sink.default, torch.ops.qco_test.two_halves.default):
+    qco.register_out_variant(_overload)
+
 ARG_KIND_PACKAGE = qco.load_package(DATA / "every_arg_kind.xml")
 EXAMPLE_PACKAGE = qco.load_package(OP_PACKAGES / "ExampleOpPackage/config/ExampleOpPackage.xml")
 SPLIT_PACKAGE = qco.load_package(OP_PACKAGES / "SplitCustomOpPackage/config/SplitCustomOpPackage.xml")

@@ -22,6 +22,7 @@ _LAZY = {
     "QnnParam": "builder",
     "opdef_from_torch": "builder.from_torch",
     "define_torch_ops": "builder.define",
+    "register_out_variant": "builder.define",
     "compile_spec": "partitioner",
     "OpPackageBuild": "partitioner",
     "CompileSpecError": "partitioner",

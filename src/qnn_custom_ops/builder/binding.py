@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -16,6 +17,7 @@ import torch
 
 from ..opdef import OpPackage
 from .alignment import OpBinding, bind_ops, target_op_name
+from .define import has_out_variant
 from .spec import OpMappingError, QnnOpSpec, qnn_op_spec
 
 
@@ -55,4 +57,16 @@ def bind(package: OpPackage, mapping: Mapping[str, Any]) -> OpPackageBinding:
     the returned binding: executorch's QNN visitors are routed to the bound ops only while a
     lowering with this binding runs.
     """
-    return OpPackageBinding(package, MappingProxyType(bind_ops(package, mapping)))
+    ops = bind_ops(package, mapping)
+    for op in ops.values():
+        if not has_out_variant(op.overload):
+            namespace, name = op.overload._schema.name.split("::")
+            warnings.warn(MissingOutVariantWarning(
+                f"{namespace}::{name} has no .out overload, which the host target (to_executorch) needs: "
+                f"qnn_custom_ops.register_out_variant(torch.ops.{namespace}.{name}.{op.overload._overloadname})"),
+                stacklevel=2)
+    return OpPackageBinding(package, MappingProxyType(ops))
+
+
+class MissingOutVariantWarning(UserWarning):
+    """A bound op without the ``.out`` overload: fine for QNN, needed on the host."""

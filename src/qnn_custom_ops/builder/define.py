@@ -103,7 +103,6 @@ def _define(library: torch.library.Library, namespace: str, name: str, op: OpDef
             fake: Callable[..., Any]) -> torch._ops.OpOverload:
     outputs = len(op.outputs)
     functional = f"{name}({schema_arguments(op)}) -> {returns_schema(outputs, out=False)}"
-    out_variant = f"{name}.out({schema_arguments(op)}, *, {out_arguments(outputs)}) -> {returns_schema(outputs, out=True)}"
     existing = getattr(getattr(torch.ops, namespace), name, None) if hasattr(torch.ops, namespace) else None
     if existing is not None and hasattr(existing, "default"):
         if str(existing.default._schema) != f"{namespace}::{functional}":
@@ -111,12 +110,42 @@ def _define(library: torch.library.Library, namespace: str, name: str, op: OpDef
                              f"not {namespace}::{functional}: pick another namespace or name")
         return existing.default
     library.define(functional)
-    library.define(out_variant)
     library.impl(name, impl, "CompositeExplicitAutograd")
-    library.impl(f"{name}.out", out_kernel_of(impl, len(op.outputs)), "CompositeExplicitAutograd")
     torch.library.register_fake(f"{namespace}::{name}", fake, lib=library)
-    torch.library.register_fake(f"{namespace}::{name}.out", out_fake_of(len(op.outputs)), lib=library)
-    return getattr(getattr(torch.ops, namespace), name).default
+    overload = getattr(getattr(torch.ops, namespace), name).default
+    register_out_variant(overload)
+    return overload
+
+
+def has_out_variant(overload: torch._ops.OpOverload) -> bool:
+    """True if ``ns::op`` has the ``.out`` overload ``to_executorch`` needs."""
+    name = overload._schema.name.split("::")[1]
+    return "out" in getattr(getattr(torch.ops, overload.namespace), name).overloads()
+
+
+def register_out_variant(overload: torch._ops.OpOverload) -> torch._ops.OpOverload:
+    """Define ``ns::op.out`` for an existing functional op (a ``torch.library.custom_op``,
+    say): the same arguments plus keyword-only ``out`` tensors; it runs the op and copies
+    into them. ``to_executorch`` and the host kernel library need it. Returns it."""
+    namespace, name = overload._schema.name.split("::")
+    packet = getattr(getattr(torch.ops, namespace), name)
+    if "out" in packet.overloads():
+        return packet.out
+    arguments, has_kwarg_only = schema_argument_text(overload._schema)
+    outputs = len(overload._schema.returns)
+    star = "" if has_kwarg_only else "*, "
+    library = torch.library.Library(namespace, "FRAGMENT")
+    _LIBRARIES.append(library)
+    library.define(f"{name}.out({arguments}, {star}{out_arguments(outputs)}) -> {returns_schema(outputs, out=True)}")
+    library.impl(f"{name}.out", out_kernel_of(overload, outputs), "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{namespace}::{name}.out", out_fake_of(outputs), lib=library)
+    return packet.out
+
+
+def schema_argument_text(schema: Any) -> tuple[str, bool]:
+    """The argument list of ``schema`` as text, and whether it has keyword-only arguments."""
+    text = str(schema)
+    return text[text.index("(") + 1:text.rindex(") ->")], any(arg.kwarg_only for arg in schema.arguments)
 
 
 def out_kernel_of(impl: Callable[..., Any], outputs: int) -> Callable[..., Any]:

@@ -22,7 +22,7 @@ from ..errors import ReportedError
 from ..opdef import Datatype
 from ..opdef.datatypes import DATATYPES, plain_datatype
 from .alignment import OpBinding, target_op_name
-from .define import out_arguments, out_fake_of, out_kernel_of, returns_schema
+from .define import out_arguments, out_fake_of, out_kernel_of, returns_schema, schema_argument_text
 
 NAMESPACE = "qco_quantized"
 ENCODING_ARGUMENTS = ("qco_dtypes", "qco_scales", "qco_offsets")
@@ -122,7 +122,7 @@ def quantized_variant(binding: OpBinding) -> torch._ops.OpOverload:
     if not _LIBRARY:
         _LIBRARY.append(torch.library.Library(NAMESPACE, "FRAGMENT"))
     library = _LIBRARY[0]
-    arguments, has_kwarg_only = _schema_arguments(binding.overload._schema)
+    arguments, has_kwarg_only = schema_argument_text(binding.overload._schema)
     outputs = len(binding.op.outputs)
     star = "" if has_kwarg_only else "*, "
     library.define(f"{name}({_ENCODING_SCHEMA}, {arguments}) -> {returns_schema(outputs, out=False)}")
@@ -134,13 +134,6 @@ def quantized_variant(binding: OpBinding) -> torch._ops.OpOverload:
     torch.library.register_fake(f"{NAMESPACE}::{name}", _fake(binding), lib=library)
     torch.library.register_fake(f"{NAMESPACE}::{name}.out", out_fake_of(outputs), lib=library)
     return getattr(packet, name).default
-
-
-def _schema_arguments(schema: Any) -> tuple[str, bool]:
-    """The argument list of ``schema`` as text, and whether it has keyword-only arguments."""
-    text = str(schema)
-    inner = text[text.index("(") + 1:text.rindex(") ->")]
-    return inner, any(arg.kwarg_only for arg in schema.arguments)
 
 
 def _reference(binding: OpBinding):

@@ -13,6 +13,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from ..builder import ArgBinding, ArgKind, OpBinding, OpPackageBinding
+from ..builder.define import has_out_variant
 from ..builder.quantized import NAMESPACE as QUANTIZED_NAMESPACE
 from ..builder.quantized import quantized_name
 from ..generator.context import cpp_string
@@ -66,14 +67,14 @@ def out_overload_name(binding: OpBinding) -> str:
 
 
 def _check_out_variant(binding: OpBinding) -> None:
-    import torch
-
-    name = binding.overload._schema.name.split("::")[1]
-    packet = getattr(getattr(torch.ops, binding.overload.namespace), name)
-    if "out" not in packet.overloads():
+    if not has_out_variant(binding.overload):
         raise HostBuildError(f"{out_overload_name(binding)} is not defined: to_executorch needs the out variant "
-                             "(define the ops with qnn_custom_ops.define_torch_ops, or add "
-                             f"'{name}.out(..., *, Tensor(a!) out) -> Tensor(a!)')")
+                             f"(add it with qnn_custom_ops.register_out_variant({_torch_ops_path(binding)}))")
+
+
+def _torch_ops_path(binding: OpBinding) -> str:
+    name = binding.overload._schema.name.split("::")[1]
+    return f"torch.ops.{binding.overload.namespace}.{name}.{binding.overload._overloadname}"
 
 
 def _param_storage(op: OpBinding, arg: ArgBinding) -> tuple[str, str]:
