@@ -11,7 +11,9 @@ import pytest
 
 from qnn_custom_ops import cli
 
-from .conftest import DATA, FIXTURES, opdef_xml, simple_op
+import qnn_custom_ops as qco
+
+from .conftest import DATA, FIXTURES, REPO, opdef_xml, simple_op
 
 BIN = Path(sys.executable).parent
 
@@ -164,3 +166,39 @@ def test_outputs_never_replace_symlinks_or_special_files(tmp_path):
 
     code = cli.main(["opdef-from-torch", "tests.data.sample_ops:qco_sample.gated", "--package", "P", "-o", str(link)])
     assert code == 2 and target.read_text() == "mine"
+
+
+def test_opdef_from_torch_imports_modules_from_the_current_directory(tmp_path, monkeypatch, capsys):
+    (tmp_path / "my_user_ops.py").write_text(
+        "import torch\nLIB = torch.library.Library('qco_cwd', 'DEF')\nLIB.define('scale(Tensor x, float s=2.0) -> Tensor')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert cli.main(["opdef-from-torch", "my_user_ops:qco_cwd.scale", "--package", "CwdPackage"]) == 0
+    assert "<Name>Scale</Name>" in capsys.readouterr().out
+
+
+def test_build_host_prints_the_library_and_run_builds_it_itself(tmp_path, capsys):
+    import torch
+
+    package = str(REPO / "op_packages/ExampleOpPackage")
+    bind = ["--bind", "ExampleCustomOp=my_ops::mul3", "--import", "tests.torch_ops"]
+    assert cli.main(["build-host", package, *bind]) == 0
+    library = Path(capsys.readouterr().out.strip())
+    assert library.is_file() and library.name == "libqco_ExampleOpPackage_executorch.so"
+
+    from tests.torch_ops import MUL3
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return MUL3(x)
+
+    x = torch.randn(1, 2, 2, 4)
+    program = qco.lower(Model(), (x,), qco.bind(qco.load_package(Path(package) / "config/ExampleOpPackage.xml"),
+                                                {"ExampleCustomOp": MUL3}), output=tmp_path / "m.pte")
+    torch.save(x, tmp_path / "x.pt")
+    torch.save(x * 3, tmp_path / "golden.pt")
+    assert program.buffer and cli.main(["run", str(tmp_path / "m.pte"), "--inputs", str(tmp_path / "x.pt"),
+                                        "--golden", str(tmp_path / "golden.pt"), "--package", package, *bind]) == 0
+    assert capsys.readouterr().out.strip().endswith("ok")
+    assert cli.main(["build-host", package, "--bind", "ExampleCustomOp=nope::none"]) == 2
+    assert "no torch op nope::none.default" in capsys.readouterr().err

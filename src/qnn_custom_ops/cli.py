@@ -63,10 +63,12 @@ def _resolve_op(spec: str) -> tuple[str | None, object]:
     module, sep, op = target.rpartition(":")
     if not sep or not module or not op:
         raise UsageError(f"{spec!r}: expected MODULE:NAMESPACE.OP[.OVERLOAD][=QnnOpType]")
+    if os.getcwd() not in sys.path:  # as `python -m` would: the user's module is usually right here
+        sys.path.insert(0, os.getcwd())
     try:
         importlib.import_module(module)
     except ImportError as exc:
-        raise UsageError(f"{spec!r}: cannot import {module}: {exc}") from exc
+        raise UsageError(f"{spec!r}: cannot import {module} from the current directory or sys.path: {exc}") from exc
     parts = op.replace("::", ".").split(".")
     if len(parts) not in (2, 3):
         raise UsageError(f"{spec!r}: name the op as NAMESPACE.OP or NAMESPACE.OP.OVERLOAD")
@@ -122,11 +124,55 @@ def _load_tensors(paths: Sequence[str], specs: Sequence["TensorSpec"], what: str
     return tensors
 
 
+def _host_library(package_dir: str, binds: Sequence[str], modules: Sequence[str]) -> Path:
+    """Build (cached) the host library of ``package_dir`` for ``QnnOp=ns::op`` bindings, after
+    importing the modules that register the ops."""
+    import importlib
+
+    import torch
+
+    from .builder import bind
+    from .runtime import build_host_library
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise UsageError(f"--import {module}: cannot import it from the current directory or sys.path: {exc}") from exc
+    configs = sorted(Path(package_dir).glob("config/*.xml"))
+    if not configs:
+        raise UsageError(f"{package_dir}: no config/*.xml (is it a package made by generate-op-package?)")
+    package = _load([str(c) for c in configs])
+    mapping = {}
+    for item in binds:
+        qnn_type, _, op = item.partition("=")
+        parts = op.replace("::", ".").split(".")
+        if not qnn_type or len(parts) not in (2, 3):
+            raise UsageError(f"--bind {item!r}: expected QnnOpType=NAMESPACE::OP[.OVERLOAD]")
+        namespace, name, overload = (*parts, "default")[:3]
+        try:
+            mapping[qnn_type] = getattr(getattr(getattr(torch.ops, namespace), name), overload)
+        except (AttributeError, RuntimeError) as exc:
+            raise UsageError(f"--bind {item!r}: no torch op {namespace}::{name}.{overload} (--import the module "
+                             "that registers it)") from exc
+    return build_host_library(package_dir, bind(package, mapping))
+
+
+def _cmd_build_host(args: argparse.Namespace) -> int:
+    print(_host_library(args.package_dir, args.bind, args.imports))
+    return EXIT_OK
+
+
 def _runner(args: argparse.Namespace):
     from .runtime import DeviceRunner, HostRunner, X86Runner
 
     if args.target == "host":
-        return HostRunner([Path(p) for p in args.library])
+        libraries = [Path(p) for p in args.library]
+        if args.package:
+            libraries.append(_host_library(args.package, args.bind, args.imports))
+        return HostRunner(libraries)
     if not args.build_folder:
         raise UsageError(f"--target {args.target} needs --build-folder (your ExecuTorch build with the QNN backend)")
     if args.target == "x86":
@@ -179,6 +225,13 @@ def _add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(handler=_cmd_generate)
 
 
+def _add_binding_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bind", action="append", default=[], metavar="QnnOp=NS::OP",
+                        help="bind a QNN op of the package to a torch op (repeatable)")
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="module that registers the torch ops (repeatable; the current directory is searched)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="qnn-custom-ops", description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="show third-party log lines and warnings too")
@@ -211,7 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--soc", help="SoC of the device, e.g. SM8650 (device target)")
     run.add_argument("--op-package-lib", action="append", default=[], metavar="DEVICE_PATH=LOCAL",
                      help="op package library to push (device target); the device path the compile spec baked in")
+    run.add_argument("--package", metavar="PACKAGE_DIR", help="build this package's host library and load it (host target)")
+    _add_binding_arguments(run)
     run.set_defaults(handler=_cmd_run)
+    build_host = commands.add_parser("build-host", help="build (cached) a package's host kernel library; print its path")
+    build_host.add_argument("package_dir", metavar="PACKAGE_DIR")
+    _add_binding_arguments(build_host)
+    build_host.set_defaults(handler=_cmd_build_host)
     return parser
 
 
