@@ -205,3 +205,18 @@ def test_a_corrupt_cache_entry_is_rebuilt(tmp_path):
     assert not cmake_build.is_valid_library(library)
     assert build_host_kernels(package, build_root=tmp_path / "cache") == library
     assert cmake_build.is_valid_library(library)
+
+
+def test_the_readme_kernel_example_compiles(tmp_path):
+    import re
+    import subprocess
+
+    from .conftest import REPO
+
+    readme = (REPO / "README.md").read_text()
+    (example,) = re.findall(r"A worked normalization.*?```cpp\n(.*?)```", readme, re.S)
+    source = tmp_path / "rms_norm.cpp"
+    source.write_text("#include <cmath>\n#include \"qco/tensor_view.h\"\n" + example)
+    result = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Werror",
+                             f"-I{OP_PACKAGES / 'ExampleOpPackage/kernels'}", str(source)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
