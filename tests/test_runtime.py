@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import torch
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 import qnn_custom_ops as qco
+from qnn_custom_ops.runtime.host_library import library_kernels
 from qnn_custom_ops.runtime import (
     HostRunner,
     KernelDType,
@@ -77,7 +79,7 @@ def run_host(model, inputs, binding, library):
 
 def test_rebuilding_an_unchanged_library_reuses_it_without_cmake(mul3, monkeypatch):
     binding, library = mul3
-    assert library.is_file() and library.with_suffix(".ops").read_text().split() == [
+    assert library.is_file() and library_kernels(library) == [
         "my_ops::mul3.out", "qco_quantized::my_ops__mul3.out"]
 
     def no_cmake(*args, **kwargs):
@@ -149,6 +151,19 @@ def test_a_second_library_with_the_same_kernels_is_refused(tmp_path):
     assert "qco_clash::mul3.out" in registered_operators()
     with pytest.raises(KernelLoadError, match=r"kernels qco_clash::mul3\.out, qco_quantized::qco_clash__mul3\.out are already registered by .*/a/"):
         load_host_library(second)
+
+
+def test_a_copy_of_a_loaded_library_is_refused_from_its_own_contents(mul3, tmp_path):
+    """No sidecar file: the kernel list is read from the library itself, so a renamed copy
+    is refused with a clear error instead of aborting the interpreter on a re-registration."""
+    import shutil
+
+    _, library = mul3
+    load_host_library(library)
+    copy = Path(shutil.copy(library, tmp_path / "copy.so"))
+    assert library_kernels(copy) == library_kernels(library)
+    with pytest.raises(KernelLoadError, match=r"my_ops::mul3\.out.*already registered"):
+        load_host_library(copy)
 
 
 def test_a_missing_kernel_is_named_before_running():

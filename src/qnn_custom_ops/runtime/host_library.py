@@ -20,7 +20,7 @@ from ..generator.context import cpp_string
 from ..generator.render import template_environment
 from ..opdef import Datatype
 from ..opdef.datatypes import kernel_rows
-from .cmake_build import HostBuildError, cache_root, cached_build, content_key, files_under, write_text_atomic
+from .cmake_build import HostBuildError, cache_root, cached_build, content_key, files_under
 
 
 # QNN datatype of a parameter -> (C++ storage type, qco::DType name), for every plain datatype.
@@ -195,7 +195,7 @@ def render_project(package_dir: Path, binding: OpPackageBinding) -> dict[str, st
         "qco/executorch_adapter.h": env.get_template("executorch_adapter.h.j2").render(
             scalar_types=_SCALAR_TYPES, integer_storage=_integer_storage()),
         "executorch_kernels.cpp": env.get_template("executorch_kernels.cpp.j2").render(
-            package=name, kernels=kernels, ops=list(binding.ops.values())),
+            package=name, kernels=kernels, ops=list(binding.ops.values()), kernel_marker=KERNEL_LIST_MARKER),
     }
 
 
@@ -218,9 +218,20 @@ def build_host_library(package_dir: str | Path, binding: OpPackageBinding, *, sa
     key = content_key(package_dir, files_under(package_dir / "kernels", package_dir / "host"), extra)
     root = build_root or cache_root() / "executorch"
     work = root / f"{name}-work-{content_key(package_dir, [], {'source': str(package_dir), **options})}"
-    built = cached_build(sources, root / f"{name}-{key}", work, library_name(name), options, f"host library of {name}")
-    registered = [kernel.registered_name for op in binding.ops.values() for kernel in kernel_contexts(op)]
-    ops = built.with_suffix(".ops")
-    if not ops.is_file():
-        write_text_atomic(ops, "\n".join(registered) + "\n")
-    return built
+    return cached_build(sources, root / f"{name}-{key}", work, library_name(name), options, f"host library of {name}")
+
+
+#: Precedes the list of kernel names embedded in every host library (``library_kernels``).
+KERNEL_LIST_MARKER = "qco-kernel-list:"
+
+
+def library_kernels(path: Path) -> list[str] | None:
+    """The kernels a host library registers, read from the file itself (no loading), or None
+    for a library that is not one of ours."""
+    data = path.read_bytes()
+    start = data.find(KERNEL_LIST_MARKER.encode())
+    if start < 0:
+        return None
+    end = data.index(b"\0", start)
+    listed = data[start + len(KERNEL_LIST_MARKER):end].decode("utf-8", "replace")
+    return [name for name in listed.split(";") if name]

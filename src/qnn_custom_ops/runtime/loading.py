@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import ReportedError
-from .host_library import executorch_paths
+from .host_library import executorch_paths, library_kernels
 
 _LOADED: dict[Path, ctypes.CDLL] = {}
 _OWNERS: dict[str, Path] = {}  # kernel name -> library that registered it
@@ -34,22 +34,12 @@ def registered_operators() -> set[str]:
     return set(Runtime.get().operator_registry.operator_names)
 
 
-def ops_file(library: Path) -> Path:
-    """The sidecar listing the kernels a library registers, written when it is built."""
-    return library.with_suffix(".ops")
-
-
-def _declared_ops(path: Path) -> list[str]:
-    sidecar = ops_file(path)
-    return sidecar.read_text().split() if sidecar.is_file() else []
-
-
 def load_host_library(path: str | Path, declared_ops: list[str] | None = None) -> ctypes.CDLL:
     """Load a kernel library once; refuse one whose kernels another library already registered.
 
-    ``declared_ops`` names the kernels the library registers (``ns::op.out``); for libraries
-    built by ``build_host_library`` it is known already. A second load of the same file is a
-    no-op that returns the same handle.
+    ``declared_ops`` names the kernels the library registers (``ns::op.out``); libraries built
+    by ``build_host_library`` list them inside (read before loading, so a copy of a loaded
+    library is refused too). A second load of the same file is a no-op returning the same handle.
     """
     path = Path(path).resolve()
     with _LOCK:
@@ -57,7 +47,7 @@ def load_host_library(path: str | Path, declared_ops: list[str] | None = None) -
             return _LOADED[path]
         if not path.is_file():
             raise KernelLoadError(f"{path}: no such kernel library")
-        ops = declared_ops if declared_ops is not None else _declared_ops(path)
+        ops = declared_ops if declared_ops is not None else (library_kernels(path) or [])
         clashes = sorted(op for op in ops if op in registered_operators())
         if clashes:
             owners = sorted({str(_OWNERS.get(op, "another library")) for op in clashes})
