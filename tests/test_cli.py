@@ -202,3 +202,37 @@ def test_build_host_prints_the_library_and_run_builds_it_itself(tmp_path, capsys
     assert capsys.readouterr().out.strip().endswith("ok")
     assert cli.main(["build-host", package, "--bind", "ExampleCustomOp=nope::none"]) == 2
     assert "no torch op nope::none.default" in capsys.readouterr().err
+
+
+def test_run_calls_bad_input_bad_input(tmp_path, capsys):
+    """Each is the user's input: exit 2 and one line naming the file, never an internal error."""
+    import torch
+
+    from tests.torch_ops import EXAMPLE_PACKAGE, MUL3
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return MUL3(x)
+
+    pte = tmp_path / "m.pte"
+    qco.lower(Model(), (torch.randn(1, 2, 2, 4),), qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3}), output=pte)
+    cases = {
+        "dict.pt": ({"x": torch.zeros(1)}, "holds a dict, not a tensor"),
+        "shape.pt": (torch.zeros(3), "float32 [3], the program's input is float32 [1, 2, 2, 4]"),
+        "dtype.pt": (torch.zeros(1, 2, 2, 4, dtype=torch.int32), "int32 [1, 2, 2, 4], the program's input is float32"),
+    }
+    for name, (value, message) in cases.items():
+        torch.save(value, tmp_path / name)
+        assert cli.main(["run", str(pte), "--inputs", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith(f"error: {tmp_path / name}: ") and message in err
+    (tmp_path / "garbage.pt").write_bytes(b"not a pickle")
+    assert cli.main(["run", str(pte), "--inputs", str(tmp_path / "garbage.pt")]) == 2
+    assert "not a tensor saved with torch.save" in capsys.readouterr().err
+    (tmp_path / "garbage.pte").write_bytes(b"\0" * 64)
+    assert cli.main(["run", str(tmp_path / "garbage.pte"), "--inputs", str(tmp_path / "shape.pt")]) == 2
+    assert "not an ExecuTorch program" in capsys.readouterr().err
+    (tmp_path / "lib.so").write_text("not ELF")
+    torch.save(torch.zeros(1, 2, 2, 4), tmp_path / "x.pt")
+    assert cli.main(["run", str(pte), "--inputs", str(tmp_path / "x.pt"), "--library", str(tmp_path / "lib.so")]) == 2
+    assert "not a shared library" in capsys.readouterr().err

@@ -114,7 +114,7 @@ def _load_tensors(paths: Sequence[str], specs: Sequence["TensorSpec"], what: str
         if not path.is_file():
             raise UsageError(f"{path}: no such {what} file")
         if path.suffix == ".pt":
-            tensors.append(torch.load(path, weights_only=True))
+            tensors.append(_load_pt(path, spec, what))
             continue
         data = path.read_bytes()
         if len(data) != spec.nbytes:
@@ -122,6 +122,23 @@ def _load_tensors(paths: Sequence[str], specs: Sequence["TensorSpec"], what: str
                              f"({spec.dtype}, shape {list(spec.shape)})")
         tensors.append(torch.frombuffer(bytearray(data), dtype=spec.dtype).reshape(spec.shape))
     return tensors
+
+
+def _load_pt(path: Path, spec: "TensorSpec", what: str):
+    """One tensor saved with torch.save, checked against the program's metadata."""
+    import torch
+
+    try:
+        value = torch.load(path, weights_only=True)
+    except Exception as exc:  # torch raises many kinds for a file that is not a tensor
+        raise UsageError(f"{path}: not a tensor saved with torch.save ({type(exc).__name__}); save the {what} "
+                         "with torch.save(tensor, path)") from None
+    if not isinstance(value, torch.Tensor):
+        raise UsageError(f"{path}: holds a {type(value).__name__}, not a tensor; save the {what} itself")
+    if tuple(value.shape) != tuple(spec.shape) or value.dtype != spec.dtype:
+        raise UsageError(f"{path}: {str(value.dtype).replace('torch.', '')} {list(value.shape)}, the program's "
+                         f"{what} is {str(spec.dtype).replace('torch.', '')} {list(spec.shape)}")
+    return value.contiguous()
 
 
 def _host_library(package_dir: str, binds: Sequence[str], modules: Sequence[str]) -> Path:
@@ -196,7 +213,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not pte_path.is_file():
         raise UsageError(f"{pte_path}: no such program")
     pte = pte_path.read_bytes()
-    input_specs, output_specs = method_specs(pte)
+    try:
+        input_specs, output_specs = method_specs(pte)
+    except Exception as exc:  # the runtime's loader raises RuntimeError or ValueError for a bad file
+        raise UsageError(f"{pte_path}: not an ExecuTorch program ({type(exc).__name__}); pass a .pte written by "
+                         "lower(..., output=...)") from None
     inputs = _load_tensors(args.inputs, input_specs, "input")
     with native_noise_filtered(args.verbose):
         (outputs,) = _runner(args).run(pte, [inputs])

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import ReportedError
+from .cmake_build import is_valid_library
 from .host_library import executorch_paths, library_kernels
 
 _LOADED: dict[Path, ctypes.CDLL] = {}
@@ -47,6 +48,8 @@ def load_host_library(path: str | Path, declared_ops: list[str] | None = None) -
             return _LOADED[path]
         if not path.is_file():
             raise KernelLoadError(f"{path}: no such kernel library")
+        if not is_valid_library(path):
+            raise KernelLoadError(f"{path}: not a shared library (build it with build_host_library or build-host)")
         ops = declared_ops if declared_ops is not None else (library_kernels(path) or [])
         clashes = sorted(op for op in ops if op in registered_operators())
         if clashes:
