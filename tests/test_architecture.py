@@ -130,3 +130,21 @@ def test_the_missing_sdk_message_says_what_is_true(monkeypatch, value, said):
         monkeypatch.setenv("QNN_SDK_ROOT", value)
     with pytest.raises(qco.QnnSdkMissingError, match=re.escape(f"({said})")):
         require_sdk("QNN partitioning")
+
+
+def test_every_datatype_map_comes_from_the_one_table():
+    """One row per QNN datatype; the kernel ABI, the HTP adapter and the host adapter are
+    rendered from the rows (a row's ExecuTorch ScalarType reaches the host adapter's switch)."""
+    from qnn_custom_ops.generator.abi import KernelDType
+    from qnn_custom_ops.generator.render import adapter_context
+    from qnn_custom_ops.opdef import Datatype
+    from qnn_custom_ops.opdef.datatypes import DATATYPES
+    from qnn_custom_ops.runtime import host_library
+
+    assert set(DATATYPES) == set(Datatype)
+    kernel_rows = [r for r in DATATYPES.values() if r.kernel is not None]
+    assert {d.name for d in KernelDType} == {r.kernel for r in kernel_rows}
+    assert len({r.kernel_value for r in kernel_rows}) == len(kernel_rows)
+    carried = {kernel for _, kernels in adapter_context()["carriers"] for kernel in kernels}
+    assert carried == {r.kernel for r in kernel_rows if r.htp is not None}
+    assert ("UInt32", "UInt32") in host_library._SCALAR_TYPES  # from the UINT_32 row alone
