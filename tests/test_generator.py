@@ -13,6 +13,7 @@ import pytest
 
 import qnn_custom_ops as qco
 from qnn_custom_ops.generator import Action, UnsafeOutputError, generate
+from qnn_custom_ops.generator.writer import SignatureChangedError
 from qnn_custom_ops.generator.context import MIN_QNN_SDK
 
 from .conftest import DATA, FIXTURE_CONFIGS, OP_PACKAGES, FIXTURES, opdef_xml, simple_op
@@ -40,6 +41,7 @@ def test_tree_layout(tmp_path):
     result = generate(load(FIXTURES / "example_op_package_htp.xml"), tmp_path)
     assert result.package_dir == tmp_path / "ExampleOpPackage"
     assert sorted(snapshot(result.package_dir)) == [
+        ".qco-generated",  # what we wrote to your files: unedited ones are regenerated
         "Makefile",
         "config/example_op_package_htp.xml",
         "host/CMakeLists.txt",
@@ -329,3 +331,25 @@ def test_representable_defaults_are_emitted_exactly(tmp_path, write_config, data
     source = (generate(load(write_config(_param_config(datatype, default))), tmp_path).package_dir
               / "src/ops/Op.cpp").read_text()
     assert literal in source
+
+
+def test_unedited_files_follow_the_opdef_and_edited_ones_report_a_changed_signature(tmp_path, write_config):
+    config = write_config(opdef_xml(simple_op("Foo")))
+    package_dir = generate(load(config), tmp_path).package_dir
+    kernel, op_source = package_dir / "kernels/Foo.h", package_dir / "src/ops/Foo.cpp"
+    param = """<Parameter><Name>alpha</Name><Mandatory>true</Mandatory><Datatype>FLOAT_32</Datatype>
+        <Shape><Rank>SCALAR</Rank></Shape></Parameter>"""
+    config.write_text(opdef_xml(simple_op("Foo", param)))
+    result = generate(load(config), tmp_path)  # never edited: regenerated with the new param
+    actions = {s.path.relative_to(package_dir).as_posix(): s.action for s in result.steps}
+    assert actions["kernels/Foo.h"] is Action.UPDATE and "const qco::TensorView& alpha" in kernel.read_text()
+
+    kernel.write_text(kernel.read_text().replace("kNotImplemented", "kOk"))  # the user implements it
+    before = snapshot(package_dir)
+    config.write_text(opdef_xml(simple_op("Foo", param.replace("alpha", "beta"))))
+    with pytest.raises(SignatureChangedError) as info:
+        generate(load(config), tmp_path)
+    assert "kernels/Foo.h: edited by you, and the OpDef changed what it must declare" in str(info.value)
+    assert "const qco::TensorView& beta)" in str(info.value)
+    assert snapshot(package_dir) == before  # nothing written, not even the unedited src/ops/Foo.cpp
+    assert "alpha" in op_source.read_text()

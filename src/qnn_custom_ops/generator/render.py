@@ -21,6 +21,7 @@ class PlannedFile:
     path: PurePosixPath
     content: bytes
     user_owned: bool = False
+    signature: str = ""  # for a user-owned file: the declaration it must keep to compile with the rest
 
 
 @lru_cache(maxsize=None)
@@ -102,9 +103,12 @@ def render_package(package: OpPackage) -> list[PlannedFile]:
     ]
     for op in ctx.ops:
         files.append(PlannedFile(PurePosixPath(f"src/ops/{op.name}.cpp"),
-                                 _render("htp/op.cpp.j2", package=ctx, op=op), user_owned=True))
+                                 _render("htp/op.cpp.j2", package=ctx, op=op), user_owned=True,
+                                 signature=f"static GraphStatus {op.body}({', '.join(op.body_params)})"))
+        kernel_args = ", ".join(f"{a.qualifier}qco::TensorView& {a.name}" for a in op.args)
         files.append(PlannedFile(PurePosixPath(f"kernels/{op.name}.h"),
-                                 _render("kernels/op.h.j2", package=ctx, op=op), user_owned=True))
+                                 _render("kernels/op.h.j2", package=ctx, op=op), user_owned=True,
+                                 signature=f"inline qco::Status {op.name}({kernel_args})"))
     return files
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import os
 import stat
 import tempfile
@@ -14,6 +15,9 @@ from .render import PlannedFile
 
 # Where user-owned files live, to find ones whose op left the config.
 _USER_GLOBS = ("src/ops/*.cpp", "kernels/*.h")
+# What we last wrote to each user-owned file (sha256 of the content and of its signature, path):
+# an unchanged file is ours to update; an edited one whose signature changed is reported.
+MANIFEST = ".qco-generated"
 
 
 class Action(str, enum.Enum):
@@ -44,10 +48,24 @@ class UnsafeOutputError(ReportedError, ValueError):
     """A target would land outside the output directory (through a symlink, say)."""
 
 
+class SignatureChangedError(ReportedError, ValueError):
+    """A file you edited no longer declares what the OpDef now needs; nothing was written."""
+
+
 def plan_steps(root: Path, out_dir: Path, files: list[PlannedFile], force: bool) -> list[Step]:
     """What writing ``files`` under ``root`` would do; reads the disk, writes nothing."""
     boundary = out_dir.resolve()
-    steps = [_step_for(root / f.path, f, force, boundary) for f in files]
+    generated = read_manifest(root)
+    records = [generated.get(f.path.as_posix(), ("", "")) for f in files]
+    steps = [_step_for(root / f.path, f, force, boundary, record[0]) for f, record in zip(files, records)]
+    stale_signatures = [(step, f) for step, f, record in zip(steps, files, records)
+                        if step.action is Action.KEEP and record[1] and record[1] != _signature_digest(f)
+                        and not _declares(step.path, f.signature)]
+    if stale_signatures:
+        raise SignatureChangedError("\n".join(
+            f"{step.path}: edited by you, and the OpDef changed what it must declare; nothing was written. "
+            f"Change its declaration to: {f.signature}  (or regenerate it with --force)"
+            for step, f in stale_signatures))
     planned = {root / f.path for f in files}
     for pattern in _USER_GLOBS:
         for existing in sorted(root.glob(pattern)):
@@ -56,7 +74,29 @@ def plan_steps(root: Path, out_dir: Path, files: list[PlannedFile], force: bool)
     return steps
 
 
-def _step_for(target: Path, planned: PlannedFile, force: bool, boundary: Path) -> Step:
+def _declares(path: Path, signature: str) -> bool:
+    """True if the file contains ``signature``, whitespace aside."""
+    return "".join(signature.split()) in "".join(path.read_text(errors="replace").split())
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _signature_digest(planned: PlannedFile) -> str:
+    return _sha256("".join(planned.signature.split()).encode())
+
+
+def read_manifest(root: Path) -> dict[str, tuple[str, str]]:
+    """Relative path -> (sha256 of what we last wrote there, of its signature)."""
+    path = root / MANIFEST
+    if not path.is_file():
+        return {}
+    entries = (line.split("  ", 2) for line in path.read_text().splitlines())
+    return {entry[2]: (entry[0], entry[1]) for entry in entries if len(entry) == 3}
+
+
+def _step_for(target: Path, planned: PlannedFile, force: bool, boundary: Path, generated: str | None) -> Step:
     resolved = target.resolve()
     if not resolved.is_relative_to(boundary):
         raise UnsafeOutputError(f"{target}: resolves to {resolved}, outside the output directory {boundary} "
@@ -69,17 +109,28 @@ def _step_for(target: Path, planned: PlannedFile, force: bool, boundary: Path) -
         return Step(Action.UNCHANGED, target)
     if not planned.user_owned:
         return Step(Action.UPDATE, target)
+    if generated == _sha256(target.read_bytes()):
+        return Step(Action.UPDATE, target, "you had not edited it")
     if force:
         return Step(Action.OVERWRITE, target, "--force: your edits are replaced")
     return Step(Action.KEEP, target, "edited by you; --force overwrites it")
 
 
 def apply_steps(steps: list[Step], files: list[PlannedFile], root: Path) -> None:
-    """Carry out the writing steps; each file is replaced atomically."""
+    """Carry out the writing steps; each file is replaced atomically; then record what we
+    wrote to the user-owned files."""
     content = {root / f.path: f.content for f in files}
     for step in steps:
         if step.writes:
             write_atomic(step.path, content[step.path])
+    manifest = read_manifest(root)
+    written = {step.path for step in steps if step.writes}
+    for planned in files:
+        if planned.user_owned and root / planned.path in written:
+            manifest[planned.path.as_posix()] = (_sha256(planned.content), _signature_digest(planned))
+    text = "".join(f"{content}  {signature}  {name}\n" for name, (content, signature) in sorted(manifest.items()))
+    if written and (not (root / MANIFEST).is_file() or (root / MANIFEST).read_text() != text):
+        write_atomic(root / MANIFEST, text.encode())
 
 
 def write_atomic(path: Path, data: bytes) -> None:
