@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -236,3 +237,17 @@ def test_run_calls_bad_input_bad_input(tmp_path, capsys):
     torch.save(torch.zeros(1, 2, 2, 4), tmp_path / "x.pt")
     assert cli.main(["run", str(pte), "--inputs", str(tmp_path / "x.pt"), "--library", str(tmp_path / "lib.so")]) == 2
     assert "not a shared library" in capsys.readouterr().err
+
+
+def test_an_unwritable_destination_is_refused_before_anything_is_written(tmp_path):
+    config = tmp_path / "pkg.xml"
+    config.write_text(opdef_xml(simple_op("Keep")))
+    assert cli.generate_op_package_main([str(config), "-o", str(tmp_path / "out")]) == 0
+    package = tmp_path / "out/TestPackage"
+    config.write_text(opdef_xml(simple_op("Keep") + simple_op("Added")))
+    shutil.rmtree(package / "kernels")
+    (package / "kernels").write_text("a file where the kernels directory should be")
+    interface = (package / "src/TestPackageInterface.cpp").read_text()
+    assert cli.generate_op_package_main([str(config), "-o", str(tmp_path / "out")]) == 2
+    assert (package / "src/TestPackageInterface.cpp").read_text() == interface  # not rewritten to name Added
+    assert not (package / "src/ops/Added.cpp").exists()

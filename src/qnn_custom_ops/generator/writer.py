@@ -116,9 +116,28 @@ def _step_for(target: Path, planned: PlannedFile, force: bool, boundary: Path, g
     return Step(Action.KEEP, target, "edited by you; --force overwrites it")
 
 
+def check_destinations(steps: list[Step]) -> None:
+    """Refuse, before the first write, any destination that cannot be written: a write failing
+    half-way would leave files that include headers never written."""
+    problems = []
+    for step in steps:
+        if not step.writes:
+            continue
+        ancestor = step.path.parent
+        while not ancestor.exists():
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            problems.append(f"{step.path}: cannot be written, {ancestor} is not a directory")
+        elif not os.access(ancestor, os.W_OK | os.X_OK):
+            problems.append(f"{step.path}: cannot be written, {ancestor} is not writable")
+    if problems:
+        raise UnsafeOutputError("; ".join(problems) + " (nothing was written)")
+
+
 def apply_steps(steps: list[Step], files: list[PlannedFile], root: Path) -> None:
-    """Carry out the writing steps; each file is replaced atomically; then record what we
-    wrote to the user-owned files."""
+    """Carry out the writing steps once every destination is known to be writable; each file
+    is replaced atomically; then record what we wrote to the user-owned files."""
+    check_destinations(steps)
     content = {root / f.path: f.content for f in files}
     for step in steps:
         if step.writes:
