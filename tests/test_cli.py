@@ -251,3 +251,31 @@ def test_an_unwritable_destination_is_refused_before_anything_is_written(tmp_pat
     assert cli.generate_op_package_main([str(config), "-o", str(tmp_path / "out")]) == 2
     assert (package / "src/TestPackageInterface.cpp").read_text() == interface  # not rewritten to name Added
     assert not (package / "src/ops/Added.cpp").exists()
+
+
+def test_opdef_from_torch_dtype_static_and_activations_round_trip_through_bind(tmp_path, monkeypatch, capsys):
+    (tmp_path / "norm_ops.py").write_text(
+        "import torch\nLIB = torch.library.Library('qco_norm', 'DEF')\n"
+        "LIB.define('rms_norm(Tensor x, Tensor weight, float eps=1e-6) -> Tensor')\n"
+        "LIB.define('gather(Tensor table, Tensor indices) -> Tensor')\n")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "norm.xml"
+    assert cli.main(["opdef-from-torch", "norm_ops:qco_norm.rms_norm", "norm_ops:qco_norm.gather",
+                     "--package", "NormPackage", "--static", "weight", "--dtype", "indices=INT_32",
+                     "--activations", "8,16", "-o", str(out)]) == 0
+    package = qco.load_package(out)
+    norm, gather = package.ops["RmsNorm"], package.ops["Gather"]
+    assert norm.tensor("weight").is_static and [d.short_name for d in norm.datatypes("weight")] == [
+        "FLOAT_32", "SFIXED_POINT_8", "UFIXED_POINT_8", "SFIXED_POINT_16"]
+    assert [d.short_name for d in norm.datatypes("x")] == ["FLOAT_32", "UFIXED_POINT_8", "UFIXED_POINT_16"]
+    assert [d.short_name for d in gather.datatypes("indices")] == ["INT_32"]
+    import torch
+
+    from qnn_custom_ops.builder.binding import MissingOutVariantWarning
+
+    with pytest.warns(MissingOutVariantWarning):  # plain Library ops: no .out, fine for this check
+        binding = qco.bind(package, {"RmsNorm": torch.ops.qco_norm.rms_norm.default,
+                                     "Gather": torch.ops.qco_norm.gather.default})
+    assert set(binding.ops) == {"RmsNorm", "Gather"}
+    assert cli.main(["opdef-from-torch", "norm_ops:qco_norm.gather", "--package", "P", "--dtype", "indices=NOPE"]) == 2
+    assert "expected ARG=DATATYPE" in capsys.readouterr().err

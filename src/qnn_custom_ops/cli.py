@@ -80,7 +80,7 @@ def _resolve_op(spec: str) -> tuple[str | None, object]:
 
 
 def _cmd_opdef_from_torch(args: argparse.Namespace) -> int:
-    from .builder.from_torch import opdefs_from_torch, qnn_type_for
+    from .builder.from_torch import opdefs_from_torch, qnn_type_for, tensor_choices
 
     ops = {}
     for spec in args.ops:
@@ -92,7 +92,8 @@ def _cmd_opdef_from_torch(args: argparse.Namespace) -> int:
         if not values:
             raise UsageError(f"--enum {item!r}: expected ARG=value1,value2,...")
         enums[name] = values.split(",")
-    xml = opdefs_from_torch(ops, package=args.package, enums=enums)
+    tensors = tensor_choices(args.dtype, args.static, args.activations)
+    xml = opdefs_from_torch(ops, package=args.package, enums=enums, tensors=tensors)
     if args.output:
         from .generator.writer import write_atomic
 
@@ -267,6 +268,12 @@ def build_parser() -> argparse.ArgumentParser:
     from_torch.add_argument("--package", required=True, help="PackageName of the config")
     from_torch.add_argument("--enum", action="append", default=[], metavar="ARG=V1,V2",
                             help="allowed values of a str argument (repeatable)")
+    from_torch.add_argument("--dtype", action="append", default=[], metavar="ARG=DT[,DT]",
+                            help="datatypes of a tensor argument or output, e.g. indices=INT_32 (repeatable)")
+    from_torch.add_argument("--static", action="append", default=[], metavar="ARG",
+                            help="a weight input: IsStaticTensor, with each quant_dtype's weight datatypes")
+    from_torch.add_argument("--activations", default="8", metavar="8,16",
+                            help="fixed-point widths of the other tensors besides FLOAT_32 (default 8)")
     from_torch.add_argument("-o", "--output", help="config file to write (default: standard output)")
     from_torch.set_defaults(handler=_cmd_opdef_from_torch)
     run = commands.add_parser("run", help="run a .pte on the host, the QNN x86 simulator or a device; compare")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -14,6 +15,10 @@ from .alignment import ArgKind, arg_kind, op_name
 from ..errors import UsageError
 
 ACTIVATION_DATATYPES = (Datatype.FLOAT_32.value, Datatype.UFIXED_POINT_8.value)
+#: A static (weight) input: float, and the weight datatype of each quant_dtype
+#: (8a8w int8 symmetric, 16a8w uint8, 16a16w int16 symmetric).
+STATIC_DATATYPES = (Datatype.FLOAT_32.value, Datatype.SFIXED_POINT_8.value, Datatype.UFIXED_POINT_8.value,
+                    Datatype.SFIXED_POINT_16.value)
 _PARAM_DATATYPE = {ArgKind.INT: Datatype.INT_32.value, ArgKind.INT_LIST: Datatype.INT_32.value,
                    ArgKind.FLOAT: Datatype.FLOAT_32.value, ArgKind.FLOAT_LIST: Datatype.FLOAT_32.value,
                    ArgKind.BOOL: Datatype.BOOL_8.value, ArgKind.STR: Datatype.UINT_32.value}
@@ -38,8 +43,41 @@ def opdef_from_torch(op_overload: Any, *, package: str, qnn_op_type: str | None 
                              enums=enums, domain=domain, version=version)
 
 
+@dataclass(frozen=True)
+class TensorChoices:
+    """How tensors are declared: ``dtypes`` names the datatypes of some by name (indices as
+    ``INT_32``, say), ``static`` marks weights (``IsStaticTensor``), ``activations`` the
+    fixed-point widths of the others besides FLOAT_32."""
+
+    dtypes: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    static: frozenset[str] = frozenset()
+    activations: tuple[int, ...] = (8,)
+
+    def datatypes(self, name: str) -> tuple[str, ...]:
+        if name in self.dtypes:
+            return tuple(self.dtypes[name])
+        if name in self.static:
+            return STATIC_DATATYPES
+        return (Datatype.FLOAT_32.value, *(Datatype[f"UFIXED_POINT_{bits}"].value for bits in self.activations))
+
+
+def tensor_choices(dtypes: Sequence[str] = (), static: Sequence[str] = (), activations: str = "8") -> TensorChoices:
+    """``TensorChoices`` from the CLI's ``--dtype ARG=DT[,DT]``, ``--static ARG``, ``--activations 8,16``."""
+    parsed: dict[str, list[str]] = {}
+    for item in dtypes:
+        name, _, names = item.partition("=")
+        found = [Datatype.parse(n) for n in names.split(",") if n]
+        if not name or not found or None in found:
+            raise UsageError(f"--dtype {item!r}: expected ARG=DATATYPE[,DATATYPE] with QNN datatypes such as INT_32")
+        parsed[name] = [d.value for d in found]
+    widths = tuple(int(w) for w in activations.split(",") if w.strip().isdigit())
+    if not widths or any(w not in (8, 16) for w in widths):
+        raise UsageError(f"--activations {activations!r}: expected 8, 16 or 8,16")
+    return TensorChoices(parsed, frozenset(static), widths)
+
+
 def opdefs_from_torch(ops: Mapping[str, Any], *, package: str, enums: Mapping[str, Sequence[str]] | None = None,
-                      domain: str = "custom", version: str = "1.0") -> str:
+                      tensors: TensorChoices = TensorChoices(), domain: str = "custom", version: str = "1.0") -> str:
     """One config holding an OpDef per ``{qnn_op_type: overload}``."""
     for name in (package, *ops):
         if not is_c_identifier(name):
@@ -49,12 +87,13 @@ def opdefs_from_torch(ops: Mapping[str, Any], *, package: str, enums: Mapping[st
     for qnn_type, overload in ops.items():
         if not isinstance(overload, torch._ops.OpOverload):
             raise TypeError(f"{overload!r} is not an op overload: pass e.g. torch.ops.my_ops.mul3.default")
-        op_list.append(_opdef(qnn_type, overload, enums or {}))
+        op_list.append(_opdef(qnn_type, overload, enums or {}, tensors))
     etree.indent(root, space="  ")
     return etree.tostring(root, xml_declaration=True, encoding="UTF-8", pretty_print=True).decode()
 
 
-def _opdef(qnn_type: str, overload: torch._ops.OpOverload, enums: Mapping[str, Sequence[str]]) -> etree._Element:
+def _opdef(qnn_type: str, overload: torch._ops.OpOverload, enums: Mapping[str, Sequence[str]],
+           tensors: TensorChoices) -> etree._Element:
     schema = overload._schema
     opdef = etree.Element("OpDef")
     etree.SubElement(opdef, "Name").text = qnn_type
@@ -64,7 +103,7 @@ def _opdef(qnn_type: str, overload: torch._ops.OpOverload, enums: Mapping[str, S
     for arg in schema.arguments:
         kind, optional = arg_kind(arg.type)
         if kind is ArgKind.TENSOR:
-            opdef.append(_tensor("Input", arg.name, not optional))
+            opdef.append(_tensor("Input", arg.name, not optional, tensors))
         elif kind is ArgKind.UNSUPPORTED:
             raise UsageError(f"{op_name(overload)}: argument '{arg.name}' of type {arg.type} has no QNN "
                              "equivalent (use Tensor, int, float, bool, str, int[] or float[])")
@@ -75,20 +114,22 @@ def _opdef(qnn_type: str, overload: torch._ops.OpOverload, enums: Mapping[str, S
         if arg_kind(ret.type) != (ArgKind.TENSOR, False):
             raise UsageError(f"{op_name(overload)}: returns {ret.type}; QNN ops return Tensors")
         name = ret.name or ("output" if len(returns) == 1 else f"output_{index}")
-        opdef.append(_tensor("Output", name, True))
+        opdef.append(_tensor("Output", name, True, tensors))
     opdef.extend(params)
     etree.SubElement(opdef, "SupportedBackend").text = "HTP"
     return opdef
 
 
-def _tensor(tag: str, name: str, mandatory: bool) -> etree._Element:
+def _tensor(tag: str, name: str, mandatory: bool, tensors: TensorChoices) -> etree._Element:
     element = etree.Element(tag)
     etree.SubElement(element, "Name").text = name
     etree.SubElement(element, "Mandatory").text = "true" if mandatory else "false"
-    for datatype in ACTIVATION_DATATYPES:
+    for datatype in tensors.datatypes(name):
         etree.SubElement(element, "Datatype").text = datatype
     shape = etree.SubElement(element, "Shape")
     etree.SubElement(shape, "Rank").text = "ND"
+    if tag == "Input" and name in tensors.static:
+        etree.SubElement(element, "IsStaticTensor").text = "true"
     return element
 
 
