@@ -220,3 +220,18 @@ def test_fuzz_mutated_valid_configs_give_a_package_or_an_opdef_error(tmp_path, t
     path = tmp_path / "mutated.xml"
     path.write_bytes(text.encode("utf-8", "surrogatepass"))
     _load_or_error(path)
+
+
+def test_pretty_printed_names_and_datatypes_are_trimmed(write_config):
+    config = opdef_xml(simple_op("Trimmed").replace("<Name>Trimmed</Name>", "<Name>\n        Trimmed\n      </Name>")
+                       .replace("<Datatype>QNN_DATATYPE_FLOAT_32</Datatype>",
+                                "<Datatype>\n  QNN_DATATYPE_FLOAT_32\n</Datatype>"))
+    package = qco.load_package(write_config(config))
+    assert list(package.ops) == ["Trimmed"]
+    assert package.ops["Trimmed"].inputs[0].datatypes == (qco.Datatype.FLOAT_32,)
+
+
+def test_ops_differing_only_in_case_are_refused(write_config):
+    path = write_config(opdef_xml(simple_op("Foo") + simple_op("foo")))
+    with pytest.raises(qco.OpDefError, match=r"ops Foo \(.*\) and foo differ only in case"):
+        qco.load_package(path)

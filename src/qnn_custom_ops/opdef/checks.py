@@ -9,16 +9,21 @@ from .model import Datatype, OpDef, TensorDef
 
 
 def check_package_ops(ops: list[OpDef], reporter: Reporter) -> None:
-    """Op names are unique across every config of the package."""
+    """Op names are unique across every config of the package, ignoring case: ``Foo`` and
+    ``foo`` would share an Impl name and collide as files on case-insensitive file systems."""
     seen: dict[str, OpDef] = {}
     for op in ops:
-        if op.name in seen:
-            first = seen[op.name]
+        first = seen.get(op.name.lower())
+        if first is None:
+            seen[op.name.lower()] = op
+        elif first.name == op.name:
             reporter.error(op.file, op.line,
                            f"op {op.name} is defined twice (first at {first.file}:{first.line})",
                            "rename or remove one of the definitions")
         else:
-            seen[op.name] = op
+            reporter.error(op.file, op.line,
+                           f"ops {first.name} ({first.file}:{first.line}) and {op.name} differ only in case: "
+                           "their files and Impl functions would collide", "rename one of them")
 
 
 def check_supplement_target(op: OpDef, kind: str, tensor_name: str,
