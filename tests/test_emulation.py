@@ -11,7 +11,6 @@ import warnings
 
 import pytest
 import torch
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 import qnn_custom_ops as qco
 from qnn_custom_ops.runtime.host_library import library_kernels
@@ -21,7 +20,7 @@ from qnn_custom_ops.runtime import HostRunner, RunnerError, Tolerance, compare_o
 
 from .conftest import DATA, OP_PACKAGES
 from .test_runtime import SplitModel
-from .torch_ops import EXAMPLE_PACKAGE, MUL3, QUANT_OPS, QUANT_PACKAGE, SPLIT, SPLIT_PACKAGE, ConvMul3
+from .torch_ops import EXAMPLE_PACKAGE, MUL3, QUANT_OPS, QUANT_PACKAGE, SPLIT, SPLIT_PACKAGE, ConvMul3, pt2e_quantize
 
 GATHER, SCALE_ROWS, HALVES = (QUANT_OPS[k] for k in ("GatherRows", "ScaleRows", "Halves"))
 
@@ -51,14 +50,6 @@ def mul3():
 def split():
     binding = qco.bind(SPLIT_PACKAGE, {"SplitCustomOp": SPLIT})
     return binding, qco.build_host_library(OP_PACKAGES / "SplitCustomOpPackage", binding)
-
-
-def convert(model, samples, binding, quant_dtype):
-    prepared = prepare_pt2e(torch.export.export(model, samples[0]).module(),
-                            qco.make_quantizer(binding, quant_dtype))
-    for sample in samples:
-        prepared(*sample)
-    return convert_pt2e(prepared)
 
 
 def samples_of(*shapes, count=4, seed=0):
@@ -95,7 +86,7 @@ def test_quantized_models_run_the_quantized_branch(quant_package, quant_dtype, a
     _, library = quant_package
     binding = qco.bind(QUANT_PACKAGE, {"ScaleRows": SCALE_ROWS})  # GatherRows has no 16-bit datatype
     samples = samples_of((4, 8))
-    converted = convert(ScaleModel().eval(), samples, binding, quant_dtype)
+    converted = pt2e_quantize(ScaleModel().eval(), samples, binding, quant_dtype)
     program, outputs = run(converted, samples[0], binding, library)
     (emulated,) = program.emulated
     encodings = dict(emulated.tensors)
@@ -121,7 +112,7 @@ def test_quantized_models_run_the_quantized_branch(quant_package, quant_dtype, a
 def test_shipped_mul3_runs_its_uint8_branch(mul3):
     binding, library = mul3
     samples = samples_of((1, 3, 8, 8))
-    converted = convert(ConvMul3().eval(), samples, binding, "8a8w")
+    converted = pt2e_quantize(ConvMul3().eval(), samples, binding, "8a8w")
     program, outputs = run(converted, samples[0], binding, library)
     (emulated,) = program.emulated
     assert {str(e.datatype.short_name) for _, e in emulated.tensors} == {"UFIXED_POINT_8"}
@@ -133,7 +124,7 @@ def test_shipped_mul3_runs_its_uint8_branch(mul3):
 def test_split_runs_with_two_output_encodings(split):
     binding, library = split
     samples = samples_of((2, 3, 8))
-    converted = convert(SplitModel().eval(), samples, binding, "8a8w")
+    converted = pt2e_quantize(SplitModel().eval(), samples, binding, "8a8w")
     program, outputs = run(converted, samples[0], binding, library)
     (emulated,) = program.emulated
     encodings = dict(emulated.tensors)
@@ -206,7 +197,7 @@ def test_cli_run_compares_in_steps_of_the_scales_lower_recorded(mul3, tmp_path, 
 
     binding, library = mul3
     samples = samples_of((1, 3, 8, 8))
-    converted = convert(ConvMul3().eval(), samples, binding, "8a8w")
+    converted = pt2e_quantize(ConvMul3().eval(), samples, binding, "8a8w")
     program = qco.lower(converted, samples[0], binding, output=tmp_path / "m.pte")
     (scale,) = program.output_scales
     assert scale is not None and (tmp_path / "m.pte.scales.json").is_file()

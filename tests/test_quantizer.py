@@ -9,7 +9,7 @@ import torch
 from executorch.backends.qualcomm._passes.qnn_pass_manager import get_qnn_pass_manager_cls
 from executorch.backends.qualcomm.builders.node_visitor_manager import generate_node_to_external_map
 from executorch.backends.qualcomm.serialization.qc_schema import QnnExecuTorchBackendType
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
 import qnn_custom_ops as qco
 from qnn_custom_ops.partitioner import op_package_options
@@ -20,6 +20,7 @@ from qnn_custom_ops.quantizer import FLOAT_TENSORS_KEY, Share
 from .conftest import DATA
 from .qnn_wrappers import all_op_wrappers, qnn_edge_program, readback
 from .test_compile_spec import fake_op_package_library
+from .torch_ops import pt2e_quantize as quantize
 from .torch_ops import EXAMPLE_PACKAGE, MUL3, QUANT_OPS, QUANT_PACKAGE, ConvMul3
 
 QD = torch.ops.quantized_decomposed
@@ -38,15 +39,6 @@ def quant_binding():
 @pytest.fixture(scope="module")
 def mul3_binding():
     return qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3})
-
-
-def quantize(model, samples, binding, quant_dtype="8a8w", overrides=None):
-    """PT2E with QnnQuantizer and our annotation; returns (converted module, quantizer)."""
-    quantizer = qco.make_quantizer(binding, quant_dtype, overrides)
-    prepared = prepare_pt2e(torch.export.export(model, samples[0]).module(), quantizer)
-    for sample in samples:
-        prepared(*sample)
-    return convert_pt2e(prepared)
 
 
 def node_of(graph_module, target):

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 import qnn_custom_ops as qco
 from qnn_custom_ops.runtime.host_library import library_kernels
@@ -39,11 +38,11 @@ from .conftest import OP_PACKAGES, REPO
 from .torch_ops import (
     EXAMPLE_PACKAGE,
     MUL3,
-    QUANT_OPS,
     QUANT_PACKAGE,
     SPLIT,
     SPLIT_PACKAGE,
     ConvMul3,
+    pt2e_quantize,
 )
 
 EXAMPLE_DIR, SPLIT_DIR = OP_PACKAGES / "ExampleOpPackage", OP_PACKAGES / "SplitCustomOpPackage"
@@ -111,19 +110,12 @@ def test_float_models_match_eager(mul3, split):
         assert all(r.passed for r in reports), [str(r) for r in reports]
 
 
-def quantized(model, binding, samples):
-    prepared = prepare_pt2e(torch.export.export(model, samples[0]).module(), qco.make_quantizer(binding, "8a8w"))
-    for sample in samples:
-        prepared(*sample)
-    return convert_pt2e(prepared)
-
-
 def test_quantized_models_reproduce_the_converted_model(mul3, split):
     torch.manual_seed(0)
     for (binding, library), model, shape in ((mul3, ConvMul3(), (1, 3, 8, 8)), (split, SplitModel(), (2, 3, 8))):
         model = model.eval()
         samples = [(torch.randn(*shape),) for _ in range(4)]
-        converted = quantized(model, binding, samples)
+        converted = pt2e_quantize(model, samples, binding)
         reference = converted(*samples[0])
         reference = reference if isinstance(reference, tuple) else (reference,)
         outputs = run_host(converted, samples[0], binding, library)
@@ -327,5 +319,5 @@ def test_example_entry_point_runs_as_a_script(tmp_path):
 def test_bound_ops_never_get_executorchs_no_quant_config_message(capsys):
     model = ConvMul3().eval()
     samples = [(torch.randn(1, 3, 8, 8),)]
-    quantized(model, qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3}), samples)
+    pt2e_quantize(model, samples, qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3}))
     assert "No quant config is implemented" not in capsys.readouterr().out

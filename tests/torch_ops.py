@@ -68,3 +68,14 @@ class ConvMul3(torch.nn.Module):
 
     def forward(self, x):
         return torch.softmax(MUL3(self.conv(x)), dim=-1)
+
+
+def pt2e_quantize(model, samples, binding, quant_dtype="8a8w", overrides=None):
+    """PT2E with QnnQuantizer and our annotation: export, prepare, calibrate on ``samples``, convert."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    prepared = prepare_pt2e(torch.export.export(model, samples[0]).module(),
+                            qco.make_quantizer(binding, quant_dtype, overrides))
+    for sample in samples:
+        prepared(*sample)
+    return convert_pt2e(prepared)

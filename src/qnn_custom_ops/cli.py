@@ -55,28 +55,38 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 def _resolve_op(spec: str) -> tuple[str | None, object]:
     """``MODULE:ns.op[.overload][=QnnType]`` -> (QNN type or None, the torch overload)."""
-    import importlib
-
-    import torch
-
     target, _, qnn_type = spec.partition("=")
     module, sep, op = target.rpartition(":")
     if not sep or not module or not op:
         raise UsageError(f"{spec!r}: expected MODULE:NAMESPACE.OP[.OVERLOAD][=QnnOpType]")
-    if os.getcwd() not in sys.path:  # as `python -m` would: the user's module is usually right here
+    _import_user_module(module, repr(spec))
+    return qnn_type or None, _torch_overload(op, repr(spec), f"after importing {module}")
+
+
+def _import_user_module(module: str, where: str) -> None:
+    """Import a module of the user's, from the current directory too (as ``python -m`` would)."""
+    import importlib
+
+    if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         importlib.import_module(module)
     except ImportError as exc:
-        raise UsageError(f"{spec!r}: cannot import {module} from the current directory or sys.path: {exc}") from exc
-    parts = op.replace("::", ".").split(".")
+        raise UsageError(f"{where}: cannot import {module} from the current directory or sys.path: {exc}") from exc
+
+
+def _torch_overload(name: str, where: str, hint: str):
+    """``ns.op[.overload]`` or ``ns::op[.overload]`` -> the registered torch overload."""
+    import torch
+
+    parts = name.replace("::", ".").split(".")
     if len(parts) not in (2, 3):
-        raise UsageError(f"{spec!r}: name the op as NAMESPACE.OP or NAMESPACE.OP.OVERLOAD")
-    namespace, name, overload = (*parts, "default")[:3]
+        raise UsageError(f"{where}: name the op as NAMESPACE.OP or NAMESPACE.OP.OVERLOAD")
+    namespace, op, overload = (*parts, "default")[:3]
     try:
-        return qnn_type or None, getattr(getattr(getattr(torch.ops, namespace), name), overload)
+        return getattr(getattr(getattr(torch.ops, namespace), op), overload)
     except (AttributeError, RuntimeError) as exc:
-        raise UsageError(f"{spec!r}: no torch op {namespace}::{name}.{overload} after importing {module}") from exc
+        raise UsageError(f"{where}: no torch op {namespace}::{op}.{overload} {hint}") from exc
 
 
 def _cmd_opdef_from_torch(args: argparse.Namespace) -> int:
@@ -145,20 +155,11 @@ def _load_pt(path: Path, spec: "TensorSpec", what: str):
 def _host_library(package_dir: str, binds: Sequence[str], modules: Sequence[str]) -> Path:
     """Build (cached) the host library of ``package_dir`` for ``QnnOp=ns::op`` bindings, after
     importing the modules that register the ops."""
-    import importlib
-
-    import torch
-
     from .builder import bind
     from .runtime import build_host_library
 
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     for module in modules:
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise UsageError(f"--import {module}: cannot import it from the current directory or sys.path: {exc}") from exc
+        _import_user_module(module, f"--import {module}")
     configs = sorted(Path(package_dir).glob("config/*.xml"))
     if not configs:
         raise UsageError(f"{package_dir}: no config/*.xml (is it a package made by generate-op-package?)")
@@ -166,15 +167,9 @@ def _host_library(package_dir: str, binds: Sequence[str], modules: Sequence[str]
     mapping = {}
     for item in binds:
         qnn_type, _, op = item.partition("=")
-        parts = op.replace("::", ".").split(".")
-        if not qnn_type or len(parts) not in (2, 3):
+        if not qnn_type or not op:
             raise UsageError(f"--bind {item!r}: expected QnnOpType=NAMESPACE::OP[.OVERLOAD]")
-        namespace, name, overload = (*parts, "default")[:3]
-        try:
-            mapping[qnn_type] = getattr(getattr(getattr(torch.ops, namespace), name), overload)
-        except (AttributeError, RuntimeError) as exc:
-            raise UsageError(f"--bind {item!r}: no torch op {namespace}::{name}.{overload} (--import the module "
-                             "that registers it)") from exc
+        mapping[qnn_type] = _torch_overload(op, f"--bind {item!r}", "(--import the module that registers it)")
     return build_host_library(package_dir, bind(package, mapping))
 
 

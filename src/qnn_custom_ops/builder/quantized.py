@@ -186,11 +186,6 @@ def storage_dtype(encoding: Encoding, plain: torch.dtype) -> torch.dtype:
     return PT2E_STORAGE[encoding.datatype]
 
 
-def _bounds(datatype: Datatype) -> tuple[int, int]:
-    bits = datatype.bits
-    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if datatype.is_signed else (0, (1 << bits) - 1)
-
-
 def _dequantize(tensor: torch.Tensor, encoding: Encoding) -> torch.Tensor:
     if not encoding.is_quantized:
         return tensor
@@ -200,7 +195,7 @@ def _dequantize(tensor: torch.Tensor, encoding: Encoding) -> torch.Tensor:
 def _quantize(tensor: torch.Tensor, encoding: Encoding) -> torch.Tensor:
     if not encoding.is_quantized:
         return tensor
-    low, high = _bounds(encoding.datatype)
+    low, high = encoding.datatype.integer_range
     inverse = 1 / torch.tensor(encoding.scale, dtype=torch.float32)
     q = torch.round(tensor.float() * inverse) - encoding.offset
     q = torch.nan_to_num(q, nan=float(low)).clamp(low, high)

@@ -77,6 +77,12 @@ class Datatype(str, enum.Enum):
         return self.name.startswith(("INT_", "SFIXED", "FLOAT_"))
 
     @property
+    def integer_range(self) -> tuple[int, int]:
+        """(lowest, highest) value of an integer or fixed-point datatype's storage."""
+        bits = self.bits or 64
+        return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if self.is_signed else (0, (1 << bits) - 1)
+
+    @property
     def bits(self) -> int | None:
         tail = self.name.rsplit("_", 1)[-1]
         return int(tail) if tail.isdigit() else None

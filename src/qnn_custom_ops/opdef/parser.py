@@ -340,7 +340,7 @@ def _parse_scalar(text: str, datatype: Datatype) -> DefaultValue | None:
             value = int(lowered, 0)
         except ValueError:
             return None
-        low, high = _integer_range(datatype)
+        low, high = datatype.integer_range
         return value if low <= value <= high else None
     if datatype.is_float or datatype.is_fixed_point:
         try:
@@ -369,19 +369,12 @@ def _out_of_range(text: str, tensor: TensorDef) -> str | None:
         if datatype == Datatype.BOOL_8:
             ranges.append("BOOL_8 takes true, false, 1 or 0")
         elif datatype.is_integer:
-            low, high = _integer_range(datatype)
+            low, high = datatype.integer_range
             ranges.append(f"{datatype.short_name} takes integers {low}..{high}")
         elif datatype.is_float:
             limit = _FLOAT_MAX.get(datatype, 1.7976931348623157e308)
             ranges.append(f"{datatype.short_name} takes finite numbers up to {limit:g} in magnitude")
     return "; ".join(ranges) + f" ({number:g} given)" if ranges else None
-
-
-def _integer_range(datatype: Datatype) -> tuple[int, int]:
-    bits = datatype.bits or 64
-    if datatype.name.startswith("UINT"):
-        return 0, 2**bits - 1
-    return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
 
 
 def _read_supplement_list(el: etree._Element, path: Path, reporter: Reporter) -> list[_SupplementalOp]:

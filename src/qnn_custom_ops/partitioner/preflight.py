@@ -7,8 +7,6 @@ raised together.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from executorch.backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 

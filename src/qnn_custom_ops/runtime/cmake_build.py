@@ -13,6 +13,7 @@ from typing import Iterable, Mapping
 from filelock import FileLock
 
 from ..errors import ReportedError
+from ..generator.writer import write_atomic
 
 
 class HostBuildError(ReportedError, RuntimeError):
@@ -36,6 +37,12 @@ def content_key(root: Path, files: Iterable[Path], extra: Mapping[str, str]) -> 
     for key, value in sorted(extra.items()):
         digest.update(f"{key}={value}\0".encode())
     return digest.hexdigest()[:16]
+
+
+def work_dir(root: Path, name: str, source: Path, options: Mapping[str, str]) -> Path:
+    """The build tree kept across edits of one package checkout (and build options)."""
+    digest = hashlib.sha256(repr((str(source), sorted(options.items()))).encode()).hexdigest()[:16]
+    return root / f"{name}-work-{digest}"
 
 
 def files_under(*directories: Path) -> list[Path]:
@@ -86,16 +93,8 @@ def _write_sources(directory: Path, files: Mapping[str, str]) -> Path:
     for relative, text in files.items():
         path = directory / relative
         if not path.is_file() or path.read_text() != text:
-            write_text_atomic(path, text)
+            write_atomic(path, text.encode())
     return directory
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader sees the old file or the new, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
 
 
 def _publish(built: Path, build_dir: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cmake_build import HostBuildError, cache_root, cached_build, content_key, files_under
+from .cmake_build import HostBuildError, cache_root, cached_build, content_key, files_under, work_dir
 
 
 def build_host_kernels(package_dir: str | Path, *, sanitize: str = "", build_root: Path | None = None) -> Path:
@@ -16,6 +16,6 @@ def build_host_kernels(package_dir: str | Path, *, sanitize: str = "", build_roo
     options = {"QCO_SANITIZE": sanitize}
     key = content_key(package_dir, files_under(package_dir / "kernels", package_dir / "host"), options)
     root = build_root or cache_root() / "host"
-    work = root / f"{name}-work-{content_key(package_dir, [], {'source': str(package_dir), **options})}"
+    work = work_dir(root, name, package_dir, options)
     return cached_build(package_dir / "host", root / f"{name}-{key}", work, f"libqco_{name}_kernels.so", options,
                         f"host build of {name}")

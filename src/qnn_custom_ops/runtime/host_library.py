@@ -20,7 +20,7 @@ from ..generator.context import cpp_string
 from ..generator.render import template_environment
 from ..opdef import Datatype
 from ..opdef.datatypes import kernel_rows
-from .cmake_build import HostBuildError, cache_root, cached_build, content_key, files_under
+from .cmake_build import HostBuildError, cache_root, cached_build, content_key, files_under, work_dir
 
 
 # QNN datatype of a parameter -> (C++ storage type, qco::DType name), for every plain datatype.
@@ -217,7 +217,7 @@ def build_host_library(package_dir: str | Path, binding: OpPackageBinding, *, sa
     extra = {**options, "executorch": version("executorch"), **{f"src:{k}": v for k, v in relocatable.items()}}
     key = content_key(package_dir, files_under(package_dir / "kernels", package_dir / "host"), extra)
     root = build_root or cache_root() / "executorch"
-    work = root / f"{name}-work-{content_key(package_dir, [], {'source': str(package_dir), **options})}"
+    work = work_dir(root, name, package_dir, options)
     return cached_build(sources, root / f"{name}-{key}", work, library_name(name), options, f"host library of {name}")
 
 
