@@ -52,8 +52,12 @@ def abi_context() -> dict[str, list[tuple]]:
         "dtypes": [(d.name, d.value) for d in KernelDType],
         "statuses": [(s.name, s.value, s.description) for s in KernelStatus],
         "real_access": [_real_access(r.kernel, r.c_type, r.datatype.is_float)
-                        for r in kernel_rows() if r.c_type is not None],
+                        for r in kernel_rows() if r.c_type is not None] + [_HALF_ACCESS],
     }
+
+
+#: fp16 has no portable C++ type: its bits are stored as uint16_t and converted in software.
+_HALF_ACCESS = ("Float16", "half_to_float(view.as<uint16_t>()[i])", "view.as<uint16_t>()[i] = float_to_half(real)")
 
 
 def _real_access(kernel: str, c_type: str, is_float: bool) -> tuple[str, str, str]:

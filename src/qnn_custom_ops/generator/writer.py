@@ -9,6 +9,7 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from ..errors import ReportedError
 from .render import PlannedFile
@@ -66,12 +67,18 @@ def plan_steps(root: Path, out_dir: Path, files: list[PlannedFile], force: bool)
             f"{step.path}: edited by you, and the OpDef changed what it must declare; nothing was written. "
             f"Change its declaration to: {f.signature}  (or regenerate it with --force)"
             for step, f in stale_signatures))
-    planned = {root / f.path for f in files}
-    for pattern in _USER_GLOBS:
-        for existing in sorted(root.glob(pattern)):
-            if existing not in planned:
-                steps.append(Step(Action.STALE, existing, "its op is no longer in the config; not deleted"))
-    return steps
+    return steps + _stale_steps(root, {root / f.path for f in files}, generated)
+
+
+def _stale_steps(root: Path, planned: set[Path], generated: Mapping[str, tuple[str, str]]) -> list[Step]:
+    """Files we generated for an op that left the config, and configs that are no longer the
+    package's: reported, never deleted. Headers of your own (helpers beside the kernels) are not ours."""
+    ours = sorted(root / name for name in generated if any(Path(name).match(g) for g in _USER_GLOBS))
+    stale = [Step(Action.STALE, path, "its op is no longer in the config; not deleted")
+             for path in ours if path not in planned and path.exists()]
+    stale += [Step(Action.STALE, path, "not a config of this package; not deleted, the Makefile ignores it")
+              for path in sorted(root.glob("config/*.xml")) if path not in planned]
+    return stale
 
 
 def _declares(path: Path, signature: str) -> bool:

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 namespace qco {
@@ -97,8 +98,41 @@ T quantize(float real, const TensorView& out) {
   return static_cast<T>(q);
 }
 
+// IEEE binary16 <-> float in software: fp16 has no portable C++17 type. Exact for every
+// half; float -> half rounds to nearest even, overflows to infinity, keeps NaN a NaN.
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24
+    const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
+    return sign ? -magnitude : magnitude;
+  }
+  const uint32_t bits = exponent == 0x1fu ? (sign | 0x7f800000u | (mantissa << 13))
+                                          : (sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+inline uint16_t float_to_half(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past 65504: inf
+  if (magnitude < 0x38800000u) {  // below the smallest normal half: subnormal, round half to even
+    const float scaled = std::fabs(value) * 16777216.0f;  // in units of 2^-24, exact
+    return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(scaled)));
+  }
+  const uint32_t rebased = magnitude - (112u << 23);
+  const uint32_t round = 0xfffu + ((rebased >> 13) & 1u);  // half to even on the 13 dropped bits
+  return static_cast<uint16_t>(sign | ((rebased + round) >> 13));
+}
+
 // Element `i` of a view of any dtype as a real number: fixed point is dequantized with the
-// view's encoding, other dtypes are converted. NaN for a dtype without a C++ type here (fp16).
+// view's encoding, other dtypes are converted.
 inline float load_real(const TensorView& view, int64_t i) {
   switch (view.dtype) {
     case DType::kFloat32: return static_cast<float>(view.as<float>()[i]);
@@ -118,13 +152,14 @@ inline float load_real(const TensorView& view, int64_t i) {
     case DType::kUFixed32: return view.scale * static_cast<float>(static_cast<int64_t>(view.as<uint32_t>()[i]) + view.offset);
     case DType::kFloat64: return static_cast<float>(view.as<double>()[i]);
     case DType::kUInt64: return view.scale * static_cast<float>(static_cast<int64_t>(view.as<uint64_t>()[i]) + view.offset);
+    case DType::kFloat16: return half_to_float(view.as<uint16_t>()[i]);
     default: return std::numeric_limits<float>::quiet_NaN();
   }
 }
 
 // Store a real number as element `i` of a view: requantized with the view's encoding
 // (round half to even, saturated) for fixed point and integers, converted for floats.
-// False for a dtype without a C++ type here (fp16).
+// False for a dtype the kernel ABI does not know.
 inline bool store_real(TensorView& view, int64_t i, float real) {
   switch (view.dtype) {
     case DType::kFloat32: view.as<float>()[i] = static_cast<float>(real); return true;
@@ -144,6 +179,7 @@ inline bool store_real(TensorView& view, int64_t i, float real) {
     case DType::kUFixed32: view.as<uint32_t>()[i] = quantize<uint32_t>(real, view); return true;
     case DType::kFloat64: view.as<double>()[i] = static_cast<double>(real); return true;
     case DType::kUInt64: view.as<uint64_t>()[i] = quantize<uint64_t>(real, view); return true;
+    case DType::kFloat16: view.as<uint16_t>()[i] = float_to_half(real); return true;
     default: return false;
   }
 }

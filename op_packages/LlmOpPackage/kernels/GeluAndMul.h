@@ -1,0 +1,53 @@
+// Kernel of LlmOpPackage::GeluAndMul: the op's math, once, in portable C++17.
+// Generated once by qnn-custom-ops; this file is yours: regeneration never overwrites it
+// (unless --force). The same source builds for the HTP (src/ops/GeluAndMul.cpp), for
+// ExecuTorch on the host and for the C ABI in host/. Hexagon-only fast paths go behind
+// #ifdef __hexagon__.
+// Gated GELU of a fused gate/up projection (vLLM gelu_and_mul). d = x.shape[-1] / 2; y =
+// gelu(x[..., :d], approximate) * x[..., d:]
+#pragma once
+
+#include "llm_access.h"
+
+namespace LlmOpPackage {
+
+// Arguments: outputs, then inputs, then parameters, in the order of the OpDef.
+//   output y: mandatory, ND, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
+//   input x: mandatory, ND, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
+//   param approximate: optional, rank 0, UINT_32
+enum GeluApproximation : uint32_t { kGeluExact = 0, kGeluTanh = 1 };  // the OpDef's enum order
+
+inline float gelu_exact(float a) { return 0.5f * a * (1.0f + std::erf(a * 0.70710678118654752f)); }
+
+inline float gelu_tanh(float a) {
+  const float inner = 0.79788456080286536f * (a + 0.044715f * a * a * a);
+  return 0.5f * a * (1.0f + std::tanh(inner));
+}
+
+// y[r, i] = gelu(x[r, i]) * x[r, d + i] over rows r of the last dimension [2d] -> [d].
+template <typename Access, float (*Gelu)(float)>
+void gelu_and_mul_rows(qco::TensorView& y, const qco::TensorView& x) {
+  const auto in = Access::in(x);
+  const auto out = Access::out(y);
+  const int64_t d = y.dims[y.rank - 1];
+  const int64_t rows = d == 0 ? 0 : y.numel() / d;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t gate = 2 * d * r;
+    for (int64_t i = 0; i < d; ++i) out(r * d + i, Gelu(in(gate + i)) * in(gate + d + i));
+  }
+}
+
+inline qco::Status GeluAndMul(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& approximate) {
+  if (!gated_shapes_match(y, x)) return qco::Status::kShapeMismatch;
+  const uint32_t mode = enum_or(approximate, kGeluExact);
+  if (mode != kGeluExact && mode != kGeluTanh) return qco::Status::kInvalidArgument;
+  return dispatch({&y, &x}, [&](auto access) {
+    if (mode == kGeluTanh) {
+      gelu_and_mul_rows<decltype(access), gelu_tanh>(y, x);
+    } else {
+      gelu_and_mul_rows<decltype(access), gelu_exact>(y, x);
+    }
+  });
+}
+
+}  // namespace LlmOpPackage

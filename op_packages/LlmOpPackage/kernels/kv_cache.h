@@ -1,0 +1,93 @@
+// The static KV cache of the LlmOpPackage (QEfficient's CtxScatter/CtxGather and their
+// continuous-batching variants): cache [slots, heads, ctx_len, head_dim]. Rows move as codes
+// when the tensors share one encoding, else each value is requantized.
+#pragma once
+
+#include <cstdint>
+
+#include "llm_access.h"
+
+namespace LlmOpPackage {
+
+// Cache slot of sequence b: batch_index[b] (continuous batching) or b itself.
+inline int64_t slot_of(const qco::TensorView* batch_index, int64_t b) {
+  return batch_index == nullptr ? b : batch_index->as<const int32_t>()[b];
+}
+
+// The shared checks: a 4-D cache of an activation dtype, int32 indices [batch, n] and, with
+// continuous batching, an int32 batch_index [batch] naming slots of the cache (else batch
+// must equal the cache's slots).
+inline qco::Status check_indexing(const qco::TensorView& cache, const qco::TensorView* batch_index,
+                                  const qco::TensorView& indices) {
+  if (cache.rank != 4 || indices.rank != 2) return qco::Status::kShapeMismatch;
+  if (!is_real_dtype(cache.dtype) || indices.dtype != qco::DType::kInt32) return qco::Status::kUnsupportedDtype;
+  const int64_t batch = indices.dims[0];
+  if (batch_index == nullptr) return batch == cache.dims[0] ? qco::Status::kOk : qco::Status::kShapeMismatch;
+  if (batch_index->rank != 1 || batch_index->dims[0] != batch) return qco::Status::kShapeMismatch;
+  if (batch_index->dtype != qco::DType::kInt32) return qco::Status::kUnsupportedDtype;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t slot = slot_of(batch_index, b);
+    if (slot < 0 || slot >= cache.dims[0]) return qco::Status::kInvalidArgument;
+  }
+  return qco::Status::kOk;
+}
+
+// out = cache with out[slot(b), :, position_ids[b, s]] = updates[b, :, s]; positions outside
+// [0, ctx_len) are padding and skipped.
+inline qco::Status scatter(qco::TensorView& out, const qco::TensorView& cache, const qco::TensorView* batch_index,
+                           const qco::TensorView& position_ids, const qco::TensorView& updates) {
+  const qco::Status status = check_indexing(cache, batch_index, position_ids);
+  if (status != qco::Status::kOk) return status;
+  const int64_t batch = position_ids.dims[0], seq = position_ids.dims[1];
+  const int64_t heads = cache.dims[1], ctx_len = cache.dims[2], dim = cache.dims[3];
+  if (!out.same_shape(cache) || updates.rank != 4 || updates.dims[0] != batch || updates.dims[1] != heads ||
+      updates.dims[2] != seq || updates.dims[3] != dim) {
+    return qco::Status::kShapeMismatch;
+  }
+  if (!is_real_dtype(out.dtype) || !is_real_dtype(updates.dtype)) return qco::Status::kUnsupportedDtype;
+  if (out.data != cache.data) copy_elements(out, 0, cache, 0, cache.numel());
+  const int32_t* positions = position_ids.as<const int32_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t slot = slot_of(batch_index, b);
+    for (int64_t s = 0; s < seq; ++s) {
+      const int64_t position = positions[b * seq + s];
+      if (position < 0 || position >= ctx_len) continue;
+      for (int64_t h = 0; h < heads; ++h) {
+        copy_elements(out, ((slot * heads + h) * ctx_len + position) * dim, updates, ((b * heads + h) * seq + s) * dim,
+                      dim);
+      }
+    }
+  }
+  return qco::Status::kOk;
+}
+
+// out[b, :, i] = cache[slot(b), :, ctx_indices[b, i]]; indices outside [0, ctx_len) read 0.
+inline qco::Status gather(qco::TensorView& out, const qco::TensorView& cache, const qco::TensorView* batch_index,
+                          const qco::TensorView& ctx_indices) {
+  const qco::Status status = check_indexing(cache, batch_index, ctx_indices);
+  if (status != qco::Status::kOk) return status;
+  const int64_t batch = ctx_indices.dims[0], n = ctx_indices.dims[1];
+  const int64_t heads = cache.dims[1], ctx_len = cache.dims[2], dim = cache.dims[3];
+  if (out.rank != 4 || out.dims[0] != batch || out.dims[1] != heads || out.dims[2] != n || out.dims[3] != dim) {
+    return qco::Status::kShapeMismatch;
+  }
+  if (!is_real_dtype(out.dtype)) return qco::Status::kUnsupportedDtype;
+  const int32_t* indices = ctx_indices.as<const int32_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t slot = slot_of(batch_index, b);
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t row = indices[b * n + i];
+        const int64_t at = ((b * heads + h) * n + i) * dim;
+        if (row < 0 || row >= ctx_len) {
+          zero_elements(out, at, dim);
+        } else {
+          copy_elements(out, at, cache, ((slot * heads + h) * ctx_len + row) * dim, dim);
+        }
+      }
+    }
+  }
+  return qco::Status::kOk;
+}
+
+}  // namespace LlmOpPackage

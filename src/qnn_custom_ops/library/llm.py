@@ -1,0 +1,105 @@
+"""The LlmOpPackage's ops as torch ops (namespace ``qco_llm``), their binding and the
+quantizer overrides a deployment uses.
+
+One small spec per op (QNN type, reference, fake): the torch schemas come from the OpDef
+(``define_torch_ops``), so the XML and the torch ops cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..builder import OpPackageBinding, bind
+from ..builder.define import define_torch_ops
+from ..errors import UsageError
+from ..opdef import OpPackage, load_package
+from ..quantizer import Share
+from ..quantizer.annotation import Overrides
+from . import reference as ref
+
+NAMESPACE = "qco_llm"
+PACKAGE_NAME = "LlmOpPackage"
+
+
+def package_dir() -> Path:
+    """``op_packages/LlmOpPackage`` of the checkout this package is installed from (editable)."""
+    path = Path(__file__).resolve().parents[3] / "op_packages" / PACKAGE_NAME
+    if not (path / "config" / f"{PACKAGE_NAME}.xml").is_file():
+        raise UsageError(f"{path}: the LlmOpPackage is not there; qnn_custom_ops.library needs the repository "
+                         "checkout it was installed from (pip install -e .)")
+    return path
+
+
+@dataclass(frozen=True)
+class LlmOp:
+    """One op of the library: its QNN type, PyTorch reference and fake (output shape only)."""
+
+    qnn_type: str
+    reference: Callable[..., torch.Tensor]
+    fake: Callable[..., torch.Tensor]
+
+    @property
+    def name(self) -> str:
+        return self.reference.__name__
+
+
+def _like(shape_of: Callable[..., object]) -> Callable[..., torch.Tensor]:
+    """A fake kernel: the shared shape check, then an empty tensor of the first input's dtype."""
+
+    def fake(first: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        return first.new_empty(shape_of(first, *args, **kwargs))
+
+    return fake
+
+
+LLM_OPS: tuple[LlmOp, ...] = (
+    LlmOp("RmsNorm", ref.rms_norm, _like(lambda x, weight, eps=1e-6: ref.rms_norm_shape(x, weight))),
+    LlmOp("SiluAndMul", ref.silu_and_mul, _like(lambda x: ref.gated_shape("silu_and_mul", x))),
+    LlmOp("GeluAndMul", ref.gelu_and_mul, _like(lambda x, approximate="none": ref.gelu_and_mul_shape(x, approximate))),
+    LlmOp("Rope", ref.rope, _like(lambda x, cos, sin, style="neox": ref.rope_shape(x, cos, sin, style))),
+    LlmOp("CtxScatter", ref.ctx_scatter, _like(ref.ctx_scatter_shape)),
+    LlmOp("CtxGather", ref.ctx_gather, _like(ref.ctx_gather_shape)),
+    LlmOp("CtxScatterCb", ref.ctx_scatter_cb,
+          _like(lambda cache, batch_index, position_ids, updates:
+                ref.ctx_scatter_shape(cache, position_ids, updates, batch_index, "ctx_scatter_cb"))),
+    LlmOp("CtxGatherCb", ref.ctx_gather_cb,
+          _like(lambda cache, batch_index, ctx_indices:
+                ref.ctx_gather_shape(cache, ctx_indices, batch_index, "ctx_gather_cb"))),
+)
+OPS_BY_NAME = {op.name: op for op in LLM_OPS}
+
+
+@functools.lru_cache(maxsize=None)
+def llm_package() -> OpPackage:
+    return load_package(package_dir() / "config" / f"{PACKAGE_NAME}.xml")
+
+
+@functools.lru_cache(maxsize=None)
+def llm_ops() -> dict[str, torch._ops.OpOverload]:
+    """``qco_llm::<op>`` (functional, ``.out``, fake) by torch name, defined once per process."""
+    overloads = define_torch_ops(llm_package(), NAMESPACE, {op.qnn_type: op.reference for op in LLM_OPS},
+                                 names={op.qnn_type: op.name for op in LLM_OPS},
+                                 fakes={op.qnn_type: op.fake for op in LLM_OPS})
+    return {op.name: overloads[op.qnn_type] for op in LLM_OPS}
+
+
+@functools.lru_cache(maxsize=None)
+def llm_binding() -> OpPackageBinding:
+    """The binding of LlmOpPackage to the ``qco_llm`` ops: for ``lower``, ``make_quantizer``,
+    ``build_host_library`` and ``compile_spec``."""
+    overloads = llm_ops()
+    return bind(llm_package(), {op.qnn_type: overloads[op.name] for op in LLM_OPS})
+
+
+def llm_quant_overrides() -> Overrides:
+    """The KV cache keeps one encoding: the cache input, the updates and the new cache of a
+    scatter (and a gather's rows) share the cache's, so rows move as codes and a cache that
+    flows from step to step is never clipped or requantized. Pass to ``make_quantizer``."""
+    scatter = {"updates": Share("input", 0), "out": Share("input", 0)}
+    gather = {"out": Share("input", 0)}
+    return {"CtxScatter": scatter, "CtxScatterCb": scatter, "CtxGather": gather, "CtxGatherCb": gather}

@@ -1,0 +1,179 @@
+"""PyTorch references of the LLM ops: the semantics the kernels are tested against.
+
+Each op has a shape check (shared by the reference and the fake kernel, so a bad call fails
+the same way eagerly and under ``torch.export``) and a reference computed in float32 and
+cast back to the input's dtype, as the kernels compute.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import ReportedError
+
+GELU_APPROXIMATIONS = ("none", "tanh")
+ROPE_STYLES = ("neox", "gptj")
+
+
+class LlmOpInputError(ReportedError, ValueError):
+    """An LLM op was called with tensors its semantics do not accept."""
+
+
+def _require(condition: bool, op: str, message: str) -> None:
+    if not condition:
+        raise LlmOpInputError(f"qco_llm::{op}: {message}")
+
+
+def _require_float(op: str, **tensors: torch.Tensor) -> None:
+    for name, tensor in tensors.items():
+        _require(tensor.is_floating_point(), op, f"{name} must be a floating tensor, got {tensor.dtype}")
+
+
+def _require_int32(op: str, **tensors: torch.Tensor) -> None:
+    for name, tensor in tensors.items():
+        _require(tensor.dtype == torch.int32, op,
+                 f"{name} must be int32 (the op's INT_32 input), got {tensor.dtype}: pass {name}.int()")
+
+
+def _require_shape(op: str, name: str, tensor: torch.Tensor, expected: Sequence[int], what: str) -> None:
+    _require(tuple(tensor.shape) == tuple(expected), op,
+             f"{name} has shape {list(tensor.shape)}, expected {list(expected)} ({what})")
+
+
+def rms_norm_shape(x: torch.Tensor, weight: torch.Tensor) -> torch.Size:
+    _require_float("rms_norm", x=x, weight=weight)
+    _require(x.dim() >= 1, "rms_norm", "x must have at least one dimension")
+    _require_shape("rms_norm", "weight", weight, [x.shape[-1]], "the last dimension of x")
+    return x.shape
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    rms_norm_shape(x, weight)
+    real = x.float()
+    return (real * torch.rsqrt(real.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+
+
+def gated_shape(op: str, x: torch.Tensor) -> torch.Size:
+    _require_float(op, x=x)
+    _require(x.dim() >= 1 and x.shape[-1] % 2 == 0, op,
+             f"x has shape {list(x.shape)}: its last dimension must be even (gate and up halves)")
+    return x.shape[:-1] + (x.shape[-1] // 2,)
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    d = gated_shape("silu_and_mul", x)[-1]
+    real = x.float()
+    return (F.silu(real[..., :d]) * real[..., d:]).to(x.dtype)
+
+
+def gelu_and_mul_shape(x: torch.Tensor, approximate: str) -> torch.Size:
+    _require(approximate in GELU_APPROXIMATIONS, "gelu_and_mul",
+             f"approximate={approximate!r}; use one of {', '.join(GELU_APPROXIMATIONS)}")
+    return gated_shape("gelu_and_mul", x)
+
+
+def gelu_and_mul(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    d = gelu_and_mul_shape(x, approximate)[-1]
+    real = x.float()
+    return (F.gelu(real[..., :d], approximate=approximate) * real[..., d:]).to(x.dtype)
+
+
+def rope_shape(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str) -> torch.Size:
+    _require(style in ROPE_STYLES, "rope", f"style={style!r}; use one of {', '.join(ROPE_STYLES)}")
+    _require_float("rope", x=x, cos=cos, sin=sin)
+    _require(x.dim() == 4 and x.shape[-1] % 2 == 0, "rope",
+             f"x has shape {list(x.shape)}, expected [batch, heads, seq, head_dim] with an even head_dim")
+    table = [x.shape[2], x.shape[3] // 2]
+    _require_shape("rope", "cos", cos, table, "[seq, head_dim / 2]")
+    _require_shape("rope", "sin", sin, table, "[seq, head_dim / 2]")
+    return x.shape
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str = "neox") -> torch.Tensor:
+    rope_shape(x, cos, sin, style)
+    real, c, s = x.float(), cos.float(), sin.float()
+    half = x.shape[-1] // 2
+    if style == "neox":
+        a, b = real[..., :half], real[..., half:]
+        return torch.cat((a * c - b * s, b * c + a * s), dim=-1).to(x.dtype)
+    a, b = real[..., 0::2], real[..., 1::2]
+    return torch.stack((a * c - b * s, b * c + a * s), dim=-1).flatten(-2).to(x.dtype)
+
+
+def _slots(op: str, cache: torch.Tensor, name: str, indices: torch.Tensor, batch_index: torch.Tensor | None) -> None:
+    """The checks scatter and gather share: a 4-D float cache, int32 [batch, n] indices and
+    (continuous batching) an int32 [batch] batch_index, else batch == the cache's slots."""
+    _require_float(op, cache=cache)
+    _require(cache.dim() == 4, op, f"cache has shape {list(cache.shape)}, expected [batch, heads, ctx_len, head_dim]")
+    _require_int32(op, **{name: indices})
+    _require(indices.dim() == 2, op, f"{name} has shape {list(indices.shape)}, expected [batch, n]")
+    if batch_index is None:
+        _require(indices.shape[0] == cache.shape[0], op,
+                 f"{name} has batch {indices.shape[0]}, the cache {cache.shape[0]} (ctx_*_cb takes a batch_index)")
+        return
+    _require_int32(op, batch_index=batch_index)
+    _require_shape(op, "batch_index", batch_index, [indices.shape[0]], "[batch]")
+
+
+def ctx_scatter_shape(cache: torch.Tensor, position_ids: torch.Tensor, updates: torch.Tensor,
+                      batch_index: torch.Tensor | None = None, op: str = "ctx_scatter") -> torch.Size:
+    _slots(op, cache, "position_ids", position_ids, batch_index)
+    _require_float(op, updates=updates)
+    batch, seq = position_ids.shape
+    expected = [batch, cache.shape[1], seq, cache.shape[3]]
+    _require_shape(op, "updates", updates, expected, "[batch, heads, seq, head_dim] of the cache and position_ids")
+    return cache.shape
+
+
+def _scatter(cache: torch.Tensor, batch_index: torch.Tensor | None, position_ids: torch.Tensor,
+             updates: torch.Tensor, op: str) -> torch.Tensor:
+    ctx_scatter_shape(cache, position_ids, updates, batch_index, op)
+    batch, seq = position_ids.shape
+    slots = torch.arange(batch) if batch_index is None else batch_index.long()
+    _require(bool(((slots >= 0) & (slots < cache.shape[0])).all()), op,
+             f"batch_index {slots.tolist()} names a slot outside the cache's {cache.shape[0]}")
+    positions = position_ids.long()
+    valid = (positions >= 0) & (positions < cache.shape[2])  # padding positions are skipped
+    rows = slots[:, None].expand(batch, seq)
+    out = cache.clone()
+    out[rows[valid], :, positions[valid]] = updates.permute(0, 2, 1, 3)[valid].to(cache.dtype)
+    return out
+
+
+def ctx_scatter(cache: torch.Tensor, position_ids: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+    return _scatter(cache, None, position_ids, updates, "ctx_scatter")
+
+
+def ctx_scatter_cb(cache: torch.Tensor, batch_index: torch.Tensor, position_ids: torch.Tensor,
+                   updates: torch.Tensor) -> torch.Tensor:
+    return _scatter(cache, batch_index, position_ids, updates, "ctx_scatter_cb")
+
+
+def ctx_gather_shape(cache: torch.Tensor, ctx_indices: torch.Tensor, batch_index: torch.Tensor | None = None,
+                     op: str = "ctx_gather") -> list[int]:
+    _slots(op, cache, "ctx_indices", ctx_indices, batch_index)
+    return [ctx_indices.shape[0], cache.shape[1], ctx_indices.shape[1], cache.shape[3]]
+
+
+def _gather(cache: torch.Tensor, batch_index: torch.Tensor | None, ctx_indices: torch.Tensor, op: str) -> torch.Tensor:
+    ctx_gather_shape(cache, ctx_indices, batch_index, op)
+    batch = ctx_indices.shape[0]
+    slots = torch.arange(batch) if batch_index is None else batch_index.long()
+    _require(bool(((slots >= 0) & (slots < cache.shape[0])).all()), op,
+             f"batch_index {slots.tolist()} names a slot outside the cache's {cache.shape[0]}")
+    indices = ctx_indices.long()
+    valid = (indices >= 0) & (indices < cache.shape[2])  # out-of-range rows read zeros
+    rows = cache[slots[:, None], :, indices.clamp(0, cache.shape[2] - 1)]  # [batch, n, heads, dim]
+    rows = torch.where(valid[..., None, None], rows, torch.zeros((), dtype=cache.dtype))
+    return rows.permute(0, 2, 1, 3).contiguous()
+
+
+def ctx_gather(cache: torch.Tensor, ctx_indices: torch.Tensor) -> torch.Tensor:
+    return _gather(cache, None, ctx_indices, "ctx_gather")
+
+
+def ctx_gather_cb(cache: torch.Tensor, batch_index: torch.Tensor, ctx_indices: torch.Tensor) -> torch.Tensor:
+    return _gather(cache, batch_index, ctx_indices, "ctx_gather_cb")

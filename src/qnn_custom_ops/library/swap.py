@@ -1,0 +1,203 @@
+"""Put the library's ops into a model, QEfficient style: modules are replaced in place.
+
+What is swapped is decided by what a module computes, not only by its class: a candidate
+(``torch.nn.RMSNorm``, a ``*RMSNorm`` with a 1-D ``weight`` and ``eps``/``variance_epsilon``,
+a gated MLP with ``gate_proj``/``up_proj``/``down_proj`` and an ``act_fn``) is run once on a
+probe input beside its replacement; one that does not match (Gemma's ``1 + weight``, an
+unknown activation) stays native and a warning says why. ``select`` follows vLLM's custom-op
+grammar: ``"all"``, ``"none"``, ``"all,-rms_norm"``, ``"none,+silu_and_mul"``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import UsageError
+from .llm import llm_ops
+
+SWAPPABLE = ("rms_norm", "silu_and_mul", "gelu_and_mul")
+_PROBE_ROWS = 4
+
+
+class SelectError(UsageError):
+    """A ``select`` string names an op the library cannot swap in."""
+
+
+class SwapWarning(UserWarning):
+    """A module shaped like a swappable one computes something else; it stays native."""
+
+
+@dataclass(frozen=True)
+class Swap:
+    """One replaced module: where it was, what it was, which op computes it now."""
+
+    path: str
+    replaced: str  # class name of the original module
+    op: str  # qco_llm op name
+
+
+def parse_select(select: str) -> frozenset[str]:
+    """The ops ``select`` enables: a base of ``all`` or ``none`` (``all`` when absent), then
+    ``+name`` / ``-name`` (a bare name enables)."""
+    enabled = set(SWAPPABLE)
+    for position, token in enumerate(t.strip() for t in select.split(",")):
+        if token in ("all", "none") and position == 0:
+            enabled = set(SWAPPABLE) if token == "all" else set()
+            continue
+        name = token.lstrip("+-")
+        if name not in SWAPPABLE:
+            raise SelectError(f"select={select!r}: unknown op {token!r}; known: {', '.join(SWAPPABLE)} "
+                              "(grammar: all | none, then +name / -name, comma-separated)")
+        (enabled.discard if token.startswith("-") else enabled.add)(name)
+    return frozenset(enabled)
+
+
+class QcoRMSNorm(torch.nn.Module):
+    """RMSNorm over the last dimension by ``qco_llm::rms_norm``; shares the original's weight."""
+
+    def __init__(self, weight: torch.Tensor, eps: float):
+        super().__init__()
+        if isinstance(weight, torch.nn.Parameter):
+            self.weight = weight
+        else:
+            self.register_buffer("weight", weight)
+        self.eps = float(eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return llm_ops()["rms_norm"](x, self.weight, self.eps)
+
+
+class QcoGatedMLP(torch.nn.Module):
+    """``down_proj(act(gate_proj(x)) * up_proj(x))`` as one fused ``gate_up_proj`` (vLLM's
+    merged projection), the gated activation op, and the original ``down_proj``."""
+
+    def __init__(self, gate_proj: torch.nn.Linear, up_proj: torch.nn.Linear, down_proj: torch.nn.Module,
+                 op: str, approximate: str | None):
+        super().__init__()
+        bias = gate_proj.bias is not None
+        self.gate_up_proj = torch.nn.Linear(gate_proj.in_features, 2 * gate_proj.out_features, bias=bias,
+                                            dtype=gate_proj.weight.dtype, device=gate_proj.weight.device)
+        with torch.no_grad():
+            self.gate_up_proj.weight.copy_(torch.cat((gate_proj.weight, up_proj.weight)))
+            if bias:
+                self.gate_up_proj.bias.copy_(torch.cat((gate_proj.bias, up_proj.bias)))
+        self.down_proj = down_proj
+        self.op = op
+        self.approximate = approximate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fused = self.gate_up_proj(x)
+        if self.approximate is None:
+            return self.down_proj(llm_ops()[self.op](fused))
+        return self.down_proj(llm_ops()[self.op](fused, self.approximate))
+
+
+def _rms_norm_candidate(module: torch.nn.Module) -> QcoRMSNorm | None:
+    """The replacement of an RMSNorm-shaped module, before the probe; None if it is not one."""
+    if isinstance(module, torch.nn.RMSNorm):
+        if len(module.normalized_shape) != 1:
+            return None
+        hidden = module.normalized_shape[0]
+        weight = module.weight if module.weight is not None else torch.ones(hidden)
+        eps = module.eps if module.eps is not None else torch.finfo(weight.dtype).eps
+        return QcoRMSNorm(weight, eps)
+    if not type(module).__name__.endswith("RMSNorm"):
+        return None
+    weight = getattr(module, "weight", None)
+    eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 1 or not isinstance(eps, (int, float)):
+        return None
+    return QcoRMSNorm(weight, eps)
+
+
+def _probe(features: int, dtype: torch.dtype) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(_PROBE_ROWS, features, generator=generator).to(dtype)
+
+
+#: Gated activations the probe recognises: (op, approximate argument or None, PyTorch function).
+_ACTIVATIONS: tuple[tuple[str, str | None, Callable[[torch.Tensor], torch.Tensor]], ...] = (
+    ("silu_and_mul", None, F.silu),
+    ("gelu_and_mul", "none", F.gelu),
+    ("gelu_and_mul", "tanh", lambda x: F.gelu(x, approximate="tanh")),
+)
+
+
+def _activation_of(act: torch.nn.Module | Callable) -> tuple[str, str | None] | None:
+    """Which gated op an ``act_fn`` is, judged by what it computes."""
+    x = _probe(64, torch.float32) * 3
+    with torch.no_grad():
+        y = act(x)
+    for op, approximate, function in _ACTIVATIONS:
+        if torch.allclose(y, function(x), rtol=1e-5, atol=1e-6):
+            return op, approximate
+    return None
+
+
+def _mlp_candidate(module: torch.nn.Module) -> QcoGatedMLP | None:
+    parts = [getattr(module, name, None) for name in ("gate_proj", "up_proj", "down_proj", "act_fn")]
+    gate, up, down, act = parts
+    if not (isinstance(gate, torch.nn.Linear) and isinstance(up, torch.nn.Linear) and callable(act)
+            and isinstance(down, torch.nn.Module)):
+        return None
+    if gate.weight.shape != up.weight.shape or (gate.bias is None) != (up.bias is None):
+        return None
+    activation = _activation_of(act)
+    if activation is None:
+        return None
+    return QcoGatedMLP(gate, up, down, *activation)
+
+
+def _matches(module: torch.nn.Module, replacement: torch.nn.Module, features: int, dtype: torch.dtype) -> float:
+    """The largest difference between the module and its replacement on a probe input."""
+    x = _probe(features, dtype)
+    with torch.no_grad():
+        return float((module(x).float() - replacement(x).float()).abs().max())
+
+
+def _features(replacement: torch.nn.Module) -> tuple[int, torch.dtype]:
+    if isinstance(replacement, QcoRMSNorm):
+        return replacement.weight.shape[0], replacement.weight.dtype
+    return replacement.gate_up_proj.in_features, replacement.gate_up_proj.weight.dtype
+
+
+def _candidate(module: torch.nn.Module, enabled: frozenset[str]) -> torch.nn.Module | None:
+    if "rms_norm" in enabled:
+        replacement = _rms_norm_candidate(module)
+        if replacement is not None:
+            return replacement
+    mlp = _mlp_candidate(module) if enabled & {"silu_and_mul", "gelu_and_mul"} else None
+    return mlp if mlp is not None and mlp.op in enabled else None
+
+
+def swap_modules(model: torch.nn.Module, select: str = "all") -> list[Swap]:
+    """Replace the modules of ``model`` that the selected ops compute (in place); returns
+    what was replaced. A disabled op's modules stay native, for XNNPACK or QNN's built-ins."""
+    enabled = parse_select(select)
+    swaps = []
+    for path, module in list(model.named_modules()):
+        if not path or any(path.startswith(s.path + ".") for s in swaps):
+            continue
+        replacement = _candidate(module, enabled)
+        if replacement is None:
+            continue
+        features, dtype = _features(replacement)
+        error = _matches(module, replacement, features, dtype)
+        tolerance = 1e-4 if dtype == torch.float32 else 1e-2
+        if not error <= tolerance:
+            warnings.warn(SwapWarning(f"{path} ({type(module).__name__}) looks like {_op_of(replacement)} but differs "
+                                      f"from it by {error:.3g} on a probe input; left native"), stacklevel=2)
+            continue
+        parent_path, _, name = path.rpartition(".")
+        setattr(model.get_submodule(parent_path) if parent_path else model, name, replacement)
+        swaps.append(Swap(path, type(module).__name__, _op_of(replacement)))
+    return swaps
+
+
+def _op_of(replacement: torch.nn.Module) -> str:
+    return "rms_norm" if isinstance(replacement, QcoRMSNorm) else replacement.op
