@@ -1,0 +1,233 @@
+"""The LLM op library: each op's kernel against its PyTorch reference, in float32 and fp16
+(C ABI), through ExecuTorch on the host in float and in each quantized encoding (real PT2E,
+real lowering, quantized emulation), odd shapes, parameters, and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import qnn_custom_ops as qco
+from qnn_custom_ops.library import LlmOpInputError, llm_binding, llm_ops, llm_quant_overrides, package_dir
+from qnn_custom_ops.library import reference as ref
+from qnn_custom_ops.opdef import Datatype
+from qnn_custom_ops.runtime import HostRunner, KernelDType, KernelError, KernelLibrary, KernelTensor, Tolerance
+from qnn_custom_ops.runtime import compare_outputs
+
+from .torch_ops import pt2e_quantize
+
+OPS = llm_ops()
+F16, F32, I32 = KernelDType.Float16, KernelDType.Float32, KernelDType.Int32
+
+
+@pytest.fixture(scope="module")
+def library():
+    return qco.build_host_library(package_dir(), llm_binding())
+
+
+@pytest.fixture(scope="module")
+def kernels(library):
+    return KernelLibrary(library, "LlmOpPackage")
+
+
+class AllOps(torch.nn.Module):
+    """Every op of the library, with odd sizes (13, 5, 7: no multiple of 8), batch 2, each
+    parameter value, padding positions and out-of-range reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, 13))
+
+    def forward(self, x, gated, rot, cos, sin, cache, slots, positions, updates, indices, batch_index):
+        return (
+            OPS["rms_norm"](x, self.weight),
+            OPS["rms_norm"](x, self.weight, 1e-2),
+            OPS["silu_and_mul"](gated),
+            OPS["gelu_and_mul"](gated),
+            OPS["gelu_and_mul"](gated, "tanh"),
+            OPS["rope"](rot, cos, sin),
+            OPS["rope"](rot, cos, sin, "gptj"),
+            OPS["ctx_scatter"](cache, positions, updates),
+            OPS["ctx_gather"](cache, indices),
+            OPS["ctx_scatter_cb"](slots, batch_index, positions, updates),
+            OPS["ctx_gather_cb"](slots, batch_index, indices),
+        )
+
+
+def all_ops_inputs(seed: int) -> tuple:
+    g = torch.Generator().manual_seed(seed)
+    angles = torch.rand(5, 5, generator=g) * 6.28
+    return (
+        torch.randn(2, 3, 13, generator=g) * 2,
+        torch.randn(2, 5, 26, generator=g),
+        torch.randn(2, 3, 5, 10, generator=g),
+        torch.cos(angles), torch.sin(angles),
+        torch.randn(2, 3, 7, 6, generator=g),
+        torch.randn(4, 3, 7, 6, generator=g),
+        torch.tensor([[1, 4], [0, -1]], dtype=torch.int32),  # -1: a padding position, skipped
+        torch.randn(2, 3, 2, 6, generator=g),
+        torch.tensor([[0, 6, 9], [2, 2, 5]], dtype=torch.int32),  # 9: outside the cache, reads 0
+        torch.tensor([3, 1], dtype=torch.int32),
+    )
+
+
+def test_references_follow_the_documented_semantics():
+    """The references are the contract; check them against first principles once."""
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(ref.rms_norm(x, torch.ones(8)), torch.nn.functional.rms_norm(x, (8,), eps=1e-6))
+    rot = torch.randn(1, 1, 1, 4)
+    c, s = torch.tensor([[0.0, 1.0]]), torch.tensor([[1.0, 0.0]])  # pair 0 turned by 90 degrees, pair 1 kept
+    neox = ref.rope(rot, c, s)
+    assert torch.equal(neox[..., [0, 2]], torch.stack((-rot[..., 2], rot[..., 0]), -1))
+    assert torch.equal(neox[..., [1, 3]], rot[..., [1, 3]])
+    gptj = ref.rope(rot, c, s, "gptj")
+    assert torch.equal(gptj[..., :2], torch.stack((-rot[..., 1], rot[..., 0]), -1))
+    cache = torch.zeros(1, 1, 3, 2)
+    out = ref.ctx_scatter(cache, torch.tensor([[2, -1]], dtype=torch.int32), torch.ones(1, 1, 2, 2))
+    assert out[0, 0].tolist() == [[0, 0], [0, 0], [1, 1]] and cache.abs().sum() == 0  # a new cache
+    assert ref.ctx_gather(out, torch.tensor([[2, 3]], dtype=torch.int32))[0, 0].tolist() == [[1, 1], [0, 0]]
+
+
+def test_every_op_in_float32_on_executorch_matches_its_reference(library):
+    model = AllOps().eval()
+    inputs = all_ops_inputs(0)
+    program = qco.lower(model, inputs, llm_binding(), target="host")
+    outputs = HostRunner([library]).run(program.buffer, [inputs])[0]
+    with torch.no_grad():
+        expected = model(*inputs)
+    assert len(outputs) == len(expected)
+    for index, (got, want) in enumerate(zip(outputs, expected)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"output {index}")
+
+
+@pytest.mark.parametrize("quant_dtype, activation, weight", [
+    ("8a8w", Datatype.UFIXED_POINT_8, Datatype.SFIXED_POINT_8),
+    ("16a8w", Datatype.UFIXED_POINT_16, Datatype.UFIXED_POINT_8),
+    ("16a16w", Datatype.UFIXED_POINT_16, Datatype.SFIXED_POINT_16),
+])
+def test_every_op_quantized_matches_the_converted_model_within_one_step(library, quant_dtype, activation, weight):
+    """The kernels run on the codes (quantized emulation) with the encodings PT2E chose; the
+    KV-cache ops keep the cache's encoding for updates and results."""
+    samples = [all_ops_inputs(seed) for seed in range(3)]
+    converted = pt2e_quantize(AllOps().eval(), samples, llm_binding(), quant_dtype, overrides=llm_quant_overrides())
+    program = qco.lower(converted, samples[0], llm_binding(), target="host")
+    outputs = HostRunner([library]).run(program.buffer, [samples[0]])[0]
+    assert {e.qnn_op_type for e in program.emulated} == {
+        "RmsNorm", "SiluAndMul", "GeluAndMul", "Rope", "CtxScatter", "CtxGather", "CtxScatterCb", "CtxGatherCb"}
+    for emulated in program.emulated:
+        encodings = dict(emulated.tensors)
+        if emulated.qnn_op_type == "RmsNorm":
+            assert encodings["x"].datatype is activation and encodings["weight"].datatype is weight
+        if emulated.qnn_op_type.startswith("Ctx"):
+            cache, out = encodings["cache"], encodings["out"]
+            assert (cache.scale, cache.offset) == (out.scale, out.offset), emulated
+            if "updates" in encodings:
+                assert (encodings["updates"].scale, encodings["updates"].offset) == (cache.scale, cache.offset)
+            assert "position_ids" not in encodings or encodings["position_ids"].datatype is Datatype.INT_32
+    with torch.no_grad():
+        reference = converted(*samples[0])
+    reports = compare_outputs(outputs, reference, Tolerance(atol=0, lsb=1), scales=program.output_scales)
+    assert all(r.passed for r in reports), [str(r) for r in reports]
+
+
+def kernel_tensor(tensor: torch.Tensor, dtype: KernelDType) -> KernelTensor:
+    return KernelTensor(tensor.numpy(), dtype)
+
+
+@pytest.mark.parametrize("op, qnn_type, args", [
+    ("rms_norm", "RmsNorm", lambda g: (torch.randn(3, 13, generator=g), torch.rand(13, generator=g) + 0.5)),
+    ("silu_and_mul", "SiluAndMul", lambda g: (torch.randn(3, 2, 18, generator=g),)),
+    ("gelu_and_mul", "GeluAndMul", lambda g: (torch.randn(3, 18, generator=g),)),
+    ("rope", "Rope", lambda g: (torch.randn(1, 2, 3, 6, generator=g), torch.rand(3, 3, generator=g),
+                                torch.rand(3, 3, generator=g))),
+])
+def test_fp16_kernels_match_the_reference_computed_in_float(kernels, op, qnn_type, args):
+    """fp16 tensors are read and written in software (no portable fp16 type): the kernel
+    computes in float32 and rounds once, as the reference does."""
+    inputs = [t.half() for t in args(torch.Generator().manual_seed(2))]
+    expected = getattr(ref, op)(*inputs)
+    out = KernelTensor.empty(expected.shape, F16)
+    kernels.run(qnn_type, [out], [kernel_tensor(t, F16) for t in inputs])
+    got = torch.from_numpy(out.array)
+    assert got.dtype == torch.float16
+    torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-3)  # one fp16 rounding either side
+
+
+def test_fp16_conversions_are_exact_for_every_half_and_round_to_nearest_even(kernels):
+    """All 65536 halves to float and back (through CtxGather, which converts when the cache and
+    its result differ in dtype), and floats at the edges (ties, subnormals, overflow, NaN)."""
+    halves = np.arange(65536, dtype=np.uint16).view(np.float16).reshape(1, 1, 65536, 1)
+    indices = np.arange(65536, dtype=np.int32).reshape(1, 65536)
+    as_float = KernelTensor.empty((1, 1, 65536, 1), F32)
+    kernels.run("CtxGather", [as_float], [KernelTensor(halves, F16), KernelTensor(indices, I32)])
+    np.testing.assert_array_equal(as_float.array, halves.astype(np.float32))  # NaN == NaN here
+
+    g = np.random.default_rng(3)
+    edges = np.array([65504, 65519.99, 65520, 1e6, 6.1e-5, 6.0e-5, 5.96e-8, 2.98e-8, 2.99e-8, 1e-9, 0.0, -0.0,
+                      1.00048828125, 1.00146484375, np.inf, np.nan], dtype=np.float32)
+    floats = np.concatenate([edges, -edges, g.standard_normal(4096).astype(np.float32) * 10,
+                             (g.random(4096) * 1e-4).astype(np.float32)]).reshape(1, 1, -1, 1)
+    as_half = KernelTensor.empty(floats.shape, F16)
+    positions = np.arange(floats.shape[2], dtype=np.int32).reshape(1, -1)
+    kernels.run("CtxGather", [as_half], [KernelTensor(floats, F32), KernelTensor(positions, I32)])
+    np.testing.assert_array_equal(as_half.array.view(np.uint16) & 0x7fff == 0x7e00,
+                                  np.isnan(floats))  # a NaN stays a NaN
+    finite = ~np.isnan(floats)
+    with np.errstate(over="ignore"):  # numpy says so when a float rounds to infinity, as it must
+        expected = floats[finite].astype(np.float16)
+    np.testing.assert_array_equal(as_half.array[finite].view(np.uint16), expected.view(np.uint16))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: OPS["rms_norm"](torch.randn(2, 8), torch.ones(7)), r"weight has shape \[7\], expected \[8\]"),
+    (lambda: OPS["rms_norm"](torch.ones(2, 8, dtype=torch.int32), torch.ones(8)), "x must be a floating tensor"),
+    (lambda: OPS["silu_and_mul"](torch.randn(2, 7)), "its last dimension must be even"),
+    (lambda: OPS["gelu_and_mul"](torch.randn(2, 8), "fast"), "approximate='fast'; use one of none, tanh"),
+    (lambda: OPS["rope"](torch.randn(1, 1, 3, 4), torch.ones(3, 3), torch.ones(3, 3)),
+     r"cos has shape \[3, 3\], expected \[3, 2\]"),
+    (lambda: OPS["rope"](torch.randn(1, 1, 3, 4), torch.ones(3, 2), torch.ones(3, 2), "llama"), "style='llama'"),
+    (lambda: OPS["ctx_scatter"](torch.zeros(1, 2, 4, 3), torch.zeros(1, 1, dtype=torch.int64), torch.zeros(1, 2, 1, 3)),
+     r"position_ids must be int32 .*got torch.int64: pass position_ids.int\(\)"),
+    (lambda: OPS["ctx_scatter"](torch.zeros(1, 2, 4, 3), torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1, 2, 2, 3)),
+     r"updates has shape \[1, 2, 2, 3\], expected \[1, 2, 1, 3\]"),
+    (lambda: OPS["ctx_gather"](torch.zeros(2, 2, 4, 3), torch.zeros(1, 1, dtype=torch.int32)),
+     "ctx_indices has batch 1, the cache 2"),
+    (lambda: OPS["ctx_gather_cb"](torch.zeros(2, 2, 4, 3), torch.tensor([5], dtype=torch.int32),
+                                  torch.zeros(1, 1, dtype=torch.int32)), r"batch_index \[5\] names a slot outside"),
+])
+def test_bad_input_is_refused_with_the_op_and_the_fix(call, message):
+    with pytest.raises(LlmOpInputError, match=message) as info:
+        call()
+    assert str(info.value).startswith("qco_llm::")
+
+
+def test_bad_input_fails_the_same_way_under_export():
+    class Bad(torch.nn.Module):
+        def forward(self, x, w):
+            return OPS["rms_norm"](x, w)
+
+    with pytest.raises(LlmOpInputError, match="weight has shape"):
+        torch.export.export(Bad(), (torch.randn(2, 8), torch.ones(7)))
+
+
+@pytest.mark.parametrize("qnn_type, outputs, inputs", [
+    ("RmsNorm", [np.zeros((2, 8), np.float32)], [np.zeros((2, 8), np.float32), np.zeros(7, np.float32)]),
+    ("SiluAndMul", [np.zeros((2, 4), np.float32)], [np.zeros((2, 7), np.float32)]),
+    ("Rope", [np.zeros((1, 1, 2, 4), np.float32)],
+     [np.zeros((1, 1, 2, 4), np.float32), np.zeros((2, 3), np.float32), np.zeros((2, 3), np.float32)]),
+    ("CtxGather", [np.zeros((1, 1, 2, 3), np.float32)], [np.zeros((1, 1, 4, 3), np.float32), np.zeros((2, 2), np.int32)]),
+])
+def test_kernels_refuse_mismatched_shapes(kernels, qnn_type, outputs, inputs):
+    """What reaches a kernel unchecked (the HTP, the C ABI) is still checked there."""
+    def tensor(a):
+        return KernelTensor(a, I32 if a.dtype == np.int32 else F32)
+
+    with pytest.raises(KernelError, match=f"kernel {qnn_type} failed: shape mismatch"):
+        kernels.run(qnn_type, [tensor(a) for a in outputs], [tensor(a) for a in inputs])
+
+
+def test_kernels_refuse_a_dtype_the_opdef_does_not_declare(kernels):
+    with pytest.raises(KernelError, match="unsupported dtype"):
+        kernels.run("SiluAndMul", [KernelTensor(np.zeros((2, 2), np.int32), I32)],
+                    [KernelTensor(np.zeros((2, 4), np.int32), I32)])
