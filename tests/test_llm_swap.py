@@ -1,0 +1,143 @@
+"""swap_modules on modules the project does not own: torch.nn.RMSNorm, and transformers'
+Llama/Qwen/Gemma modules (constructed locally from a config, nothing downloaded)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from qnn_custom_ops.library import SelectError, swap_modules
+from qnn_custom_ops.library.swap import QcoGatedMLP, QcoRMSNorm, SwapWarning, parse_select
+
+
+class GatedMLP(torch.nn.Module):
+    def __init__(self, act: torch.nn.Module, hidden: int = 16, inner: int = 24):
+        super().__init__()
+        self.gate_proj = torch.nn.Linear(hidden, inner, bias=False)
+        self.up_proj = torch.nn.Linear(hidden, inner, bias=False)
+        self.down_proj = torch.nn.Linear(inner, hidden, bias=False)
+        self.act_fn = act
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(torch.nn.Module):
+    def __init__(self, act: torch.nn.Module = torch.nn.SiLU()):
+        super().__init__()
+        self.norm = torch.nn.RMSNorm(16, eps=1e-5)
+        self.mlp = GatedMLP(act)
+
+    def forward(self, x):
+        return x + self.mlp(self.norm(x))
+
+
+def seeded_input(*shape):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("select, expected", [
+    ("all", {"rms_norm", "silu_and_mul", "gelu_and_mul"}),
+    ("none", set()),
+    ("all,-rms_norm", {"silu_and_mul", "gelu_and_mul"}),
+    ("none,+silu_and_mul", {"silu_and_mul"}),
+    ("rms_norm", {"rms_norm", "silu_and_mul", "gelu_and_mul"}),
+    (" none , +rms_norm , +gelu_and_mul ", {"rms_norm", "gelu_and_mul"}),
+])
+def test_select_follows_vllms_grammar(select, expected):
+    assert parse_select(select) == expected
+
+
+@pytest.mark.parametrize("select", ["all,-rmsnorm", "none,+rope", "+all"])
+def test_an_unknown_name_lists_the_known_ones(select):
+    with pytest.raises(SelectError, match="known: rms_norm, silu_and_mul, gelu_and_mul"):
+        swap_modules(Block(), select)
+
+
+def test_torch_rmsnorm_and_a_silu_mlp_are_swapped_and_compute_the_same():
+    torch.manual_seed(0)
+    model = Block().eval()
+    x = seeded_input(2, 5, 16)
+    with torch.no_grad():
+        before = model(x)
+    swaps = swap_modules(model)
+    assert [(s.path, s.replaced, s.op) for s in swaps] == [("norm", "RMSNorm", "rms_norm"),
+                                                            ("mlp", "GatedMLP", "silu_and_mul")]
+    assert isinstance(model.norm, QcoRMSNorm) and isinstance(model.mlp, QcoGatedMLP)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), before, rtol=1e-5, atol=1e-5)
+    graph = str(torch.export.export(model, (x,)).graph)
+    assert "qco_llm.rms_norm" in graph and "qco_llm.silu_and_mul" in graph
+
+
+def test_a_disabled_op_stays_native():
+    model = Block()
+    swaps = swap_modules(model, "all,-rms_norm")
+    assert [s.op for s in swaps] == ["silu_and_mul"]
+    assert type(model.norm) is torch.nn.RMSNorm
+
+
+@pytest.mark.parametrize("act, approximate", [(torch.nn.GELU(), "none"), (torch.nn.GELU("tanh"), "tanh")])
+def test_gelu_mlps_get_the_matching_approximation(act, approximate):
+    model = Block(act)
+    (swap,) = [s for s in swap_modules(model, "none,+gelu_and_mul")]
+    assert swap.op == "gelu_and_mul" and model.mlp.approximate == approximate
+
+
+def test_an_unknown_activation_stays_native():
+    model = Block(torch.nn.ReLU())
+    assert [s.op for s in swap_modules(model)] == ["rms_norm"]
+    assert isinstance(model.mlp, GatedMLP)
+
+
+def test_an_rmsnorm_named_module_that_computes_something_else_stays_native_with_a_warning():
+    class OffsetRMSNorm(torch.nn.Module):  # Gemma's: x * (1 + weight)
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.full((16,), 0.5))
+            self.eps = 1e-6
+
+        def forward(self, x):
+            return torch.nn.functional.rms_norm(x, (16,), eps=self.eps) * (1 + self.weight)
+
+    model = torch.nn.Sequential(OffsetRMSNorm())
+    with pytest.warns(SwapWarning, match=r"0 \(OffsetRMSNorm\) looks like rms_norm but differs"):
+        assert swap_modules(model) == []
+    assert isinstance(model[0], OffsetRMSNorm)
+
+
+transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_llama_and_qwen_modules_are_swapped(family):
+    """Their RMSNorm (weight + variance_epsilon) and MLP (gate/up/down, act_fn) classes."""
+    models = {"llama": transformers.models.llama.modeling_llama, "qwen2": transformers.models.qwen2.modeling_qwen2}
+    module = models[family]
+    config_class = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}[family]
+    config = config_class(hidden_size=32, intermediate_size=48, rms_norm_eps=1e-5, hidden_act="silu")
+    prefix = {"llama": "Llama", "qwen2": "Qwen2"}[family]
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"norm": getattr(module, f"{prefix}RMSNorm")(32, eps=1e-5),
+                                 "mlp": getattr(module, f"{prefix}MLP")(config)})
+    with torch.no_grad():
+        model["norm"].weight.uniform_(0.5, 1.5)
+    x = seeded_input(2, 3, 32)
+    with torch.no_grad():
+        before = model["mlp"](model["norm"](x))
+    swaps = swap_modules(model)
+    assert [(s.replaced, s.op) for s in swaps] == [(f"{prefix}RMSNorm", "rms_norm"), (f"{prefix}MLP", "silu_and_mul")]
+    with torch.no_grad():
+        torch.testing.assert_close(model["mlp"](model["norm"](x)), before, rtol=1e-5, atol=1e-5)
+
+
+def test_gemmas_offset_rmsnorm_stays_native_and_its_tanh_mlp_is_swapped():
+    gemma = transformers.models.gemma.modeling_gemma
+    config = transformers.GemmaConfig(hidden_size=32, intermediate_size=48, hidden_act="gelu_pytorch_tanh")
+    model = torch.nn.ModuleDict({"norm": gemma.GemmaRMSNorm(32), "mlp": gemma.GemmaMLP(config)})
+    with torch.no_grad():
+        model["norm"].weight.uniform_(0.5, 1.5)
+    with pytest.warns(SwapWarning, match="GemmaRMSNorm"):
+        swaps = swap_modules(model)
+    assert [(s.replaced, s.op) for s in swaps] == [("GemmaMLP", "gelu_and_mul")]
+    assert model["mlp"].approximate == "tanh"
