@@ -26,25 +26,27 @@ REPO = Path(__file__).resolve().parents[1]
 OP_PACKAGES = REPO / "op_packages"
 
 
-def parse_args(description: str) -> argparse.Namespace:
+def parse_args(description: str, argv: Sequence[str] | None = None, default_quant: str = "8a8w") -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--target", choices=("host", "qnn"), default="host",
                         help="host: ExecuTorch on this machine; qnn: the QNN backend on a phone (QNN SDK needed)")
-    parser.add_argument("--quant", choices=("8a8w", "16a8w", "none"), default="8a8w")
+    parser.add_argument("--quant", choices=("8a8w", "16a8w", "16a16w", "none"), default=default_quant)
     parser.add_argument("--soc", default="SM8650", help="SoC of the phone (qnn target)")
     parser.add_argument("--device", help="adb serial of the phone (qnn target)")
     parser.add_argument("--adb-host", help="adb server host (qnn target)")
     parser.add_argument("--build-folder", type=Path, help="ExecuTorch built for Android with QNN (qnn target)")
     parser.add_argument("--output-dir", type=Path, default=REPO / "build" / "examples")
     parser.add_argument("--verbose", action="store_true", help="show third-party log lines and warnings too")
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
-def quantize(model: torch.nn.Module, samples: Sequence[tuple], binding, quant_dtype: str) -> torch.nn.Module:
+def quantize(model: torch.nn.Module, samples: Sequence[tuple], binding, quant_dtype: str,
+             overrides=None) -> torch.nn.Module:
     """PT2E with QnnQuantizer and the OpDef-derived annotation; calibrated on ``samples``."""
     if quant_dtype == "none":
         return model
-    prepared = prepare_pt2e(torch.export.export(model, samples[0]).module(), qco.make_quantizer(binding, quant_dtype))
+    quantizer = qco.make_quantizer(binding, quant_dtype, overrides)
+    prepared = prepare_pt2e(torch.export.export(model, samples[0]).module(), quantizer)
     for sample in samples:
         prepared(*sample)
     return convert_pt2e(prepared)
