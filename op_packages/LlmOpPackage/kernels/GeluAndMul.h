@@ -8,6 +8,7 @@
 #pragma once
 
 #include "llm_access.h"
+#include "llm_math.h"
 
 namespace LlmOpPackage {
 
@@ -17,11 +18,16 @@ namespace LlmOpPackage {
 //   param approximate: optional, rank 0, UINT_32
 enum GeluApproximation : uint32_t { kGeluExact = 0, kGeluTanh = 1 };  // the OpDef's enum order
 
-inline float gelu_exact(float a) { return 0.5f * a * (1.0f + std::erf(a * 0.70710678118654752f)); }
+// a * Phi(a), Phi the normal CDF through erfc of |a| / sqrt(2) (no cancellation for a < 0).
+inline float gelu_exact(float a) {
+  const float tail = 0.5f * vector_erfc((a < 0.0f ? -a : a) * 0.70710678118654752f);
+  return a * (a < 0.0f ? tail : 1.0f - tail);
+}
 
+// 0.5 a (1 + tanh(u)) = a - a / (e^{2u} + 1).
 inline float gelu_tanh(float a) {
-  const float inner = 0.79788456080286536f * (a + 0.044715f * a * a * a);
-  return 0.5f * a * (1.0f + std::tanh(inner));
+  const float u = 0.79788456080286536f * (a + 0.044715f * a * a * a);
+  return a - a / (vector_exp(2.0f * u) + 1.0f);
 }
 
 // y[r, i] = gelu(x[r, i]) * x[r, d + i] over rows r of the last dimension [2d] -> [d].

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "llm_access.h"
+#include "llm_math.h"
 
 namespace LlmOpPackage {
 
@@ -25,7 +26,7 @@ void silu_and_mul_rows(qco::TensorView& y, const qco::TensorView& x) {
     const int64_t gate = 2 * d * r;
     for (int64_t i = 0; i < d; ++i) {
       const float a = in(gate + i);
-      out(r * d + i, a / (1.0f + std::exp(-a)) * in(gate + d + i));
+      out(r * d + i, a / (1.0f + vector_exp(-a)) * in(gate + d + i));
     }
   }
 }

@@ -67,9 +67,10 @@ class QcoRMSNorm(torch.nn.Module):
         else:
             self.register_buffer("weight", weight)
         self.eps = float(eps)
+        self.rms_norm = llm_ops()["rms_norm"]  # looked up once: export traces forward, not the registry
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return llm_ops()["rms_norm"](x, self.weight, self.eps)
+        return self.rms_norm(x, self.weight, self.eps)
 
 
 class QcoGatedMLP(torch.nn.Module):
@@ -89,12 +90,13 @@ class QcoGatedMLP(torch.nn.Module):
         self.down_proj = down_proj
         self.op = op
         self.approximate = approximate
+        self.gated = llm_ops()[op]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         fused = self.gate_up_proj(x)
         if self.approximate is None:
-            return self.down_proj(llm_ops()[self.op](fused))
-        return self.down_proj(llm_ops()[self.op](fused, self.approximate))
+            return self.down_proj(self.gated(fused))
+        return self.down_proj(self.gated(fused, self.approximate))
 
 
 def _rms_norm_candidate(module: torch.nn.Module) -> QcoRMSNorm | None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -28,10 +30,23 @@ def cache_root() -> Path:
     return base / "qnn_custom_ops"
 
 
+@functools.lru_cache(maxsize=None)
+def host_cpu() -> str:
+    """This machine's CPU model and instruction-set flags, hashed: host builds use
+    ``-march=native``, so a cache shared with another kind of CPU must not hand its builds over."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    wanted = [line for line in lines if line.startswith(("model name", "flags", "Features", "CPU part"))]
+    identity = "\n".join(sorted(set(wanted))) or platform.processor() or platform.machine()
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]
+
+
 def content_key(root: Path, files: Iterable[Path], extra: Mapping[str, str]) -> str:
     """A short hash of the files' names (relative to ``root``: a moved checkout keeps its key),
-    their bytes, and ``extra``."""
-    digest = hashlib.sha256()
+    their bytes, ``extra`` and this machine's CPU."""
+    digest = hashlib.sha256(f"cpu={host_cpu()}\0".encode())
     for path in sorted(files):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     for key, value in sorted(extra.items()):
@@ -41,7 +56,7 @@ def content_key(root: Path, files: Iterable[Path], extra: Mapping[str, str]) -> 
 
 def work_dir(root: Path, name: str, source: Path, options: Mapping[str, str]) -> Path:
     """The build tree kept across edits of one package checkout (and build options)."""
-    digest = hashlib.sha256(repr((str(source), sorted(options.items()))).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(repr((str(source), sorted(options.items()), host_cpu())).encode()).hexdigest()[:16]
     return root / f"{name}-work-{digest}"
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -88,6 +88,12 @@ class KernelLibrary:
     def run(self, op: str, outputs: Sequence[KernelTensor], inputs: Sequence[KernelTensor],
             params: Sequence[KernelTensor] = ()) -> None:
         """Run one op in place on ``outputs``; raises ``KernelError`` on a non-ok status."""
+        self.prepare(op, outputs, inputs, params)()
+
+    def prepare(self, op: str, outputs: Sequence[KernelTensor], inputs: Sequence[KernelTensor],
+                params: Sequence[KernelTensor] = ()) -> Callable[[], None]:
+        """A call of ``op`` on these tensors with the C views built once: what a timing loop
+        repeats, so it measures the kernel and not ctypes marshalling."""
         function = getattr(self._lib, f"qco_{self.package_name}_{op}")
         function.restype = ctypes.c_int32
         arrays, keep_alive = [], []
@@ -95,6 +101,12 @@ class KernelLibrary:
             views = [t.view() for t in group]
             keep_alive.append(views)
             arrays.append((CTensorView * max(len(views), 1))(*(v for v, _ in views)))
-        status = function(arrays[0], len(outputs), arrays[1], len(inputs), arrays[2], len(params))
-        if status != KernelStatus.Ok:
-            raise KernelError(op, status)
+        counts = (len(outputs), len(inputs), len(params))
+
+        def call() -> None:
+            status = function(arrays[0], counts[0], arrays[1], counts[1], arrays[2], counts[2])
+            if status != KernelStatus.Ok:
+                raise KernelError(op, status)
+
+        call.keep_alive = (keep_alive, outputs, inputs, params)  # the views point into these
+        return call
