@@ -34,3 +34,4 @@ test: $(STAMP) $(CLANG_STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_generate.py
 	$(PY) benchmarks/bench_host_library.py
+	$(PY) benchmarks/bench_llm_ops.py

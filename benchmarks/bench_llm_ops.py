@@ -30,7 +30,7 @@ from qnn_custom_ops.library import package_dir  # noqa: E402
 from qnn_custom_ops.library import reference as ref  # noqa: E402
 from qnn_custom_ops.library.cases import LlmCase, llm_cases  # noqa: E402
 from qnn_custom_ops.runtime import KernelLibrary, build_host_kernels  # noqa: E402
-from qnn_custom_ops.runtime.cost import copy_bandwidth, measure, pin_to_one_core, seconds_per_call  # noqa: E402
+from qnn_custom_ops.runtime.cost import copy_bandwidth, measure, one_core, seconds_per_call  # noqa: E402
 
 TARGET_BANDWIDTH, TARGET_EAGER, TARGET_XNNPACK = 0.80, 1.0, 1.5
 
@@ -57,9 +57,13 @@ def xnnpack_seconds(case: LlmCase) -> float:
 
 
 def records(min_seconds: float) -> tuple[float, list[dict]]:
-    core = pin_to_one_core()
-    torch.set_num_threads(1)
     library = KernelLibrary(build_host_kernels(package_dir()), "LlmOpPackage")
+    torch.set_num_threads(1)
+    with one_core() as core:
+        return measure_all(library, core, min_seconds)
+
+
+def measure_all(library: KernelLibrary, core: int, min_seconds: float) -> tuple[float, list[dict]]:
     bandwidth = copy_bandwidth()
     rows = []
     for case in llm_cases():

@@ -24,7 +24,7 @@ LAYERS = {
     "generator": 1, "builder": 1,
     "quantizer": 2, "partitioner": 2,
     "runtime": 3,
-    "cli": 4, "__init__": 4, "__main__": 4,
+    "library": 4, "cli": 4, "__init__": 4, "__main__": 4,
 }
 
 

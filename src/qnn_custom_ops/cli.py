@@ -152,6 +152,13 @@ def _load_pt(path: Path, spec: "TensorSpec", what: str):
     return value.contiguous()
 
 
+def _package_configs(package_dir: str) -> list[Path]:
+    configs = sorted(Path(package_dir).glob("config/*.xml"))
+    if not configs:
+        raise UsageError(f"{package_dir}: no config/*.xml (is it a package made by generate-op-package?)")
+    return configs
+
+
 def _host_library(package_dir: str, binds: Sequence[str], modules: Sequence[str]) -> Path:
     """Build (cached) the host library of ``package_dir`` for ``QnnOp=ns::op`` bindings, after
     importing the modules that register the ops."""
@@ -160,10 +167,7 @@ def _host_library(package_dir: str, binds: Sequence[str], modules: Sequence[str]
 
     for module in modules:
         _import_user_module(module, f"--import {module}")
-    configs = sorted(Path(package_dir).glob("config/*.xml"))
-    if not configs:
-        raise UsageError(f"{package_dir}: no config/*.xml (is it a package made by generate-op-package?)")
-    package = _load([str(c) for c in configs])
+    package = _load([str(c) for c in _package_configs(package_dir)])
     mapping = {}
     for item in binds:
         qnn_type, _, op = item.partition("=")
@@ -175,6 +179,31 @@ def _host_library(package_dir: str, binds: Sequence[str], modules: Sequence[str]
 
 def _cmd_build_host(args: argparse.Namespace) -> int:
     print(_host_library(args.package_dir, args.bind, args.imports))
+    return EXIT_OK
+
+
+def _cmd_cost(args: argparse.Namespace) -> int:
+    """Per op and shape: host seconds per call, bytes moved, GB/s, beside the copy bandwidth."""
+    from .runtime import KernelLibrary, build_host_kernels
+    from .runtime.cost import cases_from_shapes, copy_bandwidth, measure, one_core
+
+    package = _load([str(c) for c in _package_configs(args.package_dir)])
+    if args.shape:
+        cases = cases_from_shapes(package, args.shape)
+    elif package.name == "LlmOpPackage":
+        from .library.cases import llm_cases
+
+        cases = [case.kernel_case() for case in llm_cases()]
+    else:
+        raise UsageError(f"{args.package_dir}: say what to measure with --shape OP:TENSOR=DIMS,... "
+                         "(every input and output of the op, e.g. --shape MyOp:x=1x4096,y=1x4096)")
+    library = KernelLibrary(build_host_kernels(args.package_dir), package.name)
+    with one_core() as core:
+        bandwidth, costs = copy_bandwidth(), measure(library, cases, args.min_seconds)
+    print(f"{package.name} on one core (cpu {core}); copy bandwidth {bandwidth / 1e9:.2f} GB/s")
+    print(f"{'op':<16}{'input shapes':<36}{'time':>12}{'bytes':>12}{'GB/s':>8}")
+    for cost in costs:
+        print(f"{cost.op:<16}{cost.label:<36}{cost.seconds * 1e6:>10.1f}us{cost.nbytes:>12}{cost.bandwidth / 1e9:>8.2f}")
     return EXIT_OK
 
 
@@ -294,6 +323,13 @@ def build_parser() -> argparse.ArgumentParser:
     build_host.add_argument("package_dir", metavar="PACKAGE_DIR")
     _add_binding_arguments(build_host)
     build_host.set_defaults(handler=_cmd_build_host)
+    cost = commands.add_parser("cost", help="time each op's host kernel per shape; bytes moved and GB/s")
+    cost.add_argument("package_dir", metavar="PACKAGE_DIR")
+    cost.add_argument("--shape", action="append", default=[], metavar="OP:TENSOR=DIMS,...",
+                      help="an op and the shape of each of its inputs and outputs, e.g. "
+                           "MyOp:x=1x4096,y=1x4096 (repeatable; LlmOpPackage has its own shapes)")
+    cost.add_argument("--min-seconds", type=float, default=0.2, help="length of each timing round")
+    cost.set_defaults(handler=_cmd_cost)
     return parser
 
 

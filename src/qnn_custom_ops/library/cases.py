@@ -13,7 +13,7 @@ import torch
 
 from ..runtime.cost import KernelCase
 from ..runtime.kernel_abi import KernelDType, KernelTensor
-from . import reference as ref
+from .reference import gelu_and_mul, rms_norm, rope, silu_and_mul
 from .llm import OPS_BY_NAME
 
 _KERNEL_DTYPES = {torch.float32: KernelDType.Float32, torch.int32: KernelDType.Int32}
@@ -31,7 +31,7 @@ class LlmCase:
         return f"{self.phase} " + " ".join("x".join(map(str, a.shape)) for a in self.args)
 
     def kernel_case(self) -> KernelCase:
-        out = torch.empty(getattr(ref, self.op)(*self.args).shape)
+        out = torch.empty(OPS_BY_NAME[self.op].reference(*self.args).shape)
         inputs = tuple(KernelTensor(a.numpy(), _KERNEL_DTYPES[a.dtype]) for a in self.args)
         output = KernelTensor(out.numpy(), KernelDType.Float32)
         moved = 2 * out.nbytes + self.args[1].nbytes if self.op == "ctx_gather" else None  # only the rows read
@@ -63,10 +63,10 @@ def llm_cases(seed: int = 0) -> list[LlmCase]:
     cases = []
     for phase, tokens in (("prefill", 2048), ("decode", 1)):
         cases += [
-            LlmCase("rms_norm", phase, (randn(tokens, 4096), randn(4096)), ref.rms_norm),
-            LlmCase("silu_and_mul", phase, (randn(tokens, 2 * 4096),), ref.silu_and_mul),
-            LlmCase("gelu_and_mul", phase, (randn(tokens, 2 * 4096),), ref.gelu_and_mul),
-            LlmCase("rope", phase, (randn(1, 32, tokens, 128), randn(tokens, 64), randn(tokens, 64)), ref.rope),
+            LlmCase("rms_norm", phase, (randn(tokens, 4096), randn(4096)), rms_norm),
+            LlmCase("silu_and_mul", phase, (randn(tokens, 2 * 4096),), silu_and_mul),
+            LlmCase("gelu_and_mul", phase, (randn(tokens, 2 * 4096),), gelu_and_mul),
+            LlmCase("rope", phase, (randn(1, 32, tokens, 128), randn(tokens, 64), randn(tokens, 64)), rope),
             LlmCase("ctx_scatter", phase, (randn(1, 8, 4096, 128), positions(1, tokens, 4096), randn(1, 8, tokens, 128)),
                     _scatter_indexed),
             LlmCase("ctx_gather", phase, (randn(1, 8, 4096, 128), positions(1, tokens, 4096)), _gather_indexed),

@@ -20,7 +20,9 @@ from ..errors import UsageError
 from ..opdef import OpPackage, load_package
 from ..quantizer import Share
 from ..quantizer.annotation import Overrides
-from . import reference as ref
+from .reference import (ctx_gather, ctx_gather_cb, ctx_gather_shape, ctx_scatter, ctx_scatter_cb, ctx_scatter_shape,
+                        gated_shape, gelu_and_mul, gelu_and_mul_shape, rms_norm, rms_norm_shape, rope, rope_shape,
+                        silu_and_mul)
 
 NAMESPACE = "qco_llm"
 PACKAGE_NAME = "LlmOpPackage"
@@ -58,18 +60,18 @@ def _like(shape_of: Callable[..., object]) -> Callable[..., torch.Tensor]:
 
 
 LLM_OPS: tuple[LlmOp, ...] = (
-    LlmOp("RmsNorm", ref.rms_norm, _like(lambda x, weight, eps=1e-6: ref.rms_norm_shape(x, weight))),
-    LlmOp("SiluAndMul", ref.silu_and_mul, _like(lambda x: ref.gated_shape("silu_and_mul", x))),
-    LlmOp("GeluAndMul", ref.gelu_and_mul, _like(lambda x, approximate="none": ref.gelu_and_mul_shape(x, approximate))),
-    LlmOp("Rope", ref.rope, _like(lambda x, cos, sin, style="neox": ref.rope_shape(x, cos, sin, style))),
-    LlmOp("CtxScatter", ref.ctx_scatter, _like(ref.ctx_scatter_shape)),
-    LlmOp("CtxGather", ref.ctx_gather, _like(ref.ctx_gather_shape)),
-    LlmOp("CtxScatterCb", ref.ctx_scatter_cb,
+    LlmOp("RmsNorm", rms_norm, _like(lambda x, weight, eps=1e-6: rms_norm_shape(x, weight))),
+    LlmOp("SiluAndMul", silu_and_mul, _like(lambda x: gated_shape("silu_and_mul", x))),
+    LlmOp("GeluAndMul", gelu_and_mul, _like(lambda x, approximate="none": gelu_and_mul_shape(x, approximate))),
+    LlmOp("Rope", rope, _like(lambda x, cos, sin, style="neox": rope_shape(x, cos, sin, style))),
+    LlmOp("CtxScatter", ctx_scatter, _like(ctx_scatter_shape)),
+    LlmOp("CtxGather", ctx_gather, _like(ctx_gather_shape)),
+    LlmOp("CtxScatterCb", ctx_scatter_cb,
           _like(lambda cache, batch_index, position_ids, updates:
-                ref.ctx_scatter_shape(cache, position_ids, updates, batch_index, "ctx_scatter_cb"))),
-    LlmOp("CtxGatherCb", ref.ctx_gather_cb,
+                ctx_scatter_shape(cache, position_ids, updates, batch_index, "ctx_scatter_cb"))),
+    LlmOp("CtxGatherCb", ctx_gather_cb,
           _like(lambda cache, batch_index, ctx_indices:
-                ref.ctx_gather_shape(cache, ctx_indices, batch_index, "ctx_gather_cb"))),
+                ctx_gather_shape(cache, ctx_indices, batch_index, "ctx_gather_cb"))),
 )
 OPS_BY_NAME = {op.name: op for op in LLM_OPS}
 

@@ -7,11 +7,15 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from ..errors import UsageError
+from ..opdef import Datatype, OpPackage, TensorDef
+from ..generator.abi import KernelDType
 from .kernel_abi import KernelLibrary, KernelTensor
 
 
@@ -34,12 +38,17 @@ class KernelCase:
         return sum(t.array.nbytes for t in self.outputs + self.inputs)
 
 
-def pin_to_one_core() -> int:
-    """Pin this process (and the threads it starts) to one core; returns it. Ratios measured
-    side by side are then not skewed by one side using more cores."""
-    core = min(os.sched_getaffinity(0))
+@contextmanager
+def one_core() -> Iterator[int]:
+    """Pin this process (and the threads it starts) to one core while measuring, so ratios
+    measured side by side are not skewed by one side using more cores; yields the core."""
+    cores = os.sched_getaffinity(0)
+    core = min(cores)
     os.sched_setaffinity(0, {core})
-    return core
+    try:
+        yield core
+    finally:
+        os.sched_setaffinity(0, cores)
 
 
 def seconds_per_call(call: Callable[[], object], min_seconds: float = 0.2, repeats: int = 5) -> float:
@@ -86,3 +95,51 @@ def measure(library: KernelLibrary, cases: Sequence[KernelCase], min_seconds: fl
         call = library.prepare(case.op, case.outputs, case.inputs, case.params)
         costs.append(Cost(case.op, case.label, seconds_per_call(call, min_seconds), case.nbytes))
     return costs
+
+
+def _dims(text: str, where: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in text.lower().split("x"))
+    except ValueError:
+        dims = ()
+    if not dims or any(d < 0 for d in dims):
+        raise UsageError(f"{where}: {text!r} is not a shape (write dims joined by x, e.g. 1x128x4096)")
+    return dims
+
+
+def _tensor_for(tensor: TensorDef, dims: tuple[int, ...], generator: np.random.Generator) -> KernelTensor:
+    """float32 random data if the tensor may be FLOAT_32, else zeros of its first integer
+    datatype (valid as indices into anything)."""
+    if Datatype.FLOAT_32 in tensor.datatypes:
+        return KernelTensor(generator.standard_normal(dims, dtype=np.float32), KernelDType.Float32)
+    integer = next((d for d in tensor.datatypes if d.is_integer and d.name in KernelDType.__members__), None)
+    if integer is None:
+        raise UsageError(f"{tensor.name}: datatypes {', '.join(d.short_name for d in tensor.datatypes)}; "
+                         "cost measures FLOAT_32 or integer tensors")
+    kernel = KernelDType[integer.name]
+    return KernelTensor.empty(dims, kernel)
+
+
+def cases_from_shapes(package: OpPackage, specs: Sequence[str], seed: int = 0) -> list[KernelCase]:
+    """``OpType:tensor=DIMS,tensor=DIMS`` (every input and output of the op named) -> cases."""
+    generator = np.random.default_rng(seed)
+    cases = []
+    for spec in specs:
+        op_name, _, assignments = spec.partition(":")
+        where = f"--shape {spec!r}"
+        op = package.ops.get(op_name)
+        if op is None:
+            raise UsageError(f"{where}: {op_name!r} is not an op of {package.name} (ops: {', '.join(package.ops)})")
+        shapes = dict(item.partition("=")[::2] for item in assignments.split(",") if item)
+        tensors = op.outputs + op.inputs
+        missing = [t.name for t in tensors if t.name not in shapes]
+        unknown = [name for name in shapes if name not in {t.name for t in tensors}]
+        if missing or unknown:
+            raise UsageError(f"{where}: name every input and output of {op_name} once "
+                             f"({', '.join(t.name for t in tensors)}); missing: {', '.join(missing) or '-'}, "
+                             f"unknown: {', '.join(unknown) or '-'}")
+        made = {t.name: _tensor_for(t, _dims(shapes[t.name], where), generator) for t in tensors}
+        label = " ".join(shapes[t.name] for t in op.inputs)
+        cases.append(KernelCase(op_name, label, tuple(made[t.name] for t in op.outputs),
+                                tuple(made[t.name] for t in op.inputs)))
+    return cases

@@ -1,0 +1,46 @@
+"""qnn-custom-ops cost: seconds per call and bytes moved per op and shape, from the same
+measurement code as benchmarks/bench_llm_ops.py."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from qnn_custom_ops.cli import main
+
+from .conftest import OP_PACKAGES
+
+
+def test_cost_prints_time_bytes_and_bandwidth_per_op_and_shape(capsys):
+    affinity = os.sched_getaffinity(0)
+    assert main(["cost", str(OP_PACKAGES / "ExampleOpPackage"), "--min-seconds", "0.001",
+                 "--shape", "ExampleCustomOp:output=1x4x64x64,input=1x4x64x64",
+                 "--shape", "ExampleCustomOp:output=1x1x1x8,input=1x1x1x8"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("ExampleOpPackage on one core") and "copy bandwidth" in lines[0]
+    big, small = (line.split() for line in lines[2:4])
+    assert big[:2] == ["ExampleCustomOp", "1x4x64x64"] and int(big[3]) == 2 * 4 * 64 * 64 * 4  # read + write
+    assert small[1] == "1x1x1x8" and int(small[3]) == 2 * 8 * 4
+    assert float(big[2].removesuffix("us")) > 0
+    assert os.sched_getaffinity(0) == affinity  # pinned while measuring only
+
+
+def test_cost_of_the_llm_package_uses_its_own_shapes(capsys):
+    assert main(["cost", str(OP_PACKAGES / "LlmOpPackage"), "--min-seconds", "0.0001"]) == 0
+    ops = [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:]]
+    assert ops == ["RmsNorm", "SiluAndMul", "GeluAndMul", "Rope", "CtxScatter", "CtxGather"] * 2
+
+
+@pytest.mark.parametrize("shape, message", [
+    (["--shape", "ExampleCustomOp:input=1x4"], "name every input and output of ExampleCustomOp once .*missing: output"),
+    (["--shape", "Nope:x=1"], "'Nope' is not an op of ExampleOpPackage"),
+    (["--shape", "ExampleCustomOp:output=1x4,input=1xfour"], "'1xfour' is not a shape"),
+    ([], "say what to measure with --shape"),
+])
+def test_cost_refuses_what_it_cannot_measure_in_one_line(capsys, shape, message):
+    import re
+
+    assert main(["cost", str(OP_PACKAGES / "ExampleOpPackage"), *shape]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and re.search(message, err), err
