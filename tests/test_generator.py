@@ -234,6 +234,20 @@ def test_new_ops_are_added_and_removed_ops_reported_not_deleted(tmp_path):
     assert "Gone" not in (out / "TestPackage/src/TestPackageInterface.cpp").read_text()
 
 
+def test_your_helper_headers_are_not_stale_but_a_foreign_config_is(tmp_path):
+    """Only files we generated for an op that left the config are stale: a header of yours
+    beside the kernels is not; a config/*.xml that is not the package's is reported."""
+    config = tmp_path / "pkg.xml"
+    config.write_text(opdef_xml(simple_op("Keep")))
+    out = tmp_path / "out"
+    generate(load(config), out)
+    (out / "TestPackage/kernels/my_helpers.h").write_text("#pragma once\n")
+    (out / "TestPackage/config/old_name.xml").write_text("<OpDefCollection/>\n")
+    result = generate(load(config), out)
+    stale = {s.path.relative_to(out / "TestPackage").as_posix(): s.note for s in result.steps if s.action is Action.STALE}
+    assert stale == {"config/old_name.xml": "not a config of this package; not deleted, the Makefile ignores it"}
+
+
 def test_dry_run_writes_nothing(tmp_path):
     result = generate(load(DATA / "every_feature.xml"), tmp_path / "out", dry_run=True)
     assert not (tmp_path / "out").exists()
