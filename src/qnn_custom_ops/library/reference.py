@@ -118,6 +118,14 @@ def _slots(op: str, cache: torch.Tensor, name: str, indices: torch.Tensor, batch
     _require_shape(op, "batch_index", batch_index, [indices.shape[0]], "[batch]")
 
 
+def _slot_indices(op: str, cache: torch.Tensor, batch: int, batch_index: torch.Tensor | None) -> torch.Tensor:
+    """The cache slot of each sequence: ``batch_index`` (checked against the cache) or 0..batch-1."""
+    slots = torch.arange(batch) if batch_index is None else batch_index.long()
+    _require(bool(((slots >= 0) & (slots < cache.shape[0])).all()), op,
+             f"batch_index {slots.tolist()} names a slot outside the cache's {cache.shape[0]}")
+    return slots
+
+
 def ctx_scatter_shape(cache: torch.Tensor, position_ids: torch.Tensor, updates: torch.Tensor,
                       batch_index: torch.Tensor | None = None, op: str = "ctx_scatter") -> torch.Size:
     _slots(op, cache, "position_ids", position_ids, batch_index)
@@ -132,9 +140,7 @@ def _scatter(cache: torch.Tensor, batch_index: torch.Tensor | None, position_ids
              updates: torch.Tensor, op: str) -> torch.Tensor:
     ctx_scatter_shape(cache, position_ids, updates, batch_index, op)
     batch, seq = position_ids.shape
-    slots = torch.arange(batch) if batch_index is None else batch_index.long()
-    _require(bool(((slots >= 0) & (slots < cache.shape[0])).all()), op,
-             f"batch_index {slots.tolist()} names a slot outside the cache's {cache.shape[0]}")
+    slots = _slot_indices(op, cache, batch, batch_index)
     positions = position_ids.long()
     valid = (positions >= 0) & (positions < cache.shape[2])  # padding positions are skipped
     rows = slots[:, None].expand(batch, seq)
@@ -161,9 +167,7 @@ def ctx_gather_shape(cache: torch.Tensor, ctx_indices: torch.Tensor, batch_index
 def _gather(cache: torch.Tensor, batch_index: torch.Tensor | None, ctx_indices: torch.Tensor, op: str) -> torch.Tensor:
     ctx_gather_shape(cache, ctx_indices, batch_index, op)
     batch = ctx_indices.shape[0]
-    slots = torch.arange(batch) if batch_index is None else batch_index.long()
-    _require(bool(((slots >= 0) & (slots < cache.shape[0])).all()), op,
-             f"batch_index {slots.tolist()} names a slot outside the cache's {cache.shape[0]}")
+    slots = _slot_indices(op, cache, batch, batch_index)
     indices = ctx_indices.long()
     valid = (indices >= 0) & (indices < cache.shape[2])  # out-of-range rows read zeros
     rows = cache[slots[:, None], :, indices.clamp(0, cache.shape[2] - 1)]  # [batch, n, heads, dim]
