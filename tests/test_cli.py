@@ -279,3 +279,75 @@ def test_opdef_from_torch_dtype_static_and_activations_round_trip_through_bind(t
     assert set(binding.ops) == {"RmsNorm", "Gather"}
     assert cli.main(["opdef-from-torch", "norm_ops:qco_norm.gather", "--package", "P", "--dtype", "indices=NOPE"]) == 2
     assert "expected ARG=DATATYPE" in capsys.readouterr().err
+
+
+HOSTILE_SCHEMAS = {
+    "no_input": ("(int n) -> Tensor", [], "has no Tensor argument"),
+    "no_return": ("(Tensor x) -> ()", [], "returns ()"),
+    "big_default": ("(Tensor x, int k=4294967296) -> Tensor", [], "does not fit INT_32: pass --dtype k=INT_64"),
+    "str_default": ("(Tensor x, str mode='zzz') -> Tensor", ["--enum", "mode=mean,rms"],
+                    "default 'zzz' of 'mode' is not one of its values"),
+    "mutates": ("(Tensor(a!) x) -> Tensor", [], "argument 'x' is mutated"),
+}
+
+
+@pytest.fixture(scope="module")
+def hostile_torch_ops(tmp_path_factory):
+    """A module of torch ops whose configs would not load or bind, importable from its directory."""
+    directory = tmp_path_factory.mktemp("hostile_ops")
+    (directory / "qco_hostile_ops.py").write_text(
+        "import torch\nLIB = torch.library.Library('qco_hostile', 'DEF')\n"
+        + "".join(f'LIB.define("{name}{schema}")\n' for name, (schema, _, _) in HOSTILE_SCHEMAS.items())
+        + "LIB.define('big_default_ok(Tensor x, int k=4294967296) -> Tensor')\n"
+        + "LIB.define('first(Tensor x) -> Tensor')\nLIB.define('second(Tensor x) -> Tensor')\n")
+    return directory
+
+
+@pytest.mark.parametrize("name", HOSTILE_SCHEMAS)
+def test_opdef_from_torch_refuses_a_config_that_would_not_validate_or_bind(name, hostile_torch_ops, monkeypatch,
+                                                                           capsys):
+    _, options, message = HOSTILE_SCHEMAS[name]
+    monkeypatch.chdir(hostile_torch_ops)
+    out = hostile_torch_ops / f"{name}.xml"
+    assert cli.main(["opdef-from-torch", f"qco_hostile_ops:qco_hostile.{name}", "--package", "P", *options,
+                     "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and not out.exists()
+
+
+def test_opdef_from_torch_widens_a_parameter_on_request_and_refuses_two_ops_of_one_type(hostile_torch_ops,
+                                                                                        monkeypatch, capsys):
+    monkeypatch.chdir(hostile_torch_ops)
+    out = hostile_torch_ops / "widened.xml"
+    assert cli.main(["opdef-from-torch", "qco_hostile_ops:qco_hostile.big_default_ok", "--package", "P",
+                     "--dtype", "k=INT_64", "-o", str(out)]) == 0
+    param = qco.load_package(out).ops["BigDefaultOk"].tensor("k")
+    assert [d.short_name for d in param.datatypes] == ["INT_64"] and param.default.value == 2**32
+    assert cli.main(["opdef-from-torch", "qco_hostile_ops:qco_hostile.first=Same",
+                     "qco_hostile_ops:qco_hostile.second=Same", "--package", "P"]) == 2
+    err = capsys.readouterr().err
+    assert "QNN op type Same is already qco_hostile.first.default's" in err
+
+
+def test_opdef_from_torch_checks_what_it_writes_by_loading_and_binding_it(monkeypatch):
+    """A case no explicit check foresees is still refused: the XML is loaded and bound before it is returned."""
+    import torch
+
+    from qnn_custom_ops.builder import from_torch
+    from qnn_custom_ops.errors import UsageError
+
+    from .data import sample_ops  # noqa: F401  (registers qco_sample)
+
+    monkeypatch.setattr(from_torch, "_PARAM_DATATYPE", {**from_torch._PARAM_DATATYPE,
+                                                        from_torch.ArgKind.INT_LIST: "FLOAT_32"})
+    with pytest.raises(UsageError, match="would not load and bind as written") as caught:
+        from_torch.opdef_from_torch(torch.ops.qco_sample.gated.default, package="P")
+    assert "use an integer datatype" in str(caught.value)
+
+
+def test_a_user_module_that_fails_to_import_is_the_users_error(tmp_path, monkeypatch, capsys):
+    (tmp_path / "broken_user_ops.py").write_text("import torch\nthis is not python\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["opdef-from-torch", "broken_user_ops:x.y", "--package", "P"]) == 2
+    err = capsys.readouterr().err
+    assert "importing broken_user_ops raised SyntaxError" in err and err.count("\n") == 1

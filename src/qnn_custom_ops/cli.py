@@ -73,6 +73,8 @@ def _import_user_module(module: str, where: str) -> None:
         importlib.import_module(module)
     except ImportError as exc:
         raise UsageError(f"{where}: cannot import {module} from the current directory or sys.path: {exc}") from exc
+    except Exception as exc:  # the user's module failed while importing: their code, their error
+        raise UsageError(f"{where}: importing {module} raised {type(exc).__name__}: {exc}") from exc
 
 
 def _torch_overload(name: str, where: str, hint: str):
@@ -95,7 +97,11 @@ def _cmd_opdef_from_torch(args: argparse.Namespace) -> int:
     ops = {}
     for spec in args.ops:
         qnn_type, overload = _resolve_op(spec)
-        ops[qnn_type or qnn_type_for(overload)] = overload
+        qnn_type = qnn_type or qnn_type_for(overload)
+        if qnn_type in ops:
+            raise UsageError(f"{spec!r}: QNN op type {qnn_type} is already {ops[qnn_type]}'s: "
+                             f"give one of them another with ={qnn_type}2")
+        ops[qnn_type] = overload
     enums = {}
     for item in args.enum:
         name, _, values = item.partition("=")

@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import torch
 from lxml import etree
 
-from ..opdef import Datatype
-from ..opdef.identifiers import is_c_identifier
-from .alignment import ArgKind, arg_kind, op_name
 from ..errors import UsageError
+from ..opdef import Datatype, OpDefError, OpDefWarning, parse_package
+from ..opdef.identifiers import is_c_identifier
+from .alignment import AlignmentError, ArgKind, arg_kind, bind_ops, op_name
 
 ACTIVATION_DATATYPES = (Datatype.FLOAT_32.value, Datatype.UFIXED_POINT_8.value)
 #: A static (weight) input: float, and the weight datatype of each quant_dtype
 #: (8a8w int8 symmetric, 16a8w uint8, 16a16w int16 symmetric).
 STATIC_DATATYPES = (Datatype.FLOAT_32.value, Datatype.SFIXED_POINT_8.value, Datatype.UFIXED_POINT_8.value,
                     Datatype.SFIXED_POINT_16.value)
+_INT_32_RANGE = range(-2**31, 2**31)
 _PARAM_DATATYPE = {ArgKind.INT: Datatype.INT_32.value, ArgKind.INT_LIST: Datatype.INT_32.value,
                    ArgKind.FLOAT: Datatype.FLOAT_32.value, ArgKind.FLOAT_LIST: Datatype.FLOAT_32.value,
                    ArgKind.BOOL: Datatype.BOOL_8.value, ArgKind.STR: Datatype.UINT_32.value}
@@ -46,8 +48,8 @@ def opdef_from_torch(op_overload: Any, *, package: str, qnn_op_type: str | None 
 @dataclass(frozen=True)
 class TensorChoices:
     """How tensors are declared: ``dtypes`` names the datatypes of some by name (indices as
-    ``INT_32``, say), ``static`` marks weights (``IsStaticTensor``), ``activations`` the
-    fixed-point widths of the others besides FLOAT_32."""
+    ``INT_32``, say; a parameter's too, e.g. ``INT_64``), ``static`` marks weights
+    (``IsStaticTensor``), ``activations`` the fixed-point widths of the others besides FLOAT_32."""
 
     dtypes: Mapping[str, Sequence[str]] = field(default_factory=dict)
     static: frozenset[str] = frozenset()
@@ -89,11 +91,31 @@ def opdefs_from_torch(ops: Mapping[str, Any], *, package: str, enums: Mapping[st
             raise TypeError(f"{overload!r} is not an op overload: pass e.g. torch.ops.my_ops.mul3.default")
         op_list.append(_opdef(qnn_type, overload, enums or {}, tensors))
     etree.indent(root, space="  ")
-    return etree.tostring(root, xml_declaration=True, encoding="UTF-8", pretty_print=True).decode()
+    xml = etree.tostring(root, xml_declaration=True, encoding="UTF-8", pretty_print=True).decode()
+    _check_round_trip(xml, ops)
+    return xml
+
+
+def _check_round_trip(xml: str, ops: Mapping[str, torch._ops.OpOverload]) -> None:
+    """The config must load without a warning and bind to the very ops it came from, so a case
+    the checks above do not foresee is refused here instead of written."""
+    names = ", ".join(map(op_name, ops.values()))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OpDefWarning)
+            package = parse_package(xml.encode(), "<config for " + names + ">")
+        bind_ops(package, ops)
+    except (OpDefError, AlignmentError) as exc:
+        raise UsageError(f"{names}: the config would not load and bind as written, so nothing is written:\n{exc}") \
+            from exc
+    if package.warnings:
+        raise UsageError(f"{names}: the config would load with warnings, so nothing is written:\n"
+                         + "\n".join(package.warnings))
 
 
 def _opdef(qnn_type: str, overload: torch._ops.OpOverload, enums: Mapping[str, Sequence[str]],
            tensors: TensorChoices) -> etree._Element:
+    _check_functional(overload)
     schema = overload._schema
     opdef = etree.Element("OpDef")
     etree.SubElement(opdef, "Name").text = qnn_type
@@ -108,7 +130,7 @@ def _opdef(qnn_type: str, overload: torch._ops.OpOverload, enums: Mapping[str, S
             raise UsageError(f"{op_name(overload)}: argument '{arg.name}' of type {arg.type} has no QNN "
                              "equivalent (use Tensor, int, float, bool, str, int[] or float[])")
         else:
-            params.append(_param(overload, arg, kind, optional, enums))
+            params.append(_param(overload, arg, kind, optional, enums, tensors.dtypes.get(arg.name)))
     returns = schema.returns
     for index, ret in enumerate(returns):
         if arg_kind(ret.type) != (ArgKind.TENSOR, False):
@@ -118,6 +140,19 @@ def _opdef(qnn_type: str, overload: torch._ops.OpOverload, enums: Mapping[str, S
     opdef.extend(params)
     etree.SubElement(opdef, "SupportedBackend").text = "HTP"
     return opdef
+
+
+def _check_functional(overload: torch._ops.OpOverload) -> None:
+    """A QNN op reads input tensors and returns new ones: nothing mutated, something in, something out."""
+    schema, name = overload._schema, op_name(overload)
+    for arg in schema.arguments:
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            raise UsageError(f"{name}: argument '{arg.name}' is mutated ({arg.type}(a!)); QNN ops are functional: "
+                             "write the config for the functional op that returns its result")
+    if not any(arg_kind(arg.type)[0] is ArgKind.TENSOR for arg in schema.arguments):
+        raise UsageError(f"{name}: has no Tensor argument; a QNN op takes at least one input tensor")
+    if not schema.returns:
+        raise UsageError(f"{name}: returns (); a QNN op returns at least one Tensor (return the result)")
 
 
 def _tensor(tag: str, name: str, mandatory: bool, tensors: TensorChoices) -> etree._Element:
@@ -134,12 +169,14 @@ def _tensor(tag: str, name: str, mandatory: bool, tensors: TensorChoices) -> etr
 
 
 def _param(overload: torch._ops.OpOverload, arg: Any, kind: ArgKind, optional: bool,
-           enums: Mapping[str, Sequence[str]]) -> etree._Element:
+           enums: Mapping[str, Sequence[str]], dtypes: Sequence[str] | None) -> etree._Element:
     element = etree.Element("Parameter")
     etree.SubElement(element, "Name").text = arg.name
     has_default = arg.has_default_value()
     etree.SubElement(element, "Mandatory").text = "false" if (optional or has_default) else "true"
-    etree.SubElement(element, "Datatype").text = _PARAM_DATATYPE[kind]
+    _check_default(overload, arg, kind, enums, dtypes)
+    for datatype in dtypes or (_PARAM_DATATYPE[kind],):
+        etree.SubElement(element, "Datatype").text = datatype
     shape = etree.SubElement(element, "Shape")
     etree.SubElement(shape, "Rank").text = "1D" if kind in (ArgKind.INT_LIST, ArgKind.FLOAT_LIST) else "SCALAR"
     if has_default and arg.default_value is not None:
@@ -153,6 +190,20 @@ def _param(overload: torch._ops.OpOverload, arg: Any, kind: ArgKind, optional: b
         for value in values:
             etree.SubElement(enumeration, "Enum").text = value
     return element
+
+
+def _check_default(overload: torch._ops.OpOverload, arg: Any, kind: ArgKind, enums: Mapping[str, Sequence[str]],
+                   dtypes: Sequence[str] | None) -> None:
+    """A schema default the written parameter cannot hold, refused with the option that fixes it."""
+    default = arg.default_value if arg.has_default_value() else None
+    where = f"{op_name(overload)}: default {default!r} of '{arg.name}'"
+    if kind is ArgKind.STR and default is not None and default not in enums.get(arg.name, (default,)):
+        raise UsageError(f"{where} is not one of its values {list(enums[arg.name])}: "
+                         f"add it to --enum {arg.name}=...")
+    values = default if isinstance(default, (list, tuple)) else [default]
+    if kind in (ArgKind.INT, ArgKind.INT_LIST) and dtypes is None and \
+            any(v is not None and v not in _INT_32_RANGE for v in values):
+        raise UsageError(f"{where} does not fit INT_32: pass --dtype {arg.name}=INT_64")
 
 
 def _default_text(value: Any) -> str:

@@ -2,9 +2,9 @@
 
 from .diagnostics import Diagnostic, OpDefError, OpDefWarning
 from .model import HTP, Datatype, Default, Layout, OpDef, OpPackage, Shape, Supplement, TensorDef
-from .parser import load_package
+from .parser import load_package, parse_package
 
 __all__ = [
     "HTP", "Datatype", "Default", "Diagnostic", "Layout", "OpDef", "OpDefError", "OpDefWarning",
-    "OpPackage", "Shape", "Supplement", "TensorDef", "load_package",
+    "OpPackage", "Shape", "Supplement", "TensorDef", "load_package", "parse_package",
 ]

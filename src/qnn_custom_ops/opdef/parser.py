@@ -90,10 +90,21 @@ def load_package(*paths: str | Path) -> OpPackage:
     if not paths:
         raise TypeError("load_package() needs at least one config path")
     reporter = Reporter()
-    configs = [c for c in (_read_config(Path(p), reporter) for p in paths) if c is not None]
-    if not configs:
+    return _package([_read_config(Path(p), reporter) for p in paths], reporter)
+
+
+def parse_package(data: bytes, source: str) -> OpPackage:
+    """A package from one config's bytes, checked exactly as ``load_package`` checks a file
+    (a config about to be written, say); ``source`` names it in the diagnostics."""
+    reporter = Reporter()
+    return _package([_config_from(Path(source), data, reporter)], reporter)
+
+
+def _package(configs: list[_ConfigFile | None], reporter: Reporter) -> OpPackage:
+    read = [c for c in configs if c is not None]
+    if not read:
         reporter.raise_if_errors()
-    package = _merge(configs, reporter)
+    package = _merge(read, reporter)
     reporter.raise_if_errors()
     reporter.emit_warnings()
     return replace(package, warnings=tuple(str(w) for w in reporter.warnings))
@@ -109,6 +120,10 @@ def _read_config(path: Path, reporter: Reporter) -> _ConfigFile | None:
         reporter.error(path, 1, f"config is over the {MAX_FILE_BYTES} byte limit",
                        "split the package into several configs")
         return None
+    return _config_from(path, data, reporter)
+
+
+def _config_from(path: Path, data: bytes, reporter: Reporter) -> _ConfigFile | None:
     root = _parse_tree(path, data, reporter)
     if root is None:
         return None
