@@ -346,7 +346,7 @@ def test_opdef_from_torch_checks_what_it_writes_by_loading_and_binding_it(monkey
 
 
 def test_a_user_module_that_fails_to_import_is_the_users_error(tmp_path, monkeypatch, capsys):
-    (tmp_path / "broken_user_ops.py").write_text("import torch\nthis is not python\n")
+    (tmp_path / "broken_user_ops.py").write_text("import torch\ndef broken(:\n")
     monkeypatch.chdir(tmp_path)
     assert cli.main(["opdef-from-torch", "broken_user_ops:x.y", "--package", "P"]) == 2
     err = capsys.readouterr().err
