@@ -367,3 +367,68 @@ def test_unedited_files_follow_the_opdef_and_edited_ones_report_a_changed_signat
     assert "const qco::TensorView& beta)" in str(info.value)
     assert snapshot(package_dir) == before  # nothing written, not even the unedited src/ops/Foo.cpp
     assert "alpha" in op_source.read_text()
+
+
+def test_two_generators_into_one_directory_take_turns(tmp_path, write_config):
+    """A generator waits while another holds the output directory, then writes a whole tree."""
+    import threading
+
+    from qnn_custom_ops.generator.writer import output_lock
+
+    package = load(write_config(opdef_xml(simple_op("Waits"))))
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (generate(package, tmp_path), done.set()))
+    with output_lock(tmp_path):
+        worker.start()
+        assert not done.wait(timeout=1.0), "the generator did not wait for the lock"
+        assert not (tmp_path / "TestPackage").exists()
+    worker.join(timeout=30)
+    assert done.is_set() and (tmp_path / "TestPackage/kernels/Waits.h").is_file()
+
+
+def test_concurrent_generators_leave_one_whole_tree(tmp_path):
+    """Four processes, two versions of one package, one output directory: the result holds the
+    whole tree of one version (the last to run), never a mix of the two."""
+    versions = {"one": simple_op("First"), "two": simple_op("First") + simple_op("Second")}
+    configs = []
+    for version, ops in versions.items():
+        (tmp_path / version).mkdir()
+        configs.append(tmp_path / version / "pkg.xml")
+        configs[-1].write_text(opdef_xml(ops))
+    shared = tmp_path / "shared"
+    runs = [subprocess.Popen([str(Path(os.sys.executable).parent / "generate-op-package"), str(config), "-o",
+                              str(shared)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            for config in configs * 2]
+    assert all(run.wait(timeout=60) == 0 for run in runs), [run.stderr.read() for run in runs]
+    result = snapshot(shared / "TestPackage")
+    for config in configs:
+        generate(load(config), config.parent)
+    whole = [version for version, config in zip(versions, configs)
+             if all(result.get(name) == content for name, content in snapshot(config.parent / "TestPackage").items()
+                    if name != ".qco-generated")]
+    assert whole, "the shared tree is a mix of both versions"
+
+
+def test_temporary_files_of_a_killed_run_are_removed_by_the_next(tmp_path, write_config):
+    config = write_config(opdef_xml(simple_op("Left")))
+    generate(load(config), tmp_path)
+    root = tmp_path / "TestPackage"
+    leftovers = [root / "kernels/.Left.h.k3j_x9a2.tmp", root / "..qco-generated.abcdefgh.tmp"]
+    yours = [root / "kernels/.notes.txt.12345678.tmp", root / "kernels/.Left.h.tmp"]
+    for path in leftovers + yours:
+        path.write_text("half")
+    result = generate(load(config), tmp_path)
+    assert not any(path.exists() for path in leftovers) and all(path.exists() for path in yours)
+    assert set(result.leftovers) == set(leftovers) and "removed 2 temporary file(s)" in result.summary()
+
+
+def test_an_output_directory_nothing_can_be_created_in_is_refused_up_front(tmp_path, write_config):
+    config = write_config(opdef_xml(simple_op()))
+    for out in (tmp_path / "config.xml", Path("/proc/self")):
+        with pytest.raises(UnsafeOutputError, match="choose another -o"):
+            generate(load(config), out)
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(UnsafeOutputError, match="cannot be used as the output directory"):
+        generate(load(config), dangling)
+    assert not (tmp_path / "nowhere").exists()

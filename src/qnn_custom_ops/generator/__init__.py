@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..opdef import OpPackage
 from .render import PlannedFile, render_package
-from .writer import Action, Step, UnsafeOutputError, apply_steps, plan_steps
+from .writer import Action, Step, UnsafeOutputError, apply_steps, output_lock, plan_steps, remove_leftovers
 
 __all__ = ["Action", "GenerationResult", "Step", "UnsafeOutputError", "generate"]
 
@@ -17,6 +17,7 @@ class GenerationResult:
     package_dir: Path
     steps: tuple[Step, ...]
     dry_run: bool
+    leftovers: tuple[Path, ...] = ()  # temporary files of a killed run, removed
 
     def count(self, action: Action) -> int:
         return sum(1 for s in self.steps if s.action == action)
@@ -24,7 +25,8 @@ class GenerationResult:
     def summary(self) -> str:
         counts = ", ".join(f"{self.count(a)} {a.value}" for a in Action if self.count(a))
         verb = "would write" if self.dry_run else "wrote"
-        return f"{self.package_dir}: {verb} {sum(s.writes for s in self.steps)} files ({counts})"
+        cleaned = f"; removed {len(self.leftovers)} temporary file(s) of an interrupted run" if self.leftovers else ""
+        return f"{self.package_dir}: {verb} {sum(s.writes for s in self.steps)} files ({counts}){cleaned}"
 
 
 def generate(package: OpPackage, out_dir: str | Path, *, force: bool = False,
@@ -38,7 +40,10 @@ def generate(package: OpPackage, out_dir: str | Path, *, force: bool = False,
     out_dir = Path(out_dir)
     root = out_dir / package.name
     files: list[PlannedFile] = render_package(package)
-    steps = plan_steps(root, out_dir, files, force)
-    if not dry_run:
+    if dry_run:
+        return GenerationResult(root, tuple(plan_steps(root, out_dir, files, force)), dry_run)
+    with output_lock(out_dir):
+        leftovers = remove_leftovers(files, root)
+        steps = plan_steps(root, out_dir, files, force)
         apply_steps(steps, files, root)
-    return GenerationResult(root, tuple(steps), dry_run)
+    return GenerationResult(root, tuple(steps), dry_run, tuple(leftovers))

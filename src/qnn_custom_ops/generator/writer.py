@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import fcntl
 import hashlib
 import os
+import re
 import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from ..errors import ReportedError
 from .render import PlannedFile
@@ -19,6 +22,8 @@ _USER_GLOBS = ("src/ops/*.cpp", "kernels/*.h")
 # What we last wrote to each user-owned file (sha256 of the content and of its signature, path):
 # an unchanged file is ours to update; an edited one whose signature changed is reported.
 MANIFEST = ".qco-generated"
+# ``write_atomic``'s temporary name for ``name``: ``.name.XXXXXXXX.tmp``.
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.tmp\Z")
 
 
 class Action(str, enum.Enum):
@@ -126,19 +131,65 @@ def _step_for(target: Path, planned: PlannedFile, force: bool, boundary: Path, g
 def check_destinations(steps: list[Step]) -> None:
     """Refuse, before the first write, any destination that cannot be written: a write failing
     half-way would leave files that include headers never written."""
-    problems = []
+    files_under: dict[Path, list[Path]] = {}
     for step in steps:
-        if not step.writes:
-            continue
-        ancestor = step.path.parent
-        while not ancestor.exists():
-            ancestor = ancestor.parent
-        if not ancestor.is_dir():
-            problems.append(f"{step.path}: cannot be written, {ancestor} is not a directory")
-        elif not os.access(ancestor, os.W_OK | os.X_OK):
-            problems.append(f"{step.path}: cannot be written, {ancestor} is not writable")
+        if step.writes:
+            ancestor = step.path.parent
+            while not ancestor.exists() and not ancestor.is_symlink():
+                ancestor = ancestor.parent
+            files_under.setdefault(ancestor, []).append(step.path)
+    problems = [f"{paths[0]}{f' and {len(paths) - 1} other file(s)' if len(paths) > 1 else ''}: cannot be "
+                f"written, {ancestor} {reason}"
+                for ancestor, paths in files_under.items() if (reason := _cannot_create_in(ancestor))]
     if problems:
-        raise UnsafeOutputError("; ".join(problems) + " (nothing was written)")
+        raise UnsafeOutputError("; ".join(problems) + " (nothing was written; choose another -o)")
+
+
+def _cannot_create_in(directory: Path) -> str | None:
+    """Why no file can be created in ``directory``, found by creating and removing one:
+    permission bits do not tell (root, /proc, /sys and read-only mounts disagree with them)."""
+    if not directory.is_dir():
+        return "is not a directory"
+    try:
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".qco-probe.", suffix=".tmp")
+    except OSError as exc:
+        return f"is not writable ({exc.strerror or exc})"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+@contextlib.contextmanager
+def output_lock(out_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``out_dir`` (the directory itself, so nothing is left behind):
+    two generators into one directory take turns instead of mixing their trees."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise UnsafeOutputError(f"{out_dir}: cannot be used as the output directory: "
+                                f"{exc.strerror or exc} (choose another -o)") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def remove_leftovers(files: list[PlannedFile], root: Path) -> list[Path]:
+    """Delete the temporary files a killed run left beside the files we write (only names
+    ``write_atomic`` makes for them); call under ``output_lock``, where no writer is running."""
+    ours_by_dir: dict[Path, set[str]] = {root: {MANIFEST}}
+    for planned in files:
+        ours_by_dir.setdefault(root / planned.path.parent, set()).add(planned.path.name)
+    removed = []
+    for directory, names in ours_by_dir.items():
+        for leftover in directory.glob(".*.tmp") if directory.is_dir() else ():
+            match = _TEMPORARY.match(leftover.name)
+            if match and match["name"] in names and leftover.is_file() and not leftover.is_symlink():
+                leftover.unlink()
+                removed.append(leftover)
+    return removed
 
 
 def apply_steps(steps: list[Step], files: list[PlannedFile], root: Path) -> None:
