@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from collections import defaultdict
 
 import pytest
@@ -213,6 +215,19 @@ def test_overrides_are_checked(quant_binding):
         qco.make_quantizer(quant_binding, "8a8w", {"Nope": {}})
     with pytest.raises(ValueError, match="unknown quant_dtype '4a4w'"):
         qco.make_quantizer(quant_binding, "4a4w")
+
+
+@pytest.mark.parametrize("value, message", [
+    ("int8", "use a QuantizationSpec, Share"),
+    (torch.int8, "use a QuantizationSpec, Share"),
+    (Share("in", 0), "Share's kind is 'input' or 'output'"),
+    (Share("input", 2), "has 2 input"),
+    (Share("output", -1), "share an index 0..0"),
+])
+def test_an_override_value_that_cannot_be_used_is_refused_when_the_quantizer_is_made(quant_binding, value, message):
+    with pytest.raises(qco.QuantAnnotationError, match=re.escape(message)) as caught:
+        qco.make_quantizer(quant_binding, "8a8w", {"ScaleRows": {("output", 0): value}})
+    assert str(caught.value).startswith("ScaleRows: override ('output', 0) is ")
 
 
 def quantized_halves_program():

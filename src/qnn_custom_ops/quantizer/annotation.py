@@ -101,6 +101,24 @@ class OpAnnotator:
             raise QuantAnnotationError(f"{op.name}: override keys {unknown} name no input or output "
                                        f"(use ('input', i), ('output', i) or one of "
                                        f"{', '.join(t.name for t in op.inputs + op.outputs)})")
+        for key, value in self.overrides.items():
+            problem = self._override_value_problem(value)
+            if problem:
+                raise QuantAnnotationError(f"{op.name}: override {key!r} is {value!r}: {problem}")
+
+    def _override_value_problem(self, value: Any) -> str | None:
+        """Why an override value cannot be used (checked here: executorch would only assert later)."""
+        op = self.binding.op
+        if value is None or isinstance(value, QuantizationSpecBase):
+            return None
+        if not isinstance(value, Share):
+            return "use a QuantizationSpec, Share(kind, index) or None (keep the tensor float)"
+        count = {"input": len(op.inputs), "output": len(op.outputs)}.get(value.kind)
+        if count is None:
+            return "Share's kind is 'input' or 'output'"
+        if not isinstance(value.index, int) or not 0 <= value.index < count:
+            return f"{op.name} has {count} {value.kind}(s): share an index 0..{count - 1}"
+        return None
 
     def _override(self, kind: str, index: int, tensor: TensorDef) -> tuple[bool, Override]:
         for key in ((kind, index), tensor.name):
