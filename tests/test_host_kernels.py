@@ -102,6 +102,14 @@ def test_kernel_errors_are_named(example):
         example.run("ExampleCustomOp", [KernelTensor.empty((1, 2, 2, 2), KernelDType.Float32)], [])
 
 
+def test_a_read_only_output_is_refused_before_the_kernel_writes_into_it(example):
+    x = np.ones((1, 2, 2, 2), np.float32)
+    frozen = np.frombuffer(bytes(x.nbytes), np.float32).reshape(x.shape)  # truly read-only memory
+    with pytest.raises(ValueError, match=r"ExampleCustomOp: output\(s\) \[0\] are read-only arrays"):
+        example.run("ExampleCustomOp", [KernelTensor(frozen, KernelDType.Float32)], [KernelTensor(x, KernelDType.Float32)])
+    assert not frozen.any()
+
+
 def test_split_float32_matches_torch(split):
     x = torch.randn(2, 3, 4, 6, generator=torch.Generator().manual_seed(1))
     first = KernelTensor.empty((2, 3, 4, 3), KernelDType.Float32)

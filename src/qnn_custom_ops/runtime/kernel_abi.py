@@ -94,6 +94,10 @@ class KernelLibrary:
                 params: Sequence[KernelTensor] = ()) -> Callable[[], None]:
         """A call of ``op`` on these tensors with the C views built once: what a timing loop
         repeats, so it measures the kernel and not ctypes marshalling."""
+        read_only = [index for index, tensor in enumerate(outputs) if not tensor.array.flags.writeable]
+        if read_only:
+            raise ValueError(f"{op}: output(s) {read_only} are read-only arrays and the kernel writes into its "
+                             "outputs: pass writable arrays (KernelTensor.empty, or array.copy())")
         function = getattr(self._lib, f"qco_{self.package_name}_{op}")
         function.restype = ctypes.c_int32
         arrays, keep_alive = [], []
