@@ -47,6 +47,7 @@ def test_every_semantic_problem_of_a_file_is_reported_at_once(write_config):
     {simple_op("Fine", backend="NPU")}"""
     extra = """
     <SupplementalOpDefList Backend="HTP">
+      <SupportedOps><OpName>Fine</OpName><OpName>Unlisted</OpName></SupportedOps>
       <SupplementalOpDef><Name>Missing</Name></SupplementalOpDef>
       <SupplementalOpDef><Name>Fine</Name>
         <Input><Name>nope</Name></Input>
@@ -67,6 +68,7 @@ def test_every_semantic_problem_of_a_file_is_reported_at_once(write_config):
         "op name 'class' cannot become a C++ identifier",
         "unknown SupportedBackend 'NPU'",
         "SupplementalOpDef names unknown op 'Missing'",
+        "SupportedOps names unknown op 'Unlisted'",
         "op Fine: SupplementalOpDef names unknown input 'nope'",
         "op Fine: SupplementalOpDef lists 'y' as input, but the OpDef declares it as output",
         "PackageName '9Bad' cannot become a C++ identifier",

@@ -79,6 +79,7 @@ class _ConfigFile:
     line: int
     ops: tuple[OpDef, ...]
     supplements: tuple[_SupplementalOp, ...]
+    supported_ops: tuple[tuple[str, int], ...]  # SupportedOps/OpName: (name, line)
 
 
 def load_package(*paths: str | Path) -> OpPackage:
@@ -142,6 +143,8 @@ def _config_from(path: Path, data: bytes, reporter: Reporter) -> _ConfigFile | N
         line=root.sourceline or 1,
         ops=ops,
         supplements=supplements,
+        supported_ops=tuple((_text(name), name.sourceline or 0)
+                            for name in root.iterfind("SupplementalOpDefList/SupportedOps/OpName")),
     )
 
 
@@ -455,6 +458,11 @@ def _merge(configs: list[_ConfigFile], reporter: Reporter) -> OpPackage:
         for tensor in entry.tensors:
             if check_supplement_target(op, tensor.kind, tensor.name, entry.file, tensor.line, reporter):
                 per_op[tensor.name] = tensor.supplement
+    for config in configs:
+        for name, line in config.supported_ops:
+            if name not in by_name:
+                reporter.error(config.path, line, f"SupportedOps names unknown op {name!r}",
+                               "use the Name of an OpDef in this package")
     merged = {}
     for op in ops:
         frozen = {b: MappingProxyType(t) for b, t in supplements.get(op.name, {}).items()}
