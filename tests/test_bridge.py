@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -105,6 +107,7 @@ def test_node_of_an_unbound_op_is_an_error_naming_it(sink_binding):
 @pytest.mark.parametrize("shift, scales, message", [
     (2**31, [1.0], r"param 'shift' = 2147483648 fits none of its datatypes INT_32"),
     (1, [], r"param 'scales' is an empty list"),
+    (1, [1e300], r"param 'scales' = 1e\+300 fits none of its datatypes FLOAT_32"),
 ])
 def test_values_the_opdef_cannot_hold_are_errors(sink_binding, shift, scales, message):
     class Bad(torch.nn.Module):
@@ -113,7 +116,8 @@ def test_values_the_opdef_cannot_hold_are_errors(sink_binding, shift, scales, me
 
     program = edge_program(Bad(), torch.randn(3))
     (node,) = bound_nodes(sink_binding, program)
-    with pytest.raises(OpMappingError, match=message):
+    with pytest.raises(OpMappingError, match=message), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # the error alone: no numpy overflow warning beside it
         sink_binding.qnn_op_spec(node)
 
 

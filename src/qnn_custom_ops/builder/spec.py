@@ -8,6 +8,7 @@ element type, a str is the index of its Enum. A node that cannot be mapped raise
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass
 from typing import Any
@@ -166,9 +167,17 @@ def _fits(value: Any, datatype: Datatype) -> bool:
         info = np.iinfo(NUMPY_DTYPE[datatype])
         return isinstance(value, int) and info.min <= value <= info.max
     if datatype.is_float:
-        return isinstance(value, (int, float)) and (not np.isfinite(value) or
-                                                    abs(value) <= np.finfo(NUMPY_DTYPE[datatype]).max)
+        return isinstance(value, (int, float)) and _fits_float(value, float(np.finfo(NUMPY_DTYPE[datatype]).max))
     return False
+
+
+def _fits_float(value: int | float, largest: float) -> bool:
+    """In Python floats: a numpy comparison would cast ``value`` to float32 first and warn on overflow."""
+    try:
+        magnitude = abs(float(value))
+    except OverflowError:  # an int beyond any float
+        return False
+    return math.isnan(magnitude) or math.isinf(magnitude) or magnitude <= largest
 
 
 def _outputs(binding: OpBinding, node: torch.fx.Node, where: str) -> tuple[QnnOutput, ...]:
