@@ -3,6 +3,8 @@ checked against PyTorch."""
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 import torch
@@ -153,6 +155,28 @@ def test_build_is_cached_by_content(tmp_path, build_root):
     out = KernelTensor.empty((1, 1, 1, 2), KernelDType.Float32)
     library.run("ExampleCustomOp", [out], [KernelTensor(np.ones((1, 1, 1, 2), np.float32), KernelDType.Float32)])
     assert out.array.ravel().tolist() == [4.0, 4.0]
+
+
+def test_a_header_included_from_outside_the_package_rebuilds_the_library_when_it_changes(tmp_path, build_root):
+    import shutil
+
+    package = Path(shutil.copytree(OP_PACKAGES / "ExampleOpPackage", tmp_path / "ExampleOpPackage"))
+    helper = tmp_path / "team_headers/factor.h"
+    helper.parent.mkdir()
+    helper.write_text("#pragma once\nconstexpr float kTeamFactor = 3.0f;\n")
+    kernel = package / "kernels/ExampleCustomOp.h"
+    kernel.write_text(kernel.read_text().replace("constexpr float kFactor = 3.0f;",
+                                                 '#include "../../team_headers/factor.h"\n'
+                                                 "constexpr float kFactor = kTeamFactor;"))
+    first = build_host_kernels(package, build_root=build_root)
+    built = first.read_bytes()
+    recorded = (first.parent / cmake_build.DEPENDENCIES).read_text()
+    assert recorded.splitlines() == [f"{hashlib.sha256(helper.read_bytes()).hexdigest()}  {helper.resolve()}"]
+    assert build_host_kernels(package, build_root=build_root) == first and first.read_bytes() == built
+
+    helper.write_text("#pragma once\nconstexpr float kTeamFactor = 5.0f;\n")
+    rebuilt = build_host_kernels(package, build_root=build_root)
+    assert rebuilt.read_bytes() != built and str(helper.resolve()) in (rebuilt.parent / cmake_build.DEPENDENCIES).read_text()
 
 
 def test_build_error_shows_the_compiler_message(tmp_path, build_root):

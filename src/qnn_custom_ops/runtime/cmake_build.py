@@ -6,8 +6,10 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -20,6 +22,13 @@ from ..generator.writer import write_atomic
 
 class HostBuildError(ReportedError, RuntimeError):
     """CMake or the compiler failed; the message carries the compiler's own lines."""
+
+
+#: Beside each cached library: the files it was compiled from that its key does not cover
+#: (headers included from outside the package), with their hashes; a change rebuilds it.
+DEPENDENCIES = "dependencies.sha256"
+# Installed headers: the toolchain's, and the Python environment's (whose versions are keyed).
+_INSTALLED = tuple(Path(p) for p in {"/usr/include", "/usr/lib", "/usr/lib64", sys.prefix, sys.base_prefix})
 
 
 def cache_root() -> Path:
@@ -67,21 +76,24 @@ def files_under(*directories: Path) -> list[Path]:
 
 
 def cached_build(project: Path | Mapping[str, str], build_dir: Path, work_dir: Path, library_name: str,
-                 options: Mapping[str, str], what: str) -> Path:
+                 options: Mapping[str, str], what: str, keyed: Path) -> Path:
     """``build_dir/library_name``, built from ``project`` (a CMake source directory, or the
-    files of one, relative path -> text) unless a valid copy is there already.
+    files of one, relative path -> text) unless a valid, current copy is there already.
 
+    ``keyed`` is the directory whose files the key of ``build_dir`` covers; any other header
+    the compiler read (outside the installed toolchain and Python environment) is recorded
+    with its hash, and a change to it rebuilds the entry.
     Process-safe: one lock per ``work_dir``; whoever waited on it reuses the winner's
     result. Incremental: ``work_dir`` keeps the CMake build tree, so an edited kernel
     recompiles only what includes it. Atomic: the library is published into ``build_dir``
     by one rename, so nobody ever sees a half-written library; a broken entry is rebuilt.
     """
     library = build_dir / library_name
-    if is_valid_library(library):
+    if _is_current(library):
         return library
     work_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(work_dir) + ".lock"):
-        if is_valid_library(library):
+        if _is_current(library):
             return library
         source_dir = project if isinstance(project, Path) else _write_sources(work_dir / "src", project)
         binary_dir = work_dir / "build"
@@ -89,8 +101,40 @@ def cached_build(project: Path | Mapping[str, str], build_dir: Path, work_dir: P
             _run(["cmake", "-S", str(source_dir), "-B", str(binary_dir), "-DCMAKE_BUILD_TYPE=Release",
                   *(f"-D{k}={v}" for k, v in options.items())], what)
         _run(["cmake", "--build", str(binary_dir), "--parallel", str(os.cpu_count() or 1)], what)
-        _publish(binary_dir / library_name, build_dir)
+        covered = (keyed.resolve(), work_dir.resolve(), *_INSTALLED)
+        outside = [p for p in _compiled_headers(binary_dir) if not _is_under(p, covered)]
+        _publish(binary_dir / library_name, build_dir, _hash_lines(outside))
     return library
+
+
+def _is_current(library: Path) -> bool:
+    """A valid library whose recorded outside headers still hash as they did when it was built."""
+    if not is_valid_library(library):
+        return False
+    recorded = library.parent / DEPENDENCIES
+    if not recorded.is_file():
+        return True
+    lines = recorded.read_text().splitlines()
+    return _hash_lines([Path(line.split("  ", 1)[1]) for line in lines if "  " in line]) == lines
+
+
+def _hash_lines(paths: Iterable[Path]) -> list[str]:
+    """``sha256  path`` per file (``missing`` for one that is gone)."""
+    return [f"{hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else 'missing'}  {p}" for p in paths]
+
+
+def _compiled_headers(binary_dir: Path) -> list[Path]:
+    """Every file the compiler read, from the make-style dependency files (``*.o.d``) it wrote."""
+    found: set[Path] = set()
+    for depfile in binary_dir.rglob("*.o.d"):
+        _, _, prerequisites = depfile.read_text(errors="replace").replace("\\\n", " ").partition(": ")
+        found.update(Path(token.replace("\\ ", " ")).resolve()
+                     for token in re.split(r"(?<!\\)\s+", prerequisites.strip()) if token)
+    return sorted(found)
+
+
+def _is_under(path: Path, directories: Iterable[Path]) -> bool:
+    return any(path.is_relative_to(directory) for directory in directories)
 
 
 def is_valid_library(path: Path) -> bool:
@@ -112,12 +156,15 @@ def _write_sources(directory: Path, files: Mapping[str, str]) -> Path:
     return directory
 
 
-def _publish(built: Path, build_dir: Path) -> None:
-    """Copy the library into a private staging directory and rename it into place."""
+def _publish(built: Path, build_dir: Path, dependencies: list[str]) -> None:
+    """Copy the library (and its outside dependencies' hashes) into a private staging directory
+    and rename it into place."""
     build_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{build_dir.name}.", suffix=".partial", dir=build_dir.parent))
     try:
         shutil.copy2(built, staging / built.name)
+        if dependencies:
+            (staging / DEPENDENCIES).write_text("".join(line + "\n" for line in dependencies))
         shutil.rmtree(build_dir, ignore_errors=True)
         staging.rename(build_dir)
     finally:

@@ -218,7 +218,8 @@ def build_host_library(package_dir: str | Path, binding: OpPackageBinding, *, sa
     key = content_key(package_dir, files_under(package_dir / "kernels", package_dir / "host"), extra)
     root = build_root or cache_root() / "executorch"
     work = work_dir(root, name, package_dir, options)
-    return cached_build(sources, root / f"{name}-{key}", work, library_name(name), options, f"host library of {name}")
+    return cached_build(sources, root / f"{name}-{key}", work, library_name(name), options, f"host library of {name}",
+                        keyed=package_dir)
 
 
 #: Precedes the list of kernel names embedded in every host library (``library_kernels``).
