@@ -189,6 +189,30 @@ def test_build_error_shows_the_compiler_message(tmp_path, build_root):
         build_host_kernels(package, build_root=build_root)
 
 
+def test_a_kernel_calling_an_undefined_function_fails_the_build_naming_it_and_caches_nothing(tmp_path):
+    import shutil
+
+    package = Path(shutil.copytree(OP_PACKAGES / "ExampleOpPackage", tmp_path / "ExampleOpPackage"))
+    kernel = package / "kernels/ExampleCustomOp.h"
+    kernel.write_text(kernel.read_text().replace("constexpr float kFactor = 3.0f;",
+                                                 "float team_factor();  // declared, defined nowhere\n"
+                                                 "static const float kFactor = team_factor();"))
+    with pytest.raises(HostBuildError, match=r"undefined reference to .*team_factor\(\)"):
+        build_host_kernels(package, build_root=tmp_path / "cache")
+    assert not [p for p in (tmp_path / "cache").glob("ExampleOpPackage-*") if "-work-" not in p.name]
+
+
+@pytest.mark.parametrize("cache", ["a file", "/proc/self"])
+def test_a_cache_directory_that_cannot_hold_builds_is_named_with_the_fix(tmp_path, monkeypatch, cache):
+    if cache == "a file":
+        cache = tmp_path / "cache"
+        cache.write_text("not a directory")
+    monkeypatch.setenv("QCO_CACHE_DIR", str(cache))
+    with pytest.raises(HostBuildError, match=f"cannot build in the cache {cache}/host: .*set QCO_CACHE_DIR to a "
+                                             "writable directory"):
+        build_host_kernels(OP_PACKAGES / "ExampleOpPackage")
+
+
 def _build_in_child(package, build_root):
     return str(build_host_kernels(package, build_root=build_root))
 

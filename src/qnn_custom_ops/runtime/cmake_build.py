@@ -91,6 +91,17 @@ def cached_build(project: Path | Mapping[str, str], build_dir: Path, work_dir: P
     library = build_dir / library_name
     if _is_current(library):
         return library
+    try:
+        return _build_locked(project, build_dir, work_dir, library_name, options, what, keyed)
+    except OSError as exc:  # the compiler's failures are HostBuildError; this is the cache directory
+        raise HostBuildError(f"{what}: cannot build in the cache {build_dir.parent}: {exc.strerror or exc}"
+                             f"{f' ({exc.filename})' if exc.filename else ''} (set QCO_CACHE_DIR to a writable "
+                             "directory)") from exc
+
+
+def _build_locked(project: Path | Mapping[str, str], build_dir: Path, work_dir: Path, library_name: str,
+                  options: Mapping[str, str], what: str, keyed: Path) -> Path:
+    library = build_dir / library_name
     work_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(work_dir) + ".lock"):
         if _is_current(library):
@@ -178,6 +189,7 @@ def _run(command: list[str], what: str) -> str:
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         output = (result.stdout + result.stderr).splitlines()
-        errors = [line for line in output if "error" in line.lower() and "make" not in line.split(":")[0]]
+        errors = [line for line in output if ("error" in line.lower() or "undefined reference" in line)
+                  and "make" not in line.split(":")[0]]
         raise HostBuildError(f"{what} failed:\n" + "\n".join(errors or output[-20:]))
     return result.stdout
