@@ -203,6 +203,8 @@ def test_build_host_prints_the_library_and_run_builds_it_itself(tmp_path, capsys
     assert capsys.readouterr().out.strip().endswith("ok")
     assert cli.main(["build-host", package, "--bind", "ExampleCustomOp=nope::none"]) == 2
     assert "no torch op nope::none.default" in capsys.readouterr().err
+    assert cli.main(["build-host", package]) == 2
+    assert "no op of ExampleOpPackage is bound" in capsys.readouterr().err
 
 
 def test_run_calls_bad_input_bad_input(tmp_path, capsys):

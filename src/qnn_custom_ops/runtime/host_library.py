@@ -208,6 +208,9 @@ def build_host_library(package_dir: str | Path, binding: OpPackageBinding, *, sa
     """
     package_dir = Path(package_dir).resolve()
     name = binding.package.name
+    if not binding.ops:
+        raise HostBuildError(f"{package_dir}: no op of {name} is bound, so the library would register no kernel: "
+                             "bind one (--bind QnnOp=NS::OP, or bind(package, {'QnnOp': torch.ops.ns.op.default}))")
     if not (package_dir / "host" / "src" / f"{name}CApi.cpp").is_file():
         raise HostBuildError(f"{package_dir}: not a generated package of {name} (run generate-op-package)")
     sources = render_project(package_dir, binding)
