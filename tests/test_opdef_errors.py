@@ -71,7 +71,7 @@ def test_every_semantic_problem_of_a_file_is_reported_at_once(write_config):
         "SupportedOps names unknown op 'Unlisted'",
         "op Fine: SupplementalOpDef names unknown input 'nope'",
         "op Fine: SupplementalOpDef lists 'y' as input, but the OpDef declares it as output",
-        "PackageName '9Bad' cannot become a C++ identifier",
+        "PackageName '9Bad' cannot become a C++ namespace",
     ]
     for message in expected:
         assert sum(message in e for e in errors) == 1, (message, errors)
@@ -237,3 +237,25 @@ def test_ops_differing_only_in_case_are_refused(write_config):
     path = write_config(opdef_xml(simple_op("Foo") + simple_op("foo")))
     with pytest.raises(qco.OpDefError, match=r"ops Foo \(.*\) and foo differ only in case"):
         qco.load_package(path)
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("NULL", "it is a standard C macro"),
+    ("INT32_MAX", "it is a standard C macro"),
+    ("INT32_C", "it is a standard C macro"),
+    ("INFINITY", "it is a standard C macro"),
+    ("NAN", "it is a standard C macro"),
+    ("_Pragma", "reserved for the compiler"),
+    ("qco_helper", "names starting with qco_ are the generated code's own"),
+    ("class", "it is a C++ keyword"),
+])
+def test_macro_and_reserved_op_names_are_refused_with_the_reason(write_config, name, reason):
+    errors = errors_of(write_config(opdef_xml(simple_op(name))))
+    assert errors == [next(e for e in errors if f"op name {name!r} cannot become a C++ identifier" in e)]
+    assert reason in errors[0]
+
+
+@pytest.mark.parametrize("package", ["qco", "std", "NULL"])
+def test_a_package_named_like_the_generated_codes_namespaces_is_refused(write_config, package):
+    (error,) = errors_of(write_config(opdef_xml(simple_op(), package=package)))
+    assert f"PackageName {package!r} cannot become a C++ namespace" in error

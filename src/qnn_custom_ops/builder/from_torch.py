@@ -12,7 +12,7 @@ from lxml import etree
 
 from ..errors import UsageError
 from ..opdef import Datatype, OpDefError, OpDefWarning, parse_package
-from ..opdef.identifiers import is_c_identifier
+from ..opdef.identifiers import identifier_problem, scope_name_problem
 from .alignment import AlignmentError, ArgKind, arg_kind, bind_ops, op_name
 
 ACTIVATION_DATATYPES = (Datatype.FLOAT_32.value, Datatype.UFIXED_POINT_8.value)
@@ -81,9 +81,10 @@ def tensor_choices(dtypes: Sequence[str] = (), static: Sequence[str] = (), activ
 def opdefs_from_torch(ops: Mapping[str, Any], *, package: str, enums: Mapping[str, Sequence[str]] | None = None,
                       tensors: TensorChoices = TensorChoices(), domain: str = "custom", version: str = "1.0") -> str:
     """One config holding an OpDef per ``{qnn_op_type: overload}``."""
-    for name in (package, *ops):
-        if not is_c_identifier(name):
-            raise UsageError(f"{name!r} cannot name a QNN package or op: use letters, digits and '_'")
+    for what, name, problem in (("package", package, scope_name_problem(package)),
+                                *(("op", op, identifier_problem(op)) for op in ops)):
+        if problem:
+            raise UsageError(f"{name!r} cannot name a QNN {what}: {problem}")
     root = etree.Element("OpDefCollection", PackageName=package, Domain=domain, Version=version)
     op_list = etree.SubElement(root, "OpDefList")
     for qnn_type, overload in ops.items():

@@ -33,22 +33,39 @@ RESERVED_PREFIX = "qco_"
 MAX_NAME_LENGTH = 128
 
 
+def identifier_problem(name: str) -> str | None:
+    """Why ``name`` cannot be used verbatim as a C++ identifier and a file name, or None."""
+    if not _IDENTIFIER.match(name):
+        return "use letters, digits and '_' only, not starting with a digit"
+    if name in CPP_KEYWORDS:
+        return "it is a C++ keyword"
+    if name in C_MACROS or _LIMIT_MACRO.match(name):
+        return "it is a standard C macro, which would expand inside the generated code"
+    if re.match(r"_[A-Z]|__", name):
+        return "names starting with '__' or '_' and a capital letter are reserved for the compiler"
+    if name.startswith(RESERVED_PREFIX):
+        return f"names starting with {RESERVED_PREFIX} are the generated code's own"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"it is longer than {MAX_NAME_LENGTH} characters"
+    return None
+
+
 def is_c_identifier(name: str) -> bool:
     """True if ``name`` can be used verbatim as a C++ identifier and a file name."""
-    return (
-        bool(_IDENTIFIER.match(name))
-        and name not in CPP_KEYWORDS
-        and name not in C_MACROS
-        and not _LIMIT_MACRO.match(name)
-        and not re.match(r"_[A-Z]", name)
-        and not name.startswith(("__", RESERVED_PREFIX))
-        and len(name) <= MAX_NAME_LENGTH
-    )
+    return identifier_problem(name) is None
+
+
+def scope_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name something beside the generated code's own names (an argument,
+    or a package, which becomes a C++ namespace), or None."""
+    if name in GENERATED_NAMES:
+        return f"the generated code uses '{name}' itself"
+    return identifier_problem(name)
 
 
 def is_argument_name(name: str) -> bool:
     """True if ``name`` can name a function argument beside the generated code's own names."""
-    return is_c_identifier(name) and name not in GENERATED_NAMES
+    return scope_name_problem(name) is None
 
 
 def sanitize_identifier(name: str) -> str:

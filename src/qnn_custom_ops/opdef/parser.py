@@ -13,7 +13,7 @@ from lxml import etree
 
 from .checks import check_op, check_package_ops, check_supplement_target
 from .diagnostics import Reporter
-from .identifiers import is_argument_name, is_c_identifier, sanitize_identifier
+from .identifiers import identifier_problem, is_argument_name, sanitize_identifier, scope_name_problem
 from .model import (
     KNOWN_BACKENDS,
     Constraint,
@@ -208,10 +208,10 @@ def _description(el: etree._Element) -> str:
 def _read_op(el: etree._Element, path: Path, reporter: Reporter) -> OpDef:
     name = _text(el.find("Name"))
     line = el.find("Name").sourceline
-    if not is_c_identifier(name):
-        reporter.error(path, line, f"op name {name!r} cannot become a C++ identifier or file name",
-                       "use letters, digits and '_' only, not starting with a digit or '__', "
-                       "and not a C++ keyword or a name starting with qco_")
+    problem = identifier_problem(name)
+    if problem:
+        reporter.error(path, line, f"op name {name!r} cannot become a C++ identifier or file name: {problem}",
+                       "rename the op")
     backends = tuple(_read_backend(b, path, reporter) for b in el.iterfind("SupportedBackend"))
     return OpDef(
         name=name,
@@ -288,8 +288,8 @@ def _read_tensor(el: etree._Element, kind: str, op: str, path: Path, reporter: R
     c_name = name if is_argument_name(name) else sanitize_identifier(name)
     if c_name != name:
         reporter.warning(path, name_el.sourceline,
-                         f"op {op}: {kind} name {name!r} is not a C++ identifier; generated code uses {c_name!r}",
-                         "rename it to letters, digits and '_'")
+                         f"op {op}: {kind} name {name!r} cannot be a C++ identifier ({scope_name_problem(name)}); "
+                         f"generated code uses {c_name!r}", "rename it")
     datatypes = _read_datatypes(el, op, path, reporter)
     shape = _read_shape(el.find("Shape"), op, path, reporter)
     enum_values = tuple(_text(e) for e in el.iterfind("Enumeration/Enum"))
@@ -440,10 +440,11 @@ def _merge(configs: list[_ConfigFile], reporter: Reporter) -> OpPackage:
                                f"{xml_name} {getattr(config, attr)!r} differs from {getattr(first, attr)!r} "
                                f"in {first.path}",
                                "configs merged into one package must share PackageName, Domain and Version")
-    if not is_c_identifier(first.package):
+    problem = scope_name_problem(first.package)
+    if problem:
         reporter.error(first.path, first.line,
-                       f"PackageName {first.package!r} cannot become a C++ identifier or file name",
-                       "use letters, digits and '_' only, not starting with a digit")
+                       f"PackageName {first.package!r} cannot become a C++ namespace and file name: {problem}",
+                       "rename the package")
     ops = [op for config in configs for op in config.ops]
     check_package_ops(ops, reporter)
     by_name = {op.name: op for op in ops}
