@@ -13,10 +13,15 @@ import pytest
 
 # executorch's QNN helpers download the SDK when QNN_SDK_ROOT is unset; an empty value stops them.
 os.environ.setdefault("QNN_SDK_ROOT", "")
-# Host builds made by the tests go to a cache of this run, never the user's ~/.cache.
-TEST_CACHE = Path(tempfile.mkdtemp(prefix="qco-test-cache-"))
+# Host builds made by the tests go to a cache of this run, never the user's ~/.cache. The
+# pytest-xdist workers share the cache of the process that started them (builds are process-safe).
+if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("QCO_TEST_RUN_CACHE"):
+    TEST_CACHE = Path(os.environ["QCO_TEST_RUN_CACHE"])
+else:
+    TEST_CACHE = Path(tempfile.mkdtemp(prefix="qco-test-cache-"))
+    os.environ["QCO_TEST_RUN_CACHE"] = str(TEST_CACHE)
+    atexit.register(shutil.rmtree, TEST_CACHE, ignore_errors=True)
 os.environ["QCO_CACHE_DIR"] = str(TEST_CACHE)
-atexit.register(shutil.rmtree, TEST_CACHE, ignore_errors=True)
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"

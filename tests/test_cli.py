@@ -298,7 +298,7 @@ def hostile_torch_ops(tmp_path_factory):
     """A module of torch ops whose configs would not load or bind, importable from its directory."""
     directory = tmp_path_factory.mktemp("hostile_ops")
     (directory / "qco_hostile_ops.py").write_text(
-        "import torch\nLIB = torch.library.Library('qco_hostile', 'DEF')\n"
+        "import torch\nLIB = torch.library.Library('qco_from_torch', 'DEF')\n"
         + "".join(f'LIB.define("{name}{schema}")\n' for name, (schema, _, _) in HOSTILE_SCHEMAS.items())
         + "LIB.define('big_default_ok(Tensor x, int k=4294967296) -> Tensor')\n"
         + "LIB.define('first(Tensor x) -> Tensor')\nLIB.define('second(Tensor x) -> Tensor')\n")
@@ -311,7 +311,7 @@ def test_opdef_from_torch_refuses_a_config_that_would_not_validate_or_bind(name,
     _, options, message = HOSTILE_SCHEMAS[name]
     monkeypatch.chdir(hostile_torch_ops)
     out = hostile_torch_ops / f"{name}.xml"
-    assert cli.main(["opdef-from-torch", f"qco_hostile_ops:qco_hostile.{name}", "--package", "P", *options,
+    assert cli.main(["opdef-from-torch", f"qco_hostile_ops:qco_from_torch.{name}", "--package", "P", *options,
                      "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and not out.exists()
@@ -321,14 +321,14 @@ def test_opdef_from_torch_widens_a_parameter_on_request_and_refuses_two_ops_of_o
                                                                                         monkeypatch, capsys):
     monkeypatch.chdir(hostile_torch_ops)
     out = hostile_torch_ops / "widened.xml"
-    assert cli.main(["opdef-from-torch", "qco_hostile_ops:qco_hostile.big_default_ok", "--package", "P",
+    assert cli.main(["opdef-from-torch", "qco_hostile_ops:qco_from_torch.big_default_ok", "--package", "P",
                      "--dtype", "k=INT_64", "-o", str(out)]) == 0
     param = qco.load_package(out).ops["BigDefaultOk"].tensor("k")
     assert [d.short_name for d in param.datatypes] == ["INT_64"] and param.default.value == 2**32
-    assert cli.main(["opdef-from-torch", "qco_hostile_ops:qco_hostile.first=Same",
-                     "qco_hostile_ops:qco_hostile.second=Same", "--package", "P"]) == 2
+    assert cli.main(["opdef-from-torch", "qco_hostile_ops:qco_from_torch.first=Same",
+                     "qco_hostile_ops:qco_from_torch.second=Same", "--package", "P"]) == 2
     err = capsys.readouterr().err
-    assert "QNN op type Same is already qco_hostile.first.default's" in err
+    assert "QNN op type Same is already qco_from_torch.first.default's" in err
 
 
 def test_opdef_from_torch_checks_what_it_writes_by_loading_and_binding_it(monkeypatch):

@@ -65,6 +65,7 @@ def assert_quantized_output(node, expected_range):
 
 
 def sqnr_db(reference: torch.Tensor, approximation: torch.Tensor) -> float:
+    reference, approximation = reference.detach(), approximation.detach()
     noise = (reference - approximation).pow(2).mean()
     return float(10 * torch.log10(reference.pow(2).mean() / noise))
 
