@@ -174,7 +174,10 @@ def test_x86_runner_speaks_the_raw_protocol(mul3_pte, fake_sdk, build_folder, mo
     assert [torch.equal(out[0], inp[0] * 3) for out, inp in zip(outputs, inferences)] == [True, True]
 
 
-def test_cli_run_on_the_host(mul3_pte, tmp_path):
+def test_cli_run_on_the_host(mul3_pte, tmp_path, monkeypatch, capsys):
+    """The real entry point once, in a fresh process; the other outcomes of the same command
+    in-process (each subprocess re-imports torch and executorch)."""
+    from qnn_custom_ops import cli
     from qnn_custom_ops.runtime import build_host_library
 
     from .conftest import OP_PACKAGES
@@ -182,24 +185,35 @@ def test_cli_run_on_the_host(mul3_pte, tmp_path):
     library = build_host_library(OP_PACKAGES / "ExampleOpPackage", qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3}))
     pte = tmp_path / "mul3.pte"
     pte.write_bytes(mul3_pte)
-    x = torch.randn(*SHAPE)
+    x = torch.randn(*SHAPE, generator=torch.Generator().manual_seed(0))
     torch.save(x, tmp_path / "x.pt")
     torch.save(x * 3, tmp_path / "good.pt")
     (tmp_path / "bad.raw").write_bytes((x * 3 + 0.5).numpy().tobytes())
-    cli = [str(Path(sys.executable).parent / "qnn-custom-ops"), "run", str(pte), "--inputs", str(tmp_path / "x.pt")]
+    run = ["run", str(pte), "--inputs", str(tmp_path / "x.pt")]
 
-    good = subprocess.run(cli + ["--library", str(library), "--golden", str(tmp_path / "good.pt")],
-                          capture_output=True, text=True)
+    good = subprocess.run([str(Path(sys.executable).parent / "qnn-custom-ops"), *run, "--library", str(library),
+                           "--golden", str(tmp_path / "good.pt")], capture_output=True, text=True)
     assert good.returncode == 0, good.stderr
     assert good.stdout.strip().startswith("output 0: [1, 2, 2, 4] float32  max abs 0  mean abs 0  cosine 1.000000")
-    bad = subprocess.run(cli + ["--library", str(library), "--golden", str(tmp_path / "bad.raw")],
-                         capture_output=True, text=True)
-    assert bad.returncode == 3 and "max abs 0.5" in bad.stdout and bad.stdout.strip().endswith("FAIL")
-    missing = subprocess.run(cli, capture_output=True, text=True)
-    assert missing.returncode == 2
-    assert missing.stderr.strip().splitlines()[-1].startswith("error: program needs kernels that are not registered: "
-                                                             "my_ops::mul3.out")
-    no_sdk = subprocess.run(cli + ["--target", "x86", "--build-folder", str(tmp_path)], capture_output=True,
-                            text=True, env={**os.environ, "QNN_SDK_ROOT": ""})
-    assert no_sdk.returncode == 2 and "the x86 target needs the QNN SDK" in no_sdk.stderr
-    assert "Traceback" not in missing.stderr + no_sdk.stderr
+    assert "Traceback" not in good.stderr
+
+    assert cli.main(run + ["--library", str(library), "--golden", str(tmp_path / "bad.raw")]) == 3
+    out = capsys.readouterr().out
+    assert "max abs 0.5" in out and out.strip().endswith("FAIL")
+
+    # an op of its own namespace: no library of any test registers its kernel
+    unbuilt = qco.define_torch_ops(EXAMPLE_PACKAGE, "qco_cli_unbuilt", {"ExampleCustomOp": lambda x: x * 3})
+
+    class Unbuilt(torch.nn.Module):
+        def forward(self, x):
+            return unbuilt["ExampleCustomOp"](x)
+
+    (tmp_path / "unbuilt.pte").write_bytes(qco.lower(Unbuilt(), (x,), qco.bind(EXAMPLE_PACKAGE, unbuilt)).buffer)
+    assert cli.main(["run", str(tmp_path / "unbuilt.pte"), "--inputs", str(tmp_path / "x.pt")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith("error: program needs kernels that are not registered: "
+                                                   "qco_cli_unbuilt::example_custom_op.out")
+    monkeypatch.setenv("QNN_SDK_ROOT", "")
+    assert cli.main(run + ["--target", "x86", "--build-folder", str(tmp_path)]) == 2
+    err += capsys.readouterr().err
+    assert "the x86 target needs the QNN SDK" in err and "Traceback" not in err
