@@ -28,8 +28,9 @@ $(CLANG_STAMP): $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/custom_op_mul3.py --target host
 
+# Tests run on every core (pytest-xdist; builds are process-safe and shared through the run's cache).
 test: $(STAMP) $(CLANG_STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist worksteal
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_generate.py
