@@ -8,8 +8,10 @@ import shutil
 import tempfile
 import socket
 from pathlib import Path
+from typing import Callable
 
 import pytest
+from filelock import FileLock
 
 # executorch's QNN helpers download the SDK when QNN_SDK_ROOT is unset; an empty value stops them.
 os.environ.setdefault("QNN_SDK_ROOT", "")
@@ -22,6 +24,21 @@ else:
     os.environ["QCO_TEST_RUN_CACHE"] = str(TEST_CACHE)
     atexit.register(shutil.rmtree, TEST_CACHE, ignore_errors=True)
 os.environ["QCO_CACHE_DIR"] = str(TEST_CACHE)
+
+
+
+def shared_build(name: str, build: Callable[[Path], None]) -> Path:
+    """``TEST_CACHE/name``, filled by ``build`` once per run: the first xdist worker to get
+    here builds, the others wait on the lock and reuse it (treat it as read-only)."""
+    root = TEST_CACHE / name
+    with FileLock(str(root) + ".lock"):
+        if not (root / ".complete").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir(parents=True)
+            build(root)
+            (root / ".complete").touch()
+    return root
+
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_
 import qnn_custom_ops as qco
 from qnn_custom_ops.generator import generate
 
-from .conftest import DATA, FIXTURE_CONFIGS, OP_PACKAGES
+from .conftest import DATA, FIXTURE_CONFIGS, OP_PACKAGES, shared_build
 
 STANDIN = Path(__file__).resolve().parent / "htp_standin"
 CONFIGS = FIXTURE_CONFIGS + [DATA / name for name in ("every_feature.xml", "every_arg_kind.xml", "quant_ops.xml",
@@ -90,19 +91,29 @@ def make(package_dir: Path, *targets: str, **variables: str | Path) -> subproces
 
 
 @pytest.fixture(scope="session")
-def standin_builds(tmp_path_factory, clang) -> dict[str, Path]:
-    """Every config's and every shipped package's htp_x86 build against the stand-in."""
-    root = tmp_path_factory.mktemp("htp-standin")
-    libnative = make_libnative(root / "libnative", hvx_protos=False)
-    packages: dict[str, Path] = {}
-    for config in CONFIGS:
-        packages[config.name] = generate(load(config), root / config.stem).package_dir
-    for name in SHIPPED:
-        packages[name] = Path(shutil.copytree(OP_PACKAGES / name, root / "shipped" / name))
-    for name, package_dir in packages.items():
-        result = make(package_dir, "htp_x86", QNN_SDK_ROOT=STANDIN, X86_LIBNATIVE=libnative)
-        assert result.returncode == 0, f"{name}: make htp_x86 failed\n{result.stdout}\n{result.stderr}"
-    return packages
+def standin_builds(clang) -> dict[str, Path]:
+    """Every config's and every shipped package's htp_x86 build against the stand-in (built
+    once per run, shared by the xdist workers; tests that change a package copy it)."""
+    configs = {config.name: (config, load(config).name) for config in CONFIGS}
+
+    def build(root: Path) -> None:
+        libnative = make_libnative(root / "libnative", hvx_protos=False)
+        for config, _ in configs.values():
+            generate(load(config), root / config.stem)
+        for name in SHIPPED:
+            shutil.copytree(OP_PACKAGES / name, root / "shipped" / name)
+        packages = packages_under(root)
+        with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # the other workers wait for this build
+            results = pool.map(lambda d: make(d, "htp_x86", QNN_SDK_ROOT=STANDIN, X86_LIBNATIVE=libnative),
+                               packages.values())
+            for name, result in zip(packages, results):
+                assert result.returncode == 0, f"{name}: make htp_x86 failed\n{result.stdout}\n{result.stderr}"
+
+    def packages_under(root: Path) -> dict[str, Path]:
+        return {**{name: root / config.stem / package for name, (config, package) in configs.items()},
+                **{name: root / "shipped" / name for name in SHIPPED}}
+
+    return packages_under(shared_build("htp-standin", build))
 
 
 def library_of(package_dir: Path) -> Path:
