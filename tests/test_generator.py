@@ -46,6 +46,8 @@ def test_tree_layout(tmp_path):
         "config/example_op_package_htp.xml",
         "host/CMakeLists.txt",
         "host/src/ExampleOpPackageCApi.cpp",
+        "host/src/capi.h",
+        "host/src/ops/ExampleCustomOpCApi.cpp",  # one translation unit per op
         "include/qco/declared_dtypes.h",
         "include/qco/htp_adapter.h",
         "kernels/ExampleCustomOp.h",
@@ -252,7 +254,7 @@ def test_dry_run_writes_nothing(tmp_path):
     result = generate(load(DATA / "every_feature.xml"), tmp_path / "out", dry_run=True)
     assert not (tmp_path / "out").exists()
     assert result.dry_run and {s.action for s in result.steps} == {Action.CREATE}
-    assert "would write 12 files" in result.summary()
+    assert "would write 15 files" in result.summary()
 
 
 def test_nothing_is_written_through_a_symlink_out_of_the_output_dir(tmp_path):

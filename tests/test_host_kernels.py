@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+import qnn_custom_ops as qco
+
 from pathlib import Path
 
 from qnn_custom_ops.runtime import (
@@ -18,6 +20,7 @@ from qnn_custom_ops.runtime import (
     KernelLibrary,
     KernelTensor,
     build_host_kernels,
+    build_host_library,
     cmake_build,
 )
 
@@ -276,3 +279,43 @@ def test_the_readme_kernel_example_compiles(tmp_path):
     result = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Werror",
                              f"-I{OP_PACKAGES / 'ExampleOpPackage/kernels'}", str(source)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def compiled_objects(outputs: list[tuple[str, str]]) -> list[str]:
+    """The objects make compiled, from the build steps' output."""
+    return sorted(line.rsplit("/", 1)[-1] for _, text in outputs for line in text.splitlines()
+                  if "Building CXX object" in line)
+
+
+def test_a_one_kernel_edit_recompiles_only_that_ops_objects(tmp_path, monkeypatch):
+    """Each op is its own translation unit, in the package's C ABI build and in the ExecuTorch
+    host library: editing kernels/ScaleRows.h recompiles ScaleRows' objects and nothing else."""
+    import shutil
+
+    from qnn_custom_ops.generator import generate
+
+    from .conftest import DATA
+    from .torch_ops import QUANT_OPS, QUANT_PACKAGE
+
+    package = generate(QUANT_PACKAGE, tmp_path).package_dir
+    for kernel in (DATA / "quant_kernels").glob("*.h"):
+        shutil.copy(kernel, package / "kernels" / kernel.name)
+    outputs: list[tuple[str, str]] = []
+    real_run = cmake_build._run
+    monkeypatch.setattr(cmake_build, "_run", lambda command, what: outputs.append((command[1], real_run(command, what)))
+                        or outputs[-1][1])
+    cache = tmp_path / "cache"
+    build_host_kernels(package, build_root=cache)
+    library = build_host_library(package, qco.bind(QUANT_PACKAGE, QUANT_OPS), build_root=cache)
+    # per op: its C ABI in both builds and its ExecuTorch kernel; the package's CApi in both, the registration
+    assert len(compiled_objects(outputs)) == 3 * len(QUANT_OPS) + 3
+
+    outputs.clear()
+    kernel = package / "kernels/ScaleRows.h"
+    kernel.write_text(kernel.read_text() + "\n// an edit\n")
+    build_host_kernels(package, build_root=cache)
+    assert compiled_objects(outputs) == ["ScaleRowsCApi.cpp.o"]
+    outputs.clear()
+    rebuilt = build_host_library(package, qco.bind(QUANT_PACKAGE, QUANT_OPS), build_root=cache)
+    assert compiled_objects(outputs) == ["ScaleRowsCApi.cpp.o", "executorch_ScaleRows.cpp.o"]
+    assert rebuilt != library and cmake_build.is_valid_library(rebuilt)

@@ -99,8 +99,11 @@ def render_package(package: OpPackage) -> list[PlannedFile]:
         PlannedFile(PurePosixPath(f"src/{name}Interface.cpp"), _render("htp/interface.cpp.j2", package=ctx)),
         PlannedFile(PurePosixPath("kernels/qco/tensor_view.h"), _render("kernels/tensor_view.h.j2", **abi_context())),
         PlannedFile(PurePosixPath("host/CMakeLists.txt"), _render("host/CMakeLists.txt.j2", package=ctx)),
+        PlannedFile(PurePosixPath("host/src/capi.h"), _render("host/capi.h.j2", package=ctx)),
         PlannedFile(PurePosixPath(f"host/src/{name}CApi.cpp"), _render("host/capi.cpp.j2", package=ctx, abi_version=ABI_VERSION)),
     ]
+    files += [PlannedFile(PurePosixPath(f"host/src/ops/{op.name}CApi.cpp"), _render("host/op_capi.cpp.j2", package=ctx, op=op))
+              for op in ctx.ops]
     files += [
         PlannedFile(PurePosixPath("config") / config_name, source)
         for config_name, source in zip(config_names, package.sources)
