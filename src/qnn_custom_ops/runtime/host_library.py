@@ -54,7 +54,10 @@ class KernelContext:
     signature: list[str]
     holders: list[str]
     conversions: list[Conversion]
-    kernel_views: list[str]
+    c_abi: str  # the package's C ABI function of the op, which runs its kernel
+    output_views: list[str]
+    input_views: list[str]
+    param_views: list[str]
     enums: list[EnumTable]
     unboxing: list[str]  # C++ expressions taking each argument off the runtime's stack
     write_backs: list[str]  # holders of outputs converted from their storage, to copy back
@@ -159,7 +162,9 @@ def _kernel_context(op: OpBinding, quantized: bool) -> KernelContext:
     holders = [f"h_{out}" for out in outputs] + [f"h_{_variable(a)}" for a in op.inputs + op.params]
     return KernelContext(
         qnn_type=op.qnn_op_type, registered_name=registered, function=function, signature=signature,
-        holders=holders, conversions=conversions, kernel_views=[f"{h}.view" for h in holders], enums=enums,
+        holders=holders, conversions=conversions, c_abi=f"qco_{op.package_name}_{op.qnn_op_type}",
+        output_views=[f"h_{out}.view" for out in outputs], input_views=[f"h_{_variable(a)}.view" for a in op.inputs],
+        param_views=[f"h_{_variable(a)}.view" for a in op.params], enums=enums,
         unboxing=unboxing, write_backs=[f"h_{out}" for out in outputs] if quantized else [])
 
 
@@ -185,13 +190,10 @@ def render_project(package_dir: Path, binding: OpPackageBinding) -> dict[str, st
     """The CMake project of the host library, file name -> text."""
     include, library = executorch_paths()
     name = binding.package.name
-    kernels_of = {op.op.name: kernel_contexts(op) for op in binding.ops.values()}
-    kernels = [kernel for op_kernels in kernels_of.values() for kernel in op_kernels]
+    kernels = [kernel for op in binding.ops.values() for kernel in kernel_contexts(op)]
     env = template_environment("qnn_custom_ops.runtime")
-    op_sources = {f"executorch_{op}.cpp": env.get_template("executorch_op.cpp.j2").render(
-        package=name, op=op, kernels=op_kernels) for op, op_kernels in kernels_of.items()}
     c_abi = package_dir / "host/src"
-    sources = ["executorch_kernels.cpp", *op_sources, c_abi / f"{name}CApi.cpp",
+    sources = ["executorch_kernels.cpp", c_abi / f"{name}CApi.cpp",
                *(c_abi / "ops" / f"{op}CApi.cpp" for op in binding.package.ops)]
     return {
         "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(
@@ -200,10 +202,8 @@ def render_project(package_dir: Path, binding: OpPackageBinding) -> dict[str, st
             executorch_library_dir=library.parent),
         "qco/executorch_adapter.h": env.get_template("executorch_adapter.h.j2").render(
             scalar_types=_SCALAR_TYPES, integer_storage=_integer_storage()),
-        "executorch_kernels.h": env.get_template("executorch_kernels.h.j2").render(package=name, kernels=kernels),
         "executorch_kernels.cpp": env.get_template("executorch_kernels.cpp.j2").render(
-            package=name, kernels=kernels, kernel_marker=KERNEL_LIST_MARKER),
-        **op_sources,
+            package=name, kernels=kernels, c_abi=sorted({k.c_abi for k in kernels}), kernel_marker=KERNEL_LIST_MARKER),
     }
 
 
