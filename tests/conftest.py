@@ -87,6 +87,20 @@ def write_config(tmp_path):
     return write
 
 
+@pytest.fixture(autouse=True)
+def seeded():
+    """Every test starts from the same random state: an input a test forgot to seed is still
+    the same on every run, whichever xdist worker runs it and after whichever test."""
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def no_network():
     """Fail any test that connects anywhere but this machine."""
