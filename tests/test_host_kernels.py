@@ -237,9 +237,7 @@ def test_an_edit_reuses_the_build_tree_and_a_moved_checkout_reuses_the_build(tmp
     import shutil
 
     package = Path(shutil.copytree(OP_PACKAGES / "ExampleOpPackage", tmp_path / "a" / "ExampleOpPackage"))
-    outputs = []
-    real_run = cmake_build._run
-    monkeypatch.setattr(cmake_build, "_run", lambda command, what: outputs.append((command[1], real_run(command, what))))
+    outputs = record_build_steps(monkeypatch)
     build_host_kernels(package, build_root=tmp_path / "cache")
     assert [step for step, _ in outputs] == ["-S", "--build"]  # configure, then build
 
@@ -281,6 +279,19 @@ def test_the_readme_kernel_example_compiles(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
+def record_build_steps(monkeypatch) -> list[tuple[str, str]]:
+    """Run CMake as usual, recording each step (``-S`` configure, ``--build``) and its output."""
+    steps: list[tuple[str, str]] = []
+    real_run = cmake_build._run
+
+    def recording_run(command: list[str], what: str) -> str:
+        steps.append((command[1], real_run(command, what)))
+        return steps[-1][1]
+
+    monkeypatch.setattr(cmake_build, "_run", recording_run)
+    return steps
+
+
 def compiled_objects(outputs: list[tuple[str, str]]) -> list[str]:
     """The objects make compiled, from the build steps' output."""
     return sorted(line.rsplit("/", 1)[-1] for _, text in outputs for line in text.splitlines()
@@ -300,10 +311,7 @@ def test_a_one_kernel_edit_recompiles_only_that_ops_object(tmp_path, monkeypatch
     package = generate(QUANT_PACKAGE, tmp_path).package_dir
     for kernel in (DATA / "quant_kernels").glob("*.h"):
         shutil.copy(kernel, package / "kernels" / kernel.name)
-    outputs: list[tuple[str, str]] = []
-    real_run = cmake_build._run
-    monkeypatch.setattr(cmake_build, "_run", lambda command, what: outputs.append((command[1], real_run(command, what)))
-                        or outputs[-1][1])
+    outputs = record_build_steps(monkeypatch)
     cache = tmp_path / "cache"
     build_host_kernels(package, build_root=cache)
     library = build_host_library(package, qco.bind(QUANT_PACKAGE, QUANT_OPS), build_root=cache)

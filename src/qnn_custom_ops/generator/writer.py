@@ -131,16 +131,16 @@ def _step_for(target: Path, planned: PlannedFile, force: bool, boundary: Path, g
 def check_destinations(steps: list[Step]) -> None:
     """Refuse, before the first write, any destination that cannot be written: a write failing
     half-way would leave files that include headers never written."""
-    files_under: dict[Path, list[Path]] = {}
+    files_by_dir: dict[Path, list[Path]] = {}
     for step in steps:
         if step.writes:
             ancestor = step.path.parent
             while not ancestor.exists() and not ancestor.is_symlink():
                 ancestor = ancestor.parent
-            files_under.setdefault(ancestor, []).append(step.path)
+            files_by_dir.setdefault(ancestor, []).append(step.path)
     problems = [f"{paths[0]}{f' and {len(paths) - 1} other file(s)' if len(paths) > 1 else ''}: cannot be "
                 f"written, {ancestor} {reason}"
-                for ancestor, paths in files_under.items() if (reason := _cannot_create_in(ancestor))]
+                for ancestor, paths in files_by_dir.items() if (reason := _cannot_create_in(ancestor))]
     if problems:
         raise UnsafeOutputError("; ".join(problems) + " (nothing was written; choose another -o)")
 
