@@ -234,18 +234,27 @@ def test_htp_adapter_refuses_what_it_cannot_hand_to_a_kernel(adapter_check):
     }
 
 
+@pytest.fixture(scope="session")
+def package_check(clang) -> Path:
+    """tests/htp_standin/package_check.cpp, compiled once per run: it loads a package library
+    and lists the arities each op accepts and registers."""
+
+    def build(root: Path) -> None:
+        subprocess.run([clang, "-std=c++17", "-stdlib=libc++", f"-I{STANDIN / 'include/QNN'}",
+                        str(STANDIN / "package_check.cpp"), "-ldl", "-o", str(root / "package_check")], check=True)
+
+    return shared_build("package-check", build) / "package_check"
+
+
 def _op_specs(package: qco.OpPackage) -> list[str]:
     return [f"{op.name}:{len(op.inputs)}:{len(op.params)}:{len(op.outputs)}" for op in package.ops.values()]
 
 
 @pytest.mark.parametrize("name", [c.name for c in CONFIGS] + SHIPPED)
-def test_every_accepted_arity_has_a_registered_implementation(standin_builds, clang, tmp_path, name):
+def test_every_accepted_arity_has_a_registered_implementation(standin_builds, package_check, name):
     package_dir = standin_builds[name]
     package = load(next(package_dir.glob("config/*.xml")))
-    binary = tmp_path / "package_check"
-    subprocess.run([clang, "-std=c++17", "-stdlib=libc++", f"-I{STANDIN / 'include/QNN'}",
-                    str(STANDIN / "package_check.cpp"), "-ldl", "-o", str(binary)], check=True)
-    result = subprocess.run([str(binary), str(library_of(package_dir)), package.name, *_op_specs(package)],
+    result = subprocess.run([str(package_check), str(library_of(package_dir)), package.name, *_op_specs(package)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
@@ -262,7 +271,7 @@ def test_every_accepted_arity_has_a_registered_implementation(standin_builds, cl
         assert arities == {arity for op_name, arity in registered if op_name == op.name}
 
 
-def test_package_check_sees_an_op_without_its_implementation(standin_builds, clang, tmp_path):
+def test_package_check_sees_an_op_without_its_implementation(standin_builds, package_check, tmp_path):
     """The arity check can fail: drop one registration and it is missing."""
     package_dir = Path(shutil.copytree(standin_builds["every_feature.xml"], tmp_path / "pkg"))
     op_source = package_dir / "src/ops/FusedNorm.cpp"
@@ -273,10 +282,7 @@ def test_package_check_sees_an_op_without_its_implementation(standin_builds, cla
     libnative = make_libnative(tmp_path / "libnative", hvx_protos=False)
     assert make(package_dir, "htp_x86", QNN_SDK_ROOT=STANDIN, X86_LIBNATIVE=libnative).returncode == 0
     package = load(next(package_dir.glob("config/*.xml")))
-    binary = tmp_path / "package_check"
-    subprocess.run([clang, "-std=c++17", "-stdlib=libc++", f"-I{STANDIN / 'include/QNN'}",
-                    str(STANDIN / "package_check.cpp"), "-ldl", "-o", str(binary)], check=True)
-    out = subprocess.run([str(binary), str(library_of(package_dir)), package.name, *_op_specs(package)],
+    out = subprocess.run([str(package_check), str(library_of(package_dir)), package.name, *_op_specs(package)],
                          capture_output=True, text=True, check=True).stdout
     arities = {json.loads(line)["arity"] for line in out.splitlines() if '"registered": "FusedNorm"' in line}
     op = package.ops["FusedNorm"]
