@@ -28,9 +28,10 @@ $(CLANG_STAMP): $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/custom_op_mul3.py --target host
 
-# Tests run on every core (pytest-xdist; builds are process-safe and shared through the run's cache).
+# Tests run on every core (pytest-xdist; builds are process-safe and shared through the run's cache),
+# handed out one at a time, slow ones first (tests/conftest.py), so the workers end together.
 test: $(STAMP) $(CLANG_STAMP)
-	$(PY) -m pytest -q -n auto --dist worksteal
+	$(PY) -m pytest -q -n auto --dist load --maxschedchunk 1
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_generate.py

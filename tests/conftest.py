@@ -26,6 +26,12 @@ else:
 os.environ["QCO_CACHE_DIR"] = str(TEST_CACHE)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` first, the rest in their order: with ``--dist load
+    --maxschedchunk 1`` each worker takes the next test when it is free, so the long ones
+    start early and the workers end together instead of one finishing a long test alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
 
 def shared_build(name: str, build: Callable[[Path], None]) -> Path:
     """``TEST_CACHE/name``, filled by ``build`` once per run: the first xdist worker to get

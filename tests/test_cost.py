@@ -26,6 +26,7 @@ def test_cost_prints_time_bytes_and_bandwidth_per_op_and_shape(capsys):
     assert os.sched_getaffinity(0) == affinity  # pinned while measuring only
 
 
+@pytest.mark.slow
 def test_cost_of_the_llm_package_uses_its_own_shapes(capsys):
     assert main(["cost", str(OP_PACKAGES / "LlmOpPackage"), "--min-seconds", "0.0001"]) == 0
     ops = [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:]]

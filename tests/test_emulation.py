@@ -80,6 +80,7 @@ class ScaleModel(torch.nn.Module):
 
 @pytest.mark.parametrize("quant_dtype, activation", [("8a8w", Datatype.UFIXED_POINT_8),
                                                       ("16a8w", Datatype.UFIXED_POINT_16)])
+@pytest.mark.slow
 def test_quantized_models_run_the_quantized_branch(quant_package, quant_dtype, activation):
     """ScaleRows' float branch adds 1000 on purpose: matching the converted model within one
     step proves the kernel ran on the quantized tensors, with their zero points."""
@@ -143,6 +144,7 @@ class GatherModel(torch.nn.Module):
         return GATHER(self.table * 1.0, indices)
 
 
+@pytest.mark.slow
 def test_int64_indices_reach_the_kernel_as_int32_as_on_qnn(quant_package):
     """QNN's lowering casts int64 graph inputs to int32; the kernel (INT_32 only) sees int32."""
     binding, library = quant_package

@@ -298,6 +298,7 @@ def compiled_objects(outputs: list[tuple[str, str]]) -> list[str]:
                   if "Building CXX object" in line)
 
 
+@pytest.mark.slow
 def test_a_one_kernel_edit_recompiles_only_that_ops_object(tmp_path, monkeypatch):
     """Each op's C ABI is its own translation unit, and the ExecuTorch host library calls the
     kernels through it: editing kernels/ScaleRows.h recompiles ScaleRowsCApi.cpp.o, nothing else."""

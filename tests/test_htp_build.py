@@ -120,6 +120,7 @@ def library_of(package_dir: Path) -> Path:
     return next((package_dir / "build/x86_64-linux-clang").glob("libQnn*.so"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [c.name for c in CONFIGS] + SHIPPED)
 def test_every_htp_file_compiles_and_links_against_the_standin(standin_builds, name):
     package_dir = standin_builds[name]

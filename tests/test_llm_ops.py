@@ -89,6 +89,7 @@ def test_references_follow_the_documented_semantics():
     assert ref.ctx_gather(out, torch.tensor([[2, 3]], dtype=torch.int32))[0, 0].tolist() == [[1, 1], [0, 0]]
 
 
+@pytest.mark.slow
 def test_every_op_in_float32_on_executorch_matches_its_reference(library):
     model = AllOps().eval()
     inputs = all_ops_inputs(0)
@@ -106,6 +107,7 @@ def test_every_op_in_float32_on_executorch_matches_its_reference(library):
     ("16a8w", Datatype.UFIXED_POINT_16, Datatype.UFIXED_POINT_8),
     ("16a16w", Datatype.UFIXED_POINT_16, Datatype.SFIXED_POINT_16),
 ])
+@pytest.mark.slow
 def test_every_op_quantized_matches_the_converted_model_within_one_step(library, quant_dtype, activation, weight):
     """The kernels run on the codes (quantized emulation) with the encodings PT2E chose; the
     KV-cache ops keep the cache's encoding for updates and results."""

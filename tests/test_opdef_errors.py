@@ -218,6 +218,7 @@ def mutated_configs(draw):
 
 @FUZZ
 @given(text=mutated_configs())
+@pytest.mark.filterwarnings("ignore::qnn_custom_ops.OpDefWarning")  # a warned package is a package
 def test_fuzz_mutated_valid_configs_give_a_package_or_an_opdef_error(tmp_path, text):
     path = tmp_path / "mutated.xml"
     path.write_bytes(text.encode("utf-8", "surrogatepass"))

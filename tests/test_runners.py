@@ -174,6 +174,7 @@ def test_x86_runner_speaks_the_raw_protocol(mul3_pte, fake_sdk, build_folder, mo
     assert [torch.equal(out[0], inp[0] * 3) for out, inp in zip(outputs, inferences)] == [True, True]
 
 
+@pytest.mark.slow
 def test_cli_run_on_the_host(mul3_pte, tmp_path, monkeypatch, capsys):
     """The real entry point once, in a fresh process; the other outcomes of the same command
     in-process (each subprocess re-imports torch and executorch)."""

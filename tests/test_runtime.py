@@ -239,6 +239,7 @@ def test_comparison_metrics():
         compare_outputs([golden, golden], [golden])
 
 
+@pytest.mark.slow
 def test_kernels_run_clean_under_address_and_undefined_behaviour_sanitizers(tmp_path):
     asan = subprocess.run(["g++", "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
     ubsan = subprocess.run(["g++", "-print-file-name=libubsan.so"], capture_output=True, text=True).stdout.strip()
@@ -305,6 +306,7 @@ def test_examples_run_the_quantized_branch_on_the_host(example, tmp_path, capsys
     assert "max abs 0 (0.00 steps of" in out  # the host program reproduces the converted model
 
 
+@pytest.mark.slow
 def test_example_entry_point_runs_as_a_script(tmp_path):
     result = subprocess.run([sys.executable, str(REPO / "examples" / "custom_op_mul3.py"), "--target", "host",
                              "--output-dir", str(tmp_path)],

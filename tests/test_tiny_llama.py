@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from .conftest import REPO
 
 sys.path.insert(0, str(REPO / "examples"))
 
 import tiny_llama  # noqa: E402
 from example_flow import parse_args  # noqa: E402
+
+pytestmark = pytest.mark.slow
 
 
 def step_lines(out: str) -> list[str]:
