@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,6 +88,20 @@ def test_the_layer_check_sees_an_upward_import(tmp_path):
     graph = our_graph()
     graph["qnn_custom_ops.builder.spec"].add("qnn_custom_ops.runtime.host_library")
     assert any(layer(b) > layer(a) for a, targets in graph.items() for b in targets)
+
+
+def test_reading_generating_and_calling_kernels_start_without_torch():
+    """validate, generate, the kernel C ABI (KernelLibrary, build_host_kernels) and ``cost``
+    need only numpy: torch and executorch are imported when their side of the flow is used."""
+    code = ("import sys\n"
+            "from qnn_custom_ops import cli, load_package\n"
+            "from qnn_custom_ops.generator import generate\n"
+            "from qnn_custom_ops.runtime import KernelDType, KernelLibrary, KernelTensor, build_host_kernels\n"
+            "from qnn_custom_ops.runtime.cost import measure\n"
+            "print(sorted(m for m in ('torch', 'executorch') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
 
 
 def test_binding_and_lowering_leave_executorchs_visitor_in_place(tmp_path, monkeypatch):

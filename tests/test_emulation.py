@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import qnn_custom_ops as qco
-from qnn_custom_ops.runtime.host_library import library_kernels
+from qnn_custom_ops.runtime.loading import library_kernels
 from qnn_custom_ops.generator import generate
 from qnn_custom_ops.opdef import Datatype
 from qnn_custom_ops.runtime import HostRunner, RunnerError, Tolerance, compare_outputs

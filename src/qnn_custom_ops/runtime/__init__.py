@@ -1,23 +1,49 @@
-"""Host side of the flow: build, load and call package kernels; run programs and compare."""
+"""Host side of the flow: build, load and call package kernels; run programs and compare.
 
-from .cmake_build import HostBuildError
-from .compare import CompareError, OutputReport, Tolerance, compare_outputs
-from .host_build import build_host_kernels
-from .host_library import build_host_library
-from .kernel_abi import KernelDType, KernelError, KernelLibrary, KernelTensor
-from .loading import (
-    KernelLoadError,
-    MissingKernelError,
-    check_program_kernels,
-    load_host_library,
-    load_quantized_kernels,
-    registered_operators,
-)
-from .raw_io import RawOutputError, TensorSpec, read_outputs, write_inputs
-from .runners import DeviceRunner, HostRunner, RunnerError, X86Runner, method_specs
+Imported on first use, name by name: building and calling kernels (``build_host_kernels``,
+``KernelLibrary``) needs only numpy, so a kernel test or ``qnn-custom-ops cost`` starts without
+torch and executorch; the ExecuTorch side pulls them in when it is used.
+"""
 
-__all__ = ["CompareError", "DeviceRunner", "HostBuildError", "HostRunner", "KernelDType", "KernelError", "KernelLibrary",
-           "KernelLoadError", "KernelTensor", "MissingKernelError", "OutputReport", "RawOutputError",
-           "RunnerError", "TensorSpec", "Tolerance", "X86Runner", "build_host_kernels", "build_host_library",
-           "check_program_kernels", "compare_outputs", "load_host_library", "load_quantized_kernels",
-           "method_specs", "read_outputs", "registered_operators", "write_inputs"]
+from importlib import import_module
+from typing import Any
+
+# Public name -> module that defines it.
+_LAZY = {
+    "HostBuildError": "cmake_build",
+    "CompareError": "compare",
+    "OutputReport": "compare",
+    "Tolerance": "compare",
+    "compare_outputs": "compare",
+    "build_host_kernels": "host_build",
+    "build_host_library": "host_library",
+    "KernelDType": "kernel_abi",
+    "KernelError": "kernel_abi",
+    "KernelLibrary": "kernel_abi",
+    "KernelTensor": "kernel_abi",
+    "KernelLoadError": "loading",
+    "MissingKernelError": "loading",
+    "check_program_kernels": "loading",
+    "load_host_library": "loading",
+    "load_quantized_kernels": "loading",
+    "registered_operators": "loading",
+    "RawOutputError": "raw_io",
+    "TensorSpec": "raw_io",
+    "read_outputs": "raw_io",
+    "write_inputs": "raw_io",
+    "DeviceRunner": "runners",
+    "HostRunner": "runners",
+    "RunnerError": "runners",
+    "X86Runner": "runners",
+    "method_specs": "runners",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'qnn_custom_ops.runtime' has no attribute {name!r}")
+    value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value

@@ -21,6 +21,7 @@ from ..generator.render import template_environment
 from ..opdef import Datatype, OpPackage
 from ..opdef.datatypes import kernel_rows
 from .cmake_build import HostBuildError, cache_root, cached_build, content_key, files_under, work_dir
+from .loading import KERNEL_LIST_MARKER, executorch_paths
 
 
 # QNN datatype of a parameter -> (C++ storage type, qco::DType name), for every plain datatype.
@@ -174,14 +175,6 @@ def _integer_storage() -> list[tuple[str, str]]:
             if r.c_type is not None and not r.datatype.is_float]
 
 
-def executorch_paths() -> tuple[Path, Path]:
-    """(include directory, libexecutorch.so) of the installed executorch wheel."""
-    import executorch
-
-    root = Path(list(executorch.__path__)[0])  # a namespace package: no __file__
-    return root / "include", root / "lib" / "libexecutorch.so"
-
-
 def library_name(package_name: str) -> str:
     return f"libqco_{package_name}_executorch.so"
 
@@ -237,19 +230,3 @@ def build_host_library(package_dir: str | Path, binding: OpPackageBinding, *, sa
     work = work_dir(root, f"{name}-executorch", package_dir, options)  # never the C ABI build's tree
     return cached_build(sources, root / f"{name}-{key}", work, library_name(name), options, f"host library of {name}",
                         keyed=package_dir)
-
-
-#: Precedes the list of kernel names embedded in every host library (``library_kernels``).
-KERNEL_LIST_MARKER = "qco-kernel-list:"
-
-
-def library_kernels(path: Path) -> list[str] | None:
-    """The kernels a host library registers, read from the file itself (no loading), or None
-    for a library that is not one of ours."""
-    data = path.read_bytes()
-    start = data.find(KERNEL_LIST_MARKER.encode())
-    if start < 0:
-        return None
-    end = data.index(b"\0", start)
-    listed = data[start + len(KERNEL_LIST_MARKER):end].decode("utf-8", "replace")
-    return [name for name in listed.split(";") if name]

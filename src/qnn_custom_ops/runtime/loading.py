@@ -13,11 +13,34 @@ from typing import Sequence
 
 from ..errors import ReportedError
 from .cmake_build import is_valid_library
-from .host_library import executorch_paths, library_kernels
 
 _LOADED: dict[Path, ctypes.CDLL] = {}
 _OWNERS: dict[str, Path] = {}  # kernel name -> library that registered it
 _LOCK = threading.Lock()
+
+
+#: Precedes the list of kernel names embedded in every host library (``library_kernels``).
+KERNEL_LIST_MARKER = "qco-kernel-list:"
+
+
+def library_kernels(path: Path) -> list[str] | None:
+    """The kernels a host library registers, read from the file itself (no loading), or None
+    for a library that is not one of ours."""
+    data = path.read_bytes()
+    start = data.find(KERNEL_LIST_MARKER.encode())
+    if start < 0:
+        return None
+    end = data.index(b"\0", start)
+    listed = data[start + len(KERNEL_LIST_MARKER):end].decode("utf-8", "replace")
+    return [name for name in listed.split(";") if name]
+
+
+def executorch_paths() -> tuple[Path, Path]:
+    """(include directory, libexecutorch.so) of the installed executorch wheel."""
+    import executorch
+
+    root = Path(list(executorch.__path__)[0])  # a namespace package: no __file__
+    return root / "include", root / "lib" / "libexecutorch.so"
 
 
 class KernelLoadError(ReportedError, RuntimeError):
