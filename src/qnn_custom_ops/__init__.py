@@ -4,9 +4,7 @@ Reading and generating need only lxml and Jinja. Everything that needs torch or 
 is imported on first use, so ``validate`` and ``generate`` start fast.
 """
 
-from importlib import import_module
-from typing import Any
-
+from .lazy import lazy_getattr
 from .opdef import Datatype, OpDef, OpDefError, OpDefWarning, OpPackage, TensorDef, load_package
 
 __version__ = "0.1.0"
@@ -40,10 +38,4 @@ _LAZY = {
 
 __all__ = ["Datatype", "OpDef", "OpDefError", "OpDefWarning", "OpPackage", "TensorDef", "load_package", *_LAZY]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'qnn_custom_ops' has no attribute {name!r}")
-    value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)

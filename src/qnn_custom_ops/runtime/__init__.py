@@ -5,8 +5,7 @@ Imported on first use, name by name: building and calling kernels (``build_host_
 torch and executorch; the ExecuTorch side pulls them in when it is used.
 """
 
-from importlib import import_module
-from typing import Any
+from ..lazy import lazy_getattr
 
 # Public name -> module that defines it.
 _LAZY = {
@@ -40,10 +39,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'qnn_custom_ops.runtime' has no attribute {name!r}")
-    value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)
