@@ -68,7 +68,7 @@ def run_on_target(args: argparse.Namespace, name: str, binding, package_dir: Pat
             print("  kernel runs on float tensors")
         with native_noise_filtered(args.verbose):
             outputs = HostRunner([library]).run(program.buffer, [inputs])[0]
-        return outputs, program.output_scales
+        return outputs, program.output_encodings
     from executorch.backends.qualcomm.utils.utils import get_soc_to_htp_arch_map
 
     if not args.device or not args.build_folder:
@@ -80,7 +80,7 @@ def run_on_target(args: argparse.Namespace, name: str, binding, package_dir: Pat
     print(f"lowered for QNN ({args.soc}, HTP v{arch}): {pte}")
     runner = DeviceRunner(args.device, args.soc, args.build_folder, device_libraries(binding.package.name, builds),
                           adb_host=args.adb_host)
-    return runner.run(program.buffer, [inputs])[0], program.output_scales
+    return runner.run(program.buffer, [inputs])[0], program.output_encodings
 
 
 def as_list(value) -> list[torch.Tensor]:
@@ -92,7 +92,7 @@ class FlowResult:
     outputs: list  # the target's
     reference: list  # the converted (or float) model's, in PyTorch
     eager: list  # float eager PyTorch's
-    scales: tuple  # each output's quantization step, None if unquantized
+    encodings: tuple  # each output's quantization encoding, None if unquantized
 
 
 def quantize_and_run(args: argparse.Namespace, name: str, binding, package_dir: Path, model: torch.nn.Module,
@@ -101,16 +101,16 @@ def quantize_and_run(args: argparse.Namespace, name: str, binding, package_dir: 
     model = model.eval()
     reference = quantize(model, samples, binding, args.quant)
     inputs = samples[0]
-    outputs, scales = run_on_target(args, name, binding, package_dir, reference, inputs)
+    outputs, encodings = run_on_target(args, name, binding, package_dir, reference, inputs)
     with torch.no_grad():
-        return FlowResult(outputs, as_list(reference(*inputs)), as_list(model(*inputs)), scales)
+        return FlowResult(outputs, as_list(reference(*inputs)), as_list(model(*inputs)), encodings)
 
 
 def report(result: FlowResult) -> int:
     """Compare with the reference model (within one quantization step of each output, or
     1e-5 for float outputs) and print the error against float eager."""
     print("against the converted (reference) model, within one step:")
-    reports = compare_outputs(result.outputs, result.reference, Tolerance(atol=1e-5, lsb=1), scales=result.scales)
+    reports = compare_outputs(result.outputs, result.reference, Tolerance(atol=1e-5, lsb=1), encodings=result.encodings)
     for line in reports:
         print(f"  {line}")
     print("against float eager PyTorch (quantization error, for information):")

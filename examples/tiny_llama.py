@@ -230,10 +230,10 @@ def generate(config: Config, phases: dict[str, Phase], runner: HostRunner, eager
         outputs = runner.run(phase.program.buffer, [(tokens_in, positions, *k_caches, *v_caches)])[0]
         with torch.no_grad():
             reference, float_eager = flat(phase.reference(*inputs)), flat(eager(*inputs))
-        scales = phase.program.output_scales
-        report = compare_outputs(outputs[:1], reference[:1], tolerance, scales=scales[:1])[0]
+        encodings = phase.program.output_encodings
+        report = compare_outputs(outputs[:1], reference[:1], tolerance, encodings=encodings[:1])[0]
         against_eager = compare_outputs(outputs[:1], float_eager[:1], Tolerance(atol=float("inf")))[0]
-        caches = compare_outputs(outputs[1:], reference[1:], tolerance, scales=scales[1:])
+        caches = compare_outputs(outputs[1:], reference[1:], tolerance, encodings=encodings[1:])
         ok = ok and report.passed and all(r.passed for r in caches)
         label = f"{phase.name} {quant} step {step} ({tokens.shape[1]} token{'s' * (tokens.shape[1] > 1)})"
         print(f"  {label}: logits vs reference: {report}")

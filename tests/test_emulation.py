@@ -15,6 +15,7 @@ import torch
 import qnn_custom_ops as qco
 from qnn_custom_ops.runtime.loading import library_kernels
 from qnn_custom_ops.generator import generate
+from qnn_custom_ops.builder.quantized import Encoding
 from qnn_custom_ops.opdef import Datatype
 from qnn_custom_ops.runtime import HostRunner, RunnerError, Tolerance, compare_outputs
 
@@ -99,14 +100,14 @@ def test_quantized_models_run_the_quantized_branch(quant_package, quant_dtype, a
     if quant_dtype == "16a8w":
         assert encodings["weight"].offset == -128  # 16a8w weights: uint8 with zero point 128
     reference = as_tuple(converted(*samples[0]))
-    reports = compare_outputs(outputs, reference, Tolerance(atol=0), scales=program.output_scales)
+    reports = compare_outputs(outputs, reference, Tolerance(atol=0), encodings=program.output_encodings)
     assert all(r.passed for r in reports), [str(r) for r in reports]
     assert "steps of" in str(reports[0])
 
     # The float branch (the wrong one) is what emulate="float" runs: far from the reference.
     float_program, float_outputs = run(converted, samples[0], binding, library, emulate="float")
     assert float_program.emulated == ()
-    (far,) = compare_outputs(float_outputs, reference, Tolerance(atol=0), scales=program.output_scales)
+    (far,) = compare_outputs(float_outputs, reference, Tolerance(atol=0), encodings=program.output_encodings)
     assert not far.passed and far.steps > 10
 
 
@@ -118,7 +119,7 @@ def test_shipped_mul3_runs_its_uint8_branch(mul3):
     (emulated,) = program.emulated
     assert {str(e.datatype.short_name) for _, e in emulated.tensors} == {"UFIXED_POINT_8"}
     reports = compare_outputs(outputs, as_tuple(converted(*samples[0])), Tolerance(atol=0),
-                              scales=program.output_scales)
+                              encodings=program.output_encodings)
     assert all(r.passed for r in reports), [str(r) for r in reports]
 
 
@@ -131,7 +132,7 @@ def test_split_runs_with_two_output_encodings(split):
     encodings = dict(emulated.tensors)
     assert encodings["first_half"] != encodings["second_half"]
     reports = compare_outputs(outputs, as_tuple(converted(*samples[0])), Tolerance(atol=0),
-                              scales=program.output_scales)
+                              encodings=program.output_encodings)
     assert len(reports) == 2 and all(r.passed for r in reports), [str(r) for r in reports]
 
 
@@ -179,14 +180,33 @@ def test_a_kernel_failure_reaches_python_with_its_op_and_status(quant_package):
 
 
 def test_compare_in_steps_passes_one_step_and_fails_two():
+    encoding = Encoding(Datatype.UFIXED_POINT_8, 0.01, -128)
     golden = torch.zeros(4)
     one_step, two_steps = golden + 0.01, golden + 0.02
     tolerance = Tolerance(atol=0)
-    assert compare_outputs([one_step], [golden], tolerance, scales=[0.01])[0].passed
-    report = compare_outputs([two_steps], [golden], tolerance, scales=[0.01])[0]
-    assert not report.passed and report.steps == pytest.approx(2.0)
-    assert compare_outputs([two_steps], [golden], Tolerance(atol=0, lsb=2), scales=[0.01])[0].passed
-    assert not compare_outputs([one_step], [golden], tolerance)[0].passed  # no scale: absolute only
+    assert compare_outputs([one_step], [golden], tolerance, encodings=[encoding])[0].passed
+    report = compare_outputs([two_steps], [golden], tolerance, encodings=[encoding])[0]
+    assert not report.passed and report.steps == 2
+    assert compare_outputs([two_steps], [golden], Tolerance(atol=0, lsb=2), encodings=[encoding])[0].passed
+    assert not compare_outputs([one_step], [golden], tolerance)[0].passed  # no encoding: absolute only
+
+
+@pytest.mark.parametrize("datatype", [Datatype.UFIXED_POINT_16, Datatype.SFIXED_POINT_16, Datatype.UFIXED_POINT_8])
+def test_outputs_one_code_apart_are_one_step_whatever_the_float_error(datatype):
+    """Dequantized in float32, codes one apart measure 1.0001-1.0011 scales apart at 16 bit (a
+    correct 16a8w kernel was reported FAIL): compared in codes they are exactly one step."""
+    scale, zero_point = 0.00012317, 3 if datatype.is_signed else 31000
+    low, high = datatype.integer_range
+    codes_want = torch.randint(low, high, (4096,), dtype=torch.int64)
+    codes_got = (codes_want + torch.randint(-1, 2, codes_want.shape)).clamp(low, high)
+    golden, output = ((c - zero_point).float() * scale for c in (codes_want, codes_got))
+    assert float((output.double() - golden.double()).abs().max()) / scale > 1.0001  # the float view overshoots
+    report = compare_outputs([output], [golden], Tolerance(atol=0), [Encoding(datatype, scale, -zero_point)])[0]
+    assert report.passed and report.steps == 1
+    assert "(1 step of" in str(report)
+    saturated = compare_outputs([golden + 50 * scale * high], [golden], Tolerance(atol=0),
+                                [Encoding(datatype, scale, -zero_point)])[0]
+    assert not saturated.passed and saturated.steps <= high - low
 
 
 def test_compare_refuses_a_dtype_mismatch():
@@ -194,21 +214,24 @@ def test_compare_refuses_a_dtype_mismatch():
     assert not report.passed and report.problem == "dtype int32 but the golden is float32"
 
 
-def test_cli_run_compares_in_steps_of_the_scales_lower_recorded(mul3, tmp_path, capsys):
+def test_cli_run_compares_in_steps_of_the_encodings_lower_recorded(mul3, tmp_path, capsys):
     from qnn_custom_ops import cli
 
     binding, library = mul3
     samples = samples_of((1, 3, 8, 8))
     converted = pt2e_quantize(ConvMul3().eval(), samples, binding, "8a8w")
     program = qco.lower(converted, samples[0], binding, output=tmp_path / "m.pte")
-    (scale,) = program.output_scales
-    assert scale is not None and (tmp_path / "m.pte.scales.json").is_file()
+    (encoding,) = program.output_encodings
+    assert encoding is not None and (tmp_path / "m.pte.encodings.json").is_file()
     torch.save(samples[0][0], tmp_path / "x.pt")
-    torch.save(converted(*samples[0]) + scale, tmp_path / "one_step.pt")  # one step off everywhere
+    golden = converted(*samples[0])
+    low, high = encoding.datatype.integer_range
+    one_step = golden + encoding.scale * torch.where(golden / encoding.scale - encoding.offset < high, 1, -1)
+    torch.save(one_step, tmp_path / "one_step.pt")  # one step off everywhere, inside the range
     command = ["run", str(tmp_path / "m.pte"), "--inputs", str(tmp_path / "x.pt"), "--library", str(library),
                "--golden", str(tmp_path / "one_step.pt"), "--atol", "0"]
     assert cli.main(command) == 0
-    assert "(1.00 steps of" in capsys.readouterr().out
+    assert "(1 step of" in capsys.readouterr().out
     assert cli.main(command + ["--lsb", "0.5"]) == 3
     assert capsys.readouterr().out.strip().endswith("FAIL")
 

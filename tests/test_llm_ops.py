@@ -129,7 +129,7 @@ def test_every_op_quantized_matches_the_converted_model_within_one_step(library,
             assert "position_ids" not in encodings or encodings["position_ids"].datatype is Datatype.INT_32
     with torch.no_grad():
         reference = converted(*samples[0])
-    reports = compare_outputs(outputs, reference, Tolerance(atol=0, lsb=1), scales=program.output_scales)
+    reports = compare_outputs(outputs, reference, Tolerance(atol=0, lsb=1), encodings=program.output_encodings)
     assert all(r.passed for r in reports), [str(r) for r in reports]
 
 

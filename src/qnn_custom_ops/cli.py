@@ -237,7 +237,7 @@ def _runner(args: argparse.Namespace):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .partitioner.lowering import read_output_scales, scales_file
+    from .partitioner.lowering import encodings_file, read_output_encodings
     from .runtime import Tolerance, compare_outputs, method_specs
 
     pte_path = Path(args.model)
@@ -257,11 +257,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"output {index}: {list(output.shape)} {str(output.dtype).replace('torch.', '')}")
         return EXIT_OK
     goldens = _load_tensors(args.golden, output_specs, "golden")
-    scales = read_output_scales(pte_path)
-    if scales is None:
-        print(f"note: no {scales_file(pte_path).name} beside the program (written by lower(output=...)): "
+    encodings = read_output_encodings(pte_path)
+    if encodings is None:
+        print(f"note: no {encodings_file(pte_path).name} beside the program (written by lower(output=...)): "
               "errors are compared in absolute terms only", file=sys.stderr)
-    reports = compare_outputs(outputs, goldens, Tolerance(args.atol, args.min_sqnr, args.lsb), scales=scales)
+    reports = compare_outputs(outputs, goldens, Tolerance(args.atol, args.min_sqnr, args.lsb),
+                              encodings=encodings)
     for report in reports:
         print(report)
     return EXIT_OK if all(r.passed for r in reports) else EXIT_MISMATCH

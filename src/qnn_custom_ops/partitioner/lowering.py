@@ -15,13 +15,14 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from executorch.exir import EdgeCompileConfig, ExecutorchProgramManager, to_edge_transform_and_lower
 
 from ..builder import OpPackageBinding
-from ..builder.quantized import encoding_of, is_dequantize
+from ..builder.quantized import Encoding, encoding_of, is_dequantize
 from ..builder.visitor import bound_visitors
 from ..generator.writer import write_atomic
 from .emulation import EmulatedOp, cast_int64_inputs, emulate_quantized
 from .partitioner import QnnCustomOpPartitioner
 from .preflight import PreflightError, preflight
-from ..errors import UsageError
+from ..errors import ReportedError, UsageError
+from ..opdef import Datatype
 
 
 TARGETS = ("host", "qnn")
@@ -31,23 +32,23 @@ EMULATIONS = ("quantized", "float")
 @dataclass(frozen=True)
 class LoweredProgram:
     """A lowered program: the .pte, what each bound op computes on, and per program output
-    the scale of its last quantization (None for an unquantized output) -- the step in which
-    ``compare_outputs`` measures errors."""
+    the encoding of its last quantization (None for an unquantized output) -- the codes in
+    which ``compare_outputs`` measures errors."""
 
     manager: ExecutorchProgramManager
     emulated: tuple[EmulatedOp, ...]
-    output_scales: tuple[float | None, ...]
+    output_encodings: tuple[Encoding | None, ...]
 
     @property
     def buffer(self) -> bytes:
         return self.manager.buffer
 
 
-def output_scales(program: torch.export.ExportedProgram) -> tuple[float | None, ...]:
-    """Per graph output, the scale of the dequantize node producing it, else None."""
+def output_encodings(program: torch.export.ExportedProgram) -> tuple[Encoding | None, ...]:
+    """Per graph output, the encoding of the dequantize node producing it, else None."""
     (output,) = [n for n in program.graph.nodes if n.op == "output"]
     results = output.args[0] if isinstance(output.args[0], (tuple, list)) else (output.args[0],)
-    return tuple(encoding_of(r).scale if is_dequantize(r) else None for r in results)
+    return tuple(encoding_of(r) if is_dequantize(r) else None for r in results)
 
 
 def is_quantized(program: torch.export.ExportedProgram) -> bool:
@@ -107,7 +108,7 @@ def lower(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], bindin
     quantize nodes (``emulate="float"``, for comparison). ``target="qnn"``: the QNN
     partitioner with ``compile_spec`` (``compile_spec(soc, binding, builds)``); needs the QNN
     SDK and says so in one line without it. ``output`` writes the .pte (atomically), and
-    beside it ``<output>.scales.json``, the outputs' quantization scales.
+    beside it ``<output>.encodings.json``, the outputs' quantization encodings.
     """
     if target not in TARGETS:
         raise UsageError(f"unknown target {target!r}: use one of {', '.join(TARGETS)}")
@@ -116,28 +117,40 @@ def lower(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], bindin
     if target == "qnn" and compile_spec is None:
         raise UsageError("target='qnn' needs compile_spec=qnn_custom_ops.compile_spec(soc, binding, builds)")
     exported = torch.export.export(model, tuple(example_inputs), strict=True)
-    scales = output_scales(exported)
+    encodings = output_encodings(exported)
     if target == "host":
         edge, emulated = _lower_host(exported, binding, emulate)
     else:
         edge, emulated = _lower_qnn(exported, binding, compile_spec), []
-    program = LoweredProgram(edge.to_executorch(), tuple(emulated), scales)
+    program = LoweredProgram(edge.to_executorch(), tuple(emulated), encodings)
     if output is not None:
         write_atomic(Path(output), program.buffer)
         if Path(output).is_file():  # not for a stream such as /dev/stdout
-            write_atomic(scales_file(Path(output)), json.dumps({"output_scales": list(scales)}).encode())
+            write_atomic(encodings_file(Path(output)), json.dumps({"output_encodings": [
+                None if e is None else {"datatype": e.datatype.short_name, "scale": e.scale, "offset": e.offset}
+                for e in encodings]}).encode())
     return program
 
 
-def scales_file(pte: Path) -> Path:
-    """The sidecar of a .pte written by ``lower``: its outputs' quantization scales, which
-    ``qnn-custom-ops run`` compares in steps of."""
-    return pte.with_name(pte.name + ".scales.json")
+class EncodingsFileError(ReportedError, ValueError):
+    """A ``.encodings.json`` beside a program that cannot be read."""
 
 
-def read_output_scales(pte: Path) -> tuple[float | None, ...] | None:
-    """The scales ``lower`` recorded beside ``pte``, or None if it recorded none."""
-    path = scales_file(pte)
+def encodings_file(pte: Path) -> Path:
+    """The sidecar of a .pte written by ``lower``: its outputs' quantization encodings, which
+    ``qnn-custom-ops run`` compares in codes of."""
+    return pte.with_name(pte.name + ".encodings.json")
+
+
+def read_output_encodings(pte: Path) -> tuple[Encoding | None, ...] | None:
+    """The encodings ``lower`` recorded beside ``pte``, or None if it recorded none."""
+    path = encodings_file(pte)
     if not path.is_file():
         return None
-    return tuple(json.loads(path.read_text())["output_scales"])
+    try:
+        return tuple(None if e is None else Encoding(Datatype[e["datatype"]], float(e["scale"]), int(e["offset"]))
+                     for e in json.loads(path.read_text())["output_encodings"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EncodingsFileError(f"{path}: not an encodings file written by lower(output=...) "
+                                 f"({type(exc).__name__}: {exc}); write it again, or remove it to compare "
+                                 "in absolute terms") from None

@@ -8,17 +8,18 @@ from typing import Sequence
 
 import torch
 
+from ..builder.quantized import Encoding
 from ..errors import ReportedError
 
 
 class CompareError(ReportedError, ValueError):
-    """Outputs and goldens (or scales) that cannot be paired."""
+    """Outputs and goldens (or encodings) that cannot be paired."""
 
 
 @dataclass(frozen=True)
 class Tolerance:
-    """An output passes when max abs error <= ``atol`` or SQNR >= ``min_sqnr_db``; an output
-    with a quantization scale passes within ``lsb`` steps of it (one step by default)."""
+    """An output passes when max abs error <= ``atol`` or SQNR >= ``min_sqnr_db``; a quantized
+    output passes within ``lsb`` codes of its encoding (one code by default)."""
 
     atol: float = 1e-4
     min_sqnr_db: float = math.inf
@@ -36,22 +37,20 @@ class OutputReport:
     sqnr_db: float
     passed: bool
     problem: str = ""  # a shape or dtype mismatch, which no tolerance excuses
-    scale: float | None = None  # the output's quantization step, when it has one
+    encoding: Encoding | None = None  # the output's quantization, when it has one
+    steps: int | None = None  # the largest difference in codes of ``encoding``
 
     @property
-    def steps(self) -> float | None:
-        """The max abs error in quantization steps of the output's scale."""
-        return None if self.scale is None else self.max_abs / self.scale
+    def scale(self) -> float | None:
+        return None if self.encoding is None else self.encoding.scale
 
     def __str__(self) -> str:
         verdict = "ok" if self.passed else "FAIL"
-        steps = "" if self.steps is None else f" ({self.steps:.2f} steps of {self.scale:.4g})"
+        plural = "" if self.steps == 1 else "s"
+        steps = "" if self.steps is None else f" ({self.steps} step{plural} of {self.scale:.4g})"
         detail = self.problem or (f"max abs {self.max_abs:.4g}{steps}  mean abs {self.mean_abs:.4g}  "
                                   f"cosine {self.cosine:.6f}  SQNR {self.sqnr_db:.1f} dB")
         return f"output {self.index}: {list(self.shape)} {str(self.dtype).replace('torch.', '')}  {detail}  {verdict}"
-
-
-_FLOAT32_SLACK = 1e-5
 
 
 def _sqnr_db(golden: torch.Tensor, error: torch.Tensor) -> float:
@@ -62,8 +61,20 @@ def _sqnr_db(golden: torch.Tensor, error: torch.Tensor) -> float:
     return 10 * math.log10(signal / noise) if signal > 0 else -math.inf
 
 
+def codes(values: torch.Tensor, encoding: Encoding) -> torch.Tensor:
+    """``values`` requantized with ``encoding`` (round half to even, saturate), as float64: two
+    outputs one code apart differ by exactly 1 here, whatever float error their dequantization
+    carried (a 16-bit step divides float32 values into 1.0001-ish "steps" otherwise)."""
+    low, high = encoding.datatype.integer_range
+    return (torch.round(values / encoding.scale) - encoding.offset).clamp(low, high)
+
+
+def _max_code_difference(got: torch.Tensor, want: torch.Tensor, encoding: Encoding) -> int:
+    return int((codes(got, encoding) - codes(want, encoding)).abs().max()) if got.numel() else 0
+
+
 def compare_output(index: int, output: torch.Tensor, golden: torch.Tensor, tolerance: Tolerance,
-                   scale: float | None = None) -> OutputReport:
+                   encoding: Encoding | None = None) -> OutputReport:
     shape, dtype = tuple(output.shape), output.dtype
     if tuple(golden.shape) != shape:
         return OutputReport(index, shape, dtype, math.inf, math.inf, 0.0, -math.inf, False,
@@ -79,23 +90,24 @@ def compare_output(index: int, output: torch.Tensor, golden: torch.Tensor, toler
     norms = float(got.norm() * want.norm())
     cosine = float(got @ want) / norms if norms > 0 else float(torch.equal(got, want))
     sqnr = _sqnr_db(want, error)
-    # float32 outputs: one step computed in float32 may differ from the scale by an ulp
-    within_steps = scale is not None and max_abs <= tolerance.lsb * scale * (1 + _FLOAT32_SLACK)
+    steps = None if encoding is None else _max_code_difference(got, want, encoding)
+    within_steps = steps is not None and steps <= tolerance.lsb
     passed = max_abs <= tolerance.atol or within_steps or sqnr >= tolerance.min_sqnr_db
-    return OutputReport(index, shape, dtype, max_abs, mean_abs, cosine, sqnr, passed, scale=scale)
+    return OutputReport(index, shape, dtype, max_abs, mean_abs, cosine, sqnr, passed, encoding=encoding, steps=steps)
 
 
 def compare_outputs(outputs: Sequence[torch.Tensor], goldens: Sequence[torch.Tensor],
                     tolerance: Tolerance = Tolerance(),
-                    scales: Sequence[float | None] | None = None) -> list[OutputReport]:
+                    encodings: Sequence[Encoding | None] | None = None) -> list[OutputReport]:
     """One report per output; a count mismatch is an error, not a partial pass.
 
-    ``scales`` gives each output's quantization step (``LoweredProgram.output_scales``):
-    such an output passes within ``tolerance.lsb`` steps, and its report shows the steps.
+    ``encodings`` gives each output's quantization (``LoweredProgram.output_encodings``): such
+    an output is compared in codes -- both sides requantized with it -- and passes within
+    ``tolerance.lsb`` codes; its report shows the steps.
     """
     if len(outputs) != len(goldens):
         raise CompareError(f"{len(outputs)} output(s) but {len(goldens)} golden tensor(s)")
-    scales = list(scales) if scales is not None else [None] * len(outputs)
-    if len(scales) != len(outputs):
-        raise CompareError(f"{len(outputs)} output(s) but {len(scales)} scale(s)")
-    return [compare_output(i, o, g, tolerance, s) for i, (o, g, s) in enumerate(zip(outputs, goldens, scales))]
+    encodings = list(encodings) if encodings is not None else [None] * len(outputs)
+    if len(encodings) != len(outputs):
+        raise CompareError(f"{len(outputs)} output(s) but {len(encodings)} encoding(s)")
+    return [compare_output(i, o, g, tolerance, e) for i, (o, g, e) in enumerate(zip(outputs, goldens, encodings))]
