@@ -45,3 +45,32 @@ def test_cost_refuses_what_it_cannot_measure_in_one_line(capsys, shape, message)
     assert main(["cost", str(OP_PACKAGES / "ExampleOpPackage"), *shape]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and re.search(message, err), err
+
+
+@pytest.mark.parametrize("seconds", ["nan", "inf", "-1", "0"])
+def test_cost_refuses_a_timing_round_that_is_not_a_number_of_seconds(capsys, seconds):
+    with pytest.raises(SystemExit) as exited:
+        main(["cost", str(OP_PACKAGES / "ExampleOpPackage"), "--min-seconds", seconds])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and f"{seconds!r} is not a number of seconds in (0, 60]" in err, err
+
+
+@pytest.mark.parametrize("shape, message", [
+    ("ExampleCustomOp:output=100000x100000x100000x100000,input=1x1x1x1",
+     "the tensors need .* GB, more than a quarter of this machine's memory"),
+    ("ExampleCustomOp:output=1x1x1x4,input=1x1x1x4,input=1x1x1x8",
+     "input is given twice \\(1x1x1x4 and 1x1x1x8\\): give each tensor once"),
+])
+def test_cost_refuses_absurd_shapes_and_a_tensor_given_twice(capsys, shape, message):
+    import re
+
+    assert main(["cost", str(OP_PACKAGES / "ExampleOpPackage"), "--shape", shape]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and re.search(message, err), err
+
+
+def test_cost_measures_int32_inputs_given_with_shape(capsys):
+    assert main(["cost", str(OP_PACKAGES / "LlmOpPackage"), "--min-seconds", "0.001",
+                 "--shape", "CtxGather:out=1x2x16x64,cache=1x2x128x64,ctx_indices=1x16"]) == 0
+    (row,) = capsys.readouterr().out.splitlines()[2:]
+    assert row.split()[:2] == ["CtxGather", "1x2x128x64"]

@@ -8,6 +8,7 @@ No traceback reaches the user unless QCO_DEBUG=1.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import warnings
@@ -190,8 +191,8 @@ def _cmd_build_host(args: argparse.Namespace) -> int:
 
 def _cmd_cost(args: argparse.Namespace) -> int:
     """Per op and shape: host seconds per call, bytes moved, GB/s, beside the copy bandwidth."""
-    from .runtime import KernelLibrary, build_host_kernels
-    from .runtime.cost import cases_from_shapes, copy_bandwidth, measure, one_core
+    from .runtime import build_host_kernels
+    from .runtime.cost import cases_from_shapes, measure_package
 
     package = _load([str(c) for c in _package_configs(args.package_dir)])
     if args.shape:
@@ -203,12 +204,11 @@ def _cmd_cost(args: argparse.Namespace) -> int:
     else:
         raise UsageError(f"{args.package_dir}: say what to measure with --shape OP:TENSOR=DIMS,... "
                          "(every input and output of the op, e.g. --shape MyOp:x=1x4096,y=1x4096)")
-    library = KernelLibrary(build_host_kernels(args.package_dir), package.name)
-    with one_core() as core:
-        bandwidth, costs = copy_bandwidth(), measure(library, cases, args.min_seconds)
-    print(f"{package.name} on one core (cpu {core}); copy bandwidth {bandwidth / 1e9:.2f} GB/s")
+    measured = measure_package(build_host_kernels(args.package_dir), package.name, cases, args.min_seconds,
+                               isolated=args.isolated)
+    print(f"{package.name} on one core (cpu {measured.core}); copy bandwidth {measured.copy_bandwidth / 1e9:.2f} GB/s")
     print(f"{'op':<16}{'input shapes':<36}{'time':>12}{'bytes':>12}{'GB/s':>8}")
-    for cost in costs:
+    for cost in measured.costs:
         print(f"{cost.op:<16}{cost.label:<36}{cost.seconds * 1e6:>10.1f}us{cost.nbytes:>12}{cost.bandwidth / 1e9:>8.2f}")
     return EXIT_OK
 
@@ -220,7 +220,7 @@ def _runner(args: argparse.Namespace):
         libraries = [Path(p) for p in args.library]
         if args.package:
             libraries.append(_host_library(args.package, args.bind, args.imports))
-        return HostRunner(libraries)
+        return HostRunner(libraries, isolated=args.isolated)
     if not args.build_folder:
         raise UsageError(f"--target {args.target} needs --build-folder (your ExecuTorch build with the QNN backend)")
     if args.target == "x86":
@@ -285,6 +285,17 @@ def _add_binding_arguments(parser: argparse.ArgumentParser) -> None:
                         help="module that registers the torch ops (repeatable; the current directory is searched)")
 
 
+def _timing_seconds(text: str) -> float:
+    """A timing round's length: a finite number of seconds in (0, 60]."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= 60:  # false for nan too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in (0, 60]")
+    return seconds
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="qnn-custom-ops", description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="show third-party log lines and warnings too")
@@ -324,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--op-package-lib", action="append", default=[], metavar="DEVICE_PATH=LOCAL",
                      help="op package library to push (device target); the device path the compile spec baked in")
     run.add_argument("--package", metavar="PACKAGE_DIR", help="build this package's host library and load it (host target)")
+    run.add_argument("--isolated", action="store_true",
+                     help="run in a child process: a kernel that crashes is reported, not fatal (host target)")
     _add_binding_arguments(run)
     run.set_defaults(handler=_cmd_run)
     build_host = commands.add_parser("build-host", help="build (cached) a package's host kernel library; print its path")
@@ -335,7 +348,10 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--shape", action="append", default=[], metavar="OP:TENSOR=DIMS,...",
                       help="an op and the shape of each of its inputs and outputs, e.g. "
                            "MyOp:x=1x4096,y=1x4096 (repeatable; LlmOpPackage has its own shapes)")
-    cost.add_argument("--min-seconds", type=float, default=0.2, help="length of each timing round")
+    cost.add_argument("--min-seconds", type=_timing_seconds, default=0.2,
+                      help="length of each timing round (0 < S <= 60, default 0.2)")
+    cost.add_argument("--isolated", action="store_true",
+                      help="measure in a child process: a kernel that crashes is reported, not fatal")
     cost.set_defaults(handler=_cmd_cost)
     return parser
 

@@ -10,7 +10,7 @@ import enum
 
 from ..opdef.datatypes import kernel_rows
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 
 #: ``qco::DType``: the element type of a ``qco::TensorView``, one per kernel ABI tag of the
@@ -26,6 +26,7 @@ class KernelStatus(enum.IntEnum):
     InvalidArgument = 2
     UnsupportedDtype = 3
     ShapeMismatch = 4
+    KernelException = 5  # the kernel threw; the C ABI caught it at the boundary (qco_<Pkg>_last_exception)
 
     @property
     def htp_status(self) -> str:
@@ -44,4 +45,5 @@ _HTP_STATUS = {
     KernelStatus.InvalidArgument: "ErrorBadInput",
     KernelStatus.UnsupportedDtype: "ErrorUnsupported",
     KernelStatus.ShapeMismatch: "ErrorDimensions",
+    KernelStatus.KernelException: "ErrorFatal",
 }

@@ -20,6 +20,8 @@ _LAZY = {
     "KernelError": "kernel_abi",
     "KernelLibrary": "kernel_abi",
     "KernelTensor": "kernel_abi",
+    "KernelCrashError": "isolation",
+    "call_isolated": "isolation",
     "KernelLoadError": "loading",
     "MissingKernelError": "loading",
     "check_program_kernels": "loading",

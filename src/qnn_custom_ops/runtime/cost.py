@@ -4,6 +4,7 @@ in the same run. Shared by ``qnn-custom-ops cost`` and ``benchmarks/bench_llm_op
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -15,7 +16,9 @@ import numpy as np
 
 from ..errors import UsageError
 from ..opdef import Datatype, OpPackage, TensorDef
+from ..opdef.datatypes import DATATYPES
 from ..generator.abi import KernelDType
+from .isolation import call_isolated
 from .kernel_abi import KernelLibrary, KernelTensor
 
 
@@ -97,6 +100,31 @@ def measure(library: KernelLibrary, cases: Sequence[KernelCase], min_seconds: fl
     return costs
 
 
+@dataclass(frozen=True)
+class PackageCost:
+    """A package's cases measured on one core, beside that core's copy bandwidth."""
+
+    core: int
+    copy_bandwidth: float
+    costs: list[Cost]
+
+
+def measure_package(library_path: str | os.PathLike, package_name: str, cases: Sequence[KernelCase],
+                    min_seconds: float = 0.2, *, isolated: bool = False) -> PackageCost:
+    """Every case of a package's host kernel library on one pinned core; ``isolated=True``
+    measures in a child process, so a kernel that crashes raises ``KernelCrashError``."""
+    if isolated:
+        return call_isolated(measure_package, library_path, package_name, cases, min_seconds,
+                             what="the cost measurement")
+    library = KernelLibrary(library_path, package_name)
+    with one_core() as core:
+        return PackageCost(core, copy_bandwidth(), measure(library, cases, min_seconds))
+
+
+#: At most a quarter of this machine's memory for the tensors of one case.
+_MAX_CASE_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+
+
 def _dims(text: str, where: str) -> tuple[int, ...]:
     try:
         dims = tuple(int(d) for d in text.lower().split("x"))
@@ -107,17 +135,43 @@ def _dims(text: str, where: str) -> tuple[int, ...]:
     return dims
 
 
-def _tensor_for(tensor: TensorDef, dims: tuple[int, ...], generator: np.random.Generator) -> KernelTensor:
-    """float32 random data if the tensor may be FLOAT_32, else zeros of its first integer
-    datatype (valid as indices into anything)."""
+def _measured_datatype(tensor: TensorDef, where: str) -> Datatype:
+    """FLOAT_32 if the tensor may be float32, else its first integer datatype."""
     if Datatype.FLOAT_32 in tensor.datatypes:
-        return KernelTensor(generator.standard_normal(dims, dtype=np.float32), KernelDType.Float32)
-    integer = next((d for d in tensor.datatypes if d.is_integer and d.name in KernelDType.__members__), None)
+        return Datatype.FLOAT_32
+    integer = next((d for d in tensor.datatypes if d.is_integer and DATATYPES[d].kernel is not None), None)
     if integer is None:
-        raise UsageError(f"{tensor.name}: datatypes {', '.join(d.short_name for d in tensor.datatypes)}; "
-                         "cost measures FLOAT_32 or integer tensors")
-    kernel = KernelDType[integer.name]
+        raise UsageError(f"{where}: {tensor.name} is {', '.join(d.short_name for d in tensor.datatypes)}; cost "
+                         "measures tensors that may be FLOAT_32 or an integer datatype")
+    return integer
+
+
+def _tensor_for(datatype: Datatype, dims: tuple[int, ...], generator: np.random.Generator) -> KernelTensor:
+    """float32 random data, or zeros of an integer datatype (valid as indices into anything)."""
+    kernel = KernelDType[DATATYPES[datatype].kernel]
+    if datatype is Datatype.FLOAT_32:
+        return KernelTensor(generator.standard_normal(dims, dtype=np.float32), kernel)
     return KernelTensor.empty(dims, kernel)
+
+
+def _check_case_size(shapes: dict[str, tuple[int, ...]], datatypes: dict[str, Datatype], where: str) -> None:
+    """Refuse a case whose tensors would not fit in memory, before allocating them."""
+    nbytes = sum(math.prod(dims) * np.dtype(DATATYPES[datatypes[name]].numpy).itemsize
+                 for name, dims in shapes.items())
+    if nbytes > _MAX_CASE_BYTES:
+        raise UsageError(f"{where}: the tensors need {nbytes / 1e9:.3g} GB, more than a quarter of this machine's "
+                         f"memory ({_MAX_CASE_BYTES / 1e9:.3g} GB): measure a smaller shape")
+
+
+def _assignments(text: str, where: str) -> dict[str, str]:
+    """``x=1x4096,y=1x4096`` -> {"x": "1x4096", ...}; a tensor named twice is an error."""
+    shapes: dict[str, str] = {}
+    for item in filter(None, text.split(",")):
+        name, _, dims = item.partition("=")
+        if name in shapes:
+            raise UsageError(f"{where}: {name} is given twice ({shapes[name]} and {dims}): give each tensor once")
+        shapes[name] = dims
+    return shapes
 
 
 def cases_from_shapes(package: OpPackage, specs: Sequence[str], seed: int = 0) -> list[KernelCase]:
@@ -130,7 +184,7 @@ def cases_from_shapes(package: OpPackage, specs: Sequence[str], seed: int = 0) -
         op = package.ops.get(op_name)
         if op is None:
             raise UsageError(f"{where}: {op_name!r} is not an op of {package.name} (ops: {', '.join(package.ops)})")
-        shapes = dict(item.partition("=")[::2] for item in assignments.split(",") if item)
+        shapes = _assignments(assignments, where)
         tensors = op.outputs + op.inputs
         missing = [t.name for t in tensors if t.name not in shapes]
         unknown = [name for name in shapes if name not in {t.name for t in tensors}]
@@ -138,7 +192,10 @@ def cases_from_shapes(package: OpPackage, specs: Sequence[str], seed: int = 0) -
             raise UsageError(f"{where}: name every input and output of {op_name} once "
                              f"({', '.join(t.name for t in tensors)}); missing: {', '.join(missing) or '-'}, "
                              f"unknown: {', '.join(unknown) or '-'}")
-        made = {t.name: _tensor_for(t, _dims(shapes[t.name], where), generator) for t in tensors}
+        dims = {t.name: _dims(shapes[t.name], where) for t in tensors}
+        datatypes = {t.name: _measured_datatype(t, where) for t in tensors}
+        _check_case_size(dims, datatypes, where)
+        made = {t.name: _tensor_for(datatypes[t.name], dims[t.name], generator) for t in tensors}
         label = " ".join(shapes[t.name] for t in op.inputs)
         cases.append(KernelCase(op_name, label, tuple(made[t.name] for t in op.outputs),
                                 tuple(made[t.name] for t in op.inputs)))

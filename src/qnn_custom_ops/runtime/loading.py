@@ -13,6 +13,7 @@ from typing import Sequence
 
 from ..errors import ReportedError
 from .cmake_build import is_valid_library
+from .isolation import trace_into
 
 _LOADED: dict[Path, ctypes.CDLL] = {}
 _OWNERS: dict[str, Path] = {}  # kernel name -> library that registered it
@@ -115,7 +116,7 @@ def check_program_kernels(pte: bytes, where: str = "program") -> None:
                                  "build_host_library)")
 
 
-def _error_functions(libraries: Sequence[str | Path], name: str) -> list:
+def _library_functions(libraries: Sequence[str | Path], name: str) -> list:
     """``qco_<Pkg>_<name>`` of each loaded host library (``libqco_<Pkg>_executorch.so``)."""
     functions = []
     for path in libraries:
@@ -130,14 +131,20 @@ def _error_functions(libraries: Sequence[str | Path], name: str) -> list:
     return functions
 
 
+def trace_kernels(libraries: Sequence[str | Path]) -> None:
+    """In an isolated child, let each loaded host library name the op it runs (crash reports)."""
+    for function in _library_functions(libraries, "trace_into"):
+        trace_into(function)
+
+
 def clear_kernel_errors(libraries: Sequence[str | Path]) -> None:
-    for function in _error_functions(libraries, "clear_error"):
+    for function in _library_functions(libraries, "clear_error"):
         function()
 
 
 def last_kernel_error(libraries: Sequence[str | Path]) -> str:
     """The message of the last kernel failure in these libraries on this thread, or ""."""
-    for function in _error_functions(libraries, "last_error"):
+    for function in _library_functions(libraries, "last_error"):
         function.restype = ctypes.c_char_p
         message = function()
         if message:

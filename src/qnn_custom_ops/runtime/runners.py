@@ -24,7 +24,9 @@ from .loading import (
     load_host_library,
     load_quantized_kernels,
     program_operators,
+    trace_kernels,
 )
+from .isolation import call_isolated
 from .raw_io import INPUT_LIST, TensorSpec, read_outputs, write_inputs
 
 Inference = Sequence[torch.Tensor]
@@ -55,15 +57,28 @@ def method_specs(pte: bytes, method: str = "forward") -> tuple[list[TensorSpec],
 
 @dataclass
 class HostRunner:
-    """ExecuTorch's Python runtime with the host kernel libraries loaded."""
+    """ExecuTorch's Python runtime with the host kernel libraries loaded.
+
+    ``isolated=True`` runs the program in a child process (a fresh interpreter importing torch
+    and executorch: a few seconds per ``run``): a kernel that crashes raises ``KernelCrashError``
+    naming it, and this interpreter never loads the libraries.
+    """
 
     libraries: Sequence[Path] = ()
+    isolated: bool = False
 
     def run(self, pte: bytes, inferences: Sequence[Inference]) -> list[list[torch.Tensor]]:
+        if self.isolated:
+            return call_isolated(_run_on_host, list(self.libraries), pte, [list(i) for i in inferences],
+                                 what="the program")
+        return self._run_here(pte, inferences)
+
+    def _run_here(self, pte: bytes, inferences: Sequence[Inference]) -> list[list[torch.Tensor]]:
         from executorch.runtime import Runtime
 
         for library in self.libraries:
             load_host_library(library)
+        trace_kernels(self.libraries)
         if any(op.startswith("quantized_decomposed::") for op in program_operators(pte)):
             load_quantized_kernels()
         check_program_kernels(pte)
@@ -80,6 +95,11 @@ class HostRunner:
             if not failure:
                 raise
             raise RunnerError(f"kernel failed: {failure} (ExecuTorch: {exc})") from None
+
+
+def _run_on_host(libraries: list[Path], pte: bytes, inferences: list[list[torch.Tensor]]) -> list[list[torch.Tensor]]:
+    """``HostRunner.run`` in an isolated child."""
+    return HostRunner(libraries).run(pte, inferences)
 
 
 @dataclass

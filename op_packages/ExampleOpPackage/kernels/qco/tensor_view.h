@@ -40,6 +40,7 @@ enum class Status : int32_t {
   kInvalidArgument = 2,
   kUnsupportedDtype = 3,
   kShapeMismatch = 4,
+  kKernelException = 5,
 };
 
 inline const char* status_name(Status status) {
@@ -49,6 +50,7 @@ inline const char* status_name(Status status) {
     case Status::kInvalidArgument: return "invalid argument";
     case Status::kUnsupportedDtype: return "unsupported dtype";
     case Status::kShapeMismatch: return "shape mismatch";
+    case Status::kKernelException: return "kernel exception";
   }
   return "unknown status";
 }

@@ -4,6 +4,14 @@
 // params may be left out; they reach the kernel as absent views (data == nullptr).
 #include "capi.h"
 
-QCO_EXPORT int32_t qco_LlmOpPackage_abi_version() { return 1; }
+QCO_EXPORT int32_t qco_LlmOpPackage_abi_version() { return 2; }
 
 QCO_EXPORT const char* qco_LlmOpPackage_package_name() { return "LlmOpPackage"; }
+
+// what() of the last C++ exception a kernel threw on this thread (its status was kKernelException).
+QCO_EXPORT const char* qco_LlmOpPackage_last_exception() { return qco_capi::exception_message(); }
+
+// While an op runs, ``buffer`` holds its name (nullptr stops it): crash isolation reads it.
+QCO_EXPORT void qco_LlmOpPackage_trace_into(char* buffer, int32_t size) {
+  qco_capi::trace() = qco_capi::Trace{buffer, size};
+}

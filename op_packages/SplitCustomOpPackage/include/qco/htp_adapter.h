@@ -138,6 +138,7 @@ inline ::GraphStatus status_of(Status status) {
     case Status::kInvalidArgument: return ::GraphStatus::ErrorBadInput;
     case Status::kUnsupportedDtype: return ::GraphStatus::ErrorUnsupported;
     case Status::kShapeMismatch: return ::GraphStatus::ErrorDimensions;
+    case Status::kKernelException: return ::GraphStatus::ErrorFatal;
   }
   return ::GraphStatus::ErrorFatal;
 }

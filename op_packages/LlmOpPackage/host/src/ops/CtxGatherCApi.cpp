@@ -14,8 +14,10 @@ QCO_EXPORT int32_t qco_LlmOpPackage_CtxGather(
     return static_cast<int32_t>(qco::Status::kInvalidArgument);
   }
   (void)params;
-  return static_cast<int32_t>(LlmOpPackage::CtxGather(
-      outputs[0],
-      arg_at(inputs, num_inputs, 0),
-      arg_at(inputs, num_inputs, 1)));
+  return qco_capi::guarded("CtxGather", [&] {
+    return LlmOpPackage::CtxGather(
+        outputs[0],
+        arg_at(inputs, num_inputs, 0),
+        arg_at(inputs, num_inputs, 1));
+  });
 }

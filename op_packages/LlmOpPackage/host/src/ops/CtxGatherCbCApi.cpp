@@ -14,9 +14,11 @@ QCO_EXPORT int32_t qco_LlmOpPackage_CtxGatherCb(
     return static_cast<int32_t>(qco::Status::kInvalidArgument);
   }
   (void)params;
-  return static_cast<int32_t>(LlmOpPackage::CtxGatherCb(
-      outputs[0],
-      arg_at(inputs, num_inputs, 0),
-      arg_at(inputs, num_inputs, 1),
-      arg_at(inputs, num_inputs, 2)));
+  return qco_capi::guarded("CtxGatherCb", [&] {
+    return LlmOpPackage::CtxGatherCb(
+        outputs[0],
+        arg_at(inputs, num_inputs, 0),
+        arg_at(inputs, num_inputs, 1),
+        arg_at(inputs, num_inputs, 2));
+  });
 }

@@ -14,10 +14,12 @@ QCO_EXPORT int32_t qco_LlmOpPackage_CtxScatterCb(
     return static_cast<int32_t>(qco::Status::kInvalidArgument);
   }
   (void)params;
-  return static_cast<int32_t>(LlmOpPackage::CtxScatterCb(
-      outputs[0],
-      arg_at(inputs, num_inputs, 0),
-      arg_at(inputs, num_inputs, 1),
-      arg_at(inputs, num_inputs, 2),
-      arg_at(inputs, num_inputs, 3)));
+  return qco_capi::guarded("CtxScatterCb", [&] {
+    return LlmOpPackage::CtxScatterCb(
+        outputs[0],
+        arg_at(inputs, num_inputs, 0),
+        arg_at(inputs, num_inputs, 1),
+        arg_at(inputs, num_inputs, 2),
+        arg_at(inputs, num_inputs, 3));
+  });
 }

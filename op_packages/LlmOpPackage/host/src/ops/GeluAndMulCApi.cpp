@@ -14,8 +14,10 @@ QCO_EXPORT int32_t qco_LlmOpPackage_GeluAndMul(
     return static_cast<int32_t>(qco::Status::kInvalidArgument);
   }
   (void)params;
-  return static_cast<int32_t>(LlmOpPackage::GeluAndMul(
-      outputs[0],
-      arg_at(inputs, num_inputs, 0),
-      arg_at(params, num_params, 0)));
+  return qco_capi::guarded("GeluAndMul", [&] {
+    return LlmOpPackage::GeluAndMul(
+        outputs[0],
+        arg_at(inputs, num_inputs, 0),
+        arg_at(params, num_params, 0));
+  });
 }

@@ -14,9 +14,11 @@ QCO_EXPORT int32_t qco_LlmOpPackage_RmsNorm(
     return static_cast<int32_t>(qco::Status::kInvalidArgument);
   }
   (void)params;
-  return static_cast<int32_t>(LlmOpPackage::RmsNorm(
-      outputs[0],
-      arg_at(inputs, num_inputs, 0),
-      arg_at(inputs, num_inputs, 1),
-      arg_at(params, num_params, 0)));
+  return qco_capi::guarded("RmsNorm", [&] {
+    return LlmOpPackage::RmsNorm(
+        outputs[0],
+        arg_at(inputs, num_inputs, 0),
+        arg_at(inputs, num_inputs, 1),
+        arg_at(params, num_params, 0));
+  });
 }

@@ -14,10 +14,12 @@ QCO_EXPORT int32_t qco_LlmOpPackage_Rope(
     return static_cast<int32_t>(qco::Status::kInvalidArgument);
   }
   (void)params;
-  return static_cast<int32_t>(LlmOpPackage::Rope(
-      outputs[0],
-      arg_at(inputs, num_inputs, 0),
-      arg_at(inputs, num_inputs, 1),
-      arg_at(inputs, num_inputs, 2),
-      arg_at(params, num_params, 0)));
+  return qco_capi::guarded("Rope", [&] {
+    return LlmOpPackage::Rope(
+        outputs[0],
+        arg_at(inputs, num_inputs, 0),
+        arg_at(inputs, num_inputs, 1),
+        arg_at(inputs, num_inputs, 2),
+        arg_at(params, num_params, 0));
+  });
 }

@@ -14,7 +14,9 @@ QCO_EXPORT int32_t qco_LlmOpPackage_SiluAndMul(
     return static_cast<int32_t>(qco::Status::kInvalidArgument);
   }
   (void)params;
-  return static_cast<int32_t>(LlmOpPackage::SiluAndMul(
-      outputs[0],
-      arg_at(inputs, num_inputs, 0)));
+  return qco_capi::guarded("SiluAndMul", [&] {
+    return LlmOpPackage::SiluAndMul(
+        outputs[0],
+        arg_at(inputs, num_inputs, 0));
+  });
 }

@@ -14,8 +14,10 @@ QCO_EXPORT int32_t qco_SplitCustomOpPackage_SplitCustomOp(
     return static_cast<int32_t>(qco::Status::kInvalidArgument);
   }
   (void)params;
-  return static_cast<int32_t>(SplitCustomOpPackage::SplitCustomOp(
-      outputs[0],
-      outputs[1],
-      arg_at(inputs, num_inputs, 0)));
+  return qco_capi::guarded("SplitCustomOp", [&] {
+    return SplitCustomOpPackage::SplitCustomOp(
+        outputs[0],
+        outputs[1],
+        arg_at(inputs, num_inputs, 0));
+  });
 }

@@ -1,0 +1,105 @@
+"""Run a call in a child process, so a kernel that crashes is reported instead of killing Python.
+
+A kernel under development may segfault or abort; in-process, that ends the user's
+interpreter with no message. ``call_isolated`` runs the call in a fresh Python process (not a
+fork: a forked child of a process running thread pools can hang), passes arguments and the
+result by pickle, and turns a death by signal into ``KernelCrashError``. The C ABI of every
+host library loaded in the child writes the name of the op it is running into a page shared
+with the parent (``qco_<Pkg>_trace_into``), so the report names the kernel that crashed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import mmap
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import ReportedError
+
+TRACE_SIZE = 256
+_CALL, _RESULT, _TRACE_FILE = "call.pickle", "result.pickle", "trace"
+# In an isolated child: the page shared with the parent, and a ctypes char over it.
+_TRACE: tuple[mmap.mmap, ctypes.c_char] | None = None
+
+
+class KernelCrashError(ReportedError, RuntimeError):
+    """An isolated call died: a kernel crashed (segfault, abort) or the child exited early."""
+
+
+def call_isolated(function: Callable[..., Any], *args: Any, what: str) -> Any:
+    """``function(*args)`` in a child Python process; its result, or its exception re-raised.
+
+    ``function`` must be importable by name (a module-level function). ``what`` names the call
+    in the crash report when no kernel was running ("the program", "kernel RmsNorm").
+    """
+    with tempfile.TemporaryDirectory(prefix="qco-isolated-") as tmp:
+        work = Path(tmp)
+        quiet = logging.root.manager.disable >= logging.WARNING  # the caller silenced third-party noise
+        # the flag first: the child silences noise before unpickling the call imports torch
+        (work / _CALL).write_bytes(pickle.dumps(quiet) + pickle.dumps((function, args)))
+        (work / _TRACE_FILE).write_bytes(bytes(TRACE_SIZE))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, sys.path))}
+        child = f"import sys; from {__name__} import run_child; run_child(sys.argv[1])"
+        returncode = subprocess.run([sys.executable, "-c", child, tmp], stdin=subprocess.DEVNULL, env=env).returncode
+        running = (work / _TRACE_FILE).read_bytes().split(b"\0", 1)[0].decode("utf-8", "replace")
+        if returncode < 0:
+            culprit = f"kernel {running}" if running else what
+            raise KernelCrashError(f"{culprit} crashed: {_signal_name(-returncode)} (run in an isolated process; "
+                                   "the kernel's own output, if any, is above)")
+        if not (work / _RESULT).is_file():
+            raise KernelCrashError(f"{what} ended its isolated process with exit status {returncode} before "
+                                   "returning (a kernel calling exit()?)")
+        outcome, value = pickle.loads((work / _RESULT).read_bytes())
+    if outcome == "error":
+        raise _rebuilt(*value)
+    return value
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _rebuilt(error_type: type[BaseException], message: str) -> BaseException:
+    """The child's exception as its own type with its message (its constructor's arguments are
+    not always its message, so it is not re-constructed)."""
+    error = error_type.__new__(error_type)
+    error.args = (message,)
+    return error
+
+
+def trace_into(trace_function: Any) -> None:
+    """In an isolated child, hand a loaded library's ``qco_<Pkg>_trace_into`` the shared page."""
+    if _TRACE is not None:
+        trace_function.argtypes = (ctypes.c_void_p, ctypes.c_int32)
+        trace_function(ctypes.addressof(_TRACE[1]), TRACE_SIZE)
+
+
+def run_child(directory: str) -> None:
+    """The child's side: run the pickled call; write its result or its exception for the parent."""
+    global _TRACE
+    work = Path(directory)
+    with open(work / _TRACE_FILE, "r+b") as handle:
+        page = mmap.mmap(handle.fileno(), TRACE_SIZE)
+    _TRACE = (page, ctypes.c_char.from_buffer(page))
+    with open(work / _CALL, "rb") as call:
+        if pickle.load(call):
+            from ..quiet import quiet_third_party
+
+            quiet_third_party()
+        function, args = pickle.load(call)
+    try:
+        outcome = ("ok", function(*args))
+    except Exception as exc:  # every failure goes back to the caller, as its own type
+        outcome = ("error", (type(exc), str(exc)))
+    (work / _RESULT).write_bytes(pickle.dumps(outcome))

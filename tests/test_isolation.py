@@ -1,0 +1,122 @@
+"""A kernel that throws, segfaults or aborts: an error naming the op, never a dead interpreter.
+
+The crashing kernel is ExampleOpPackage's op with its kernel replaced: the width of the last
+dimension picks the fault (1 throws, 2 dereferences null, 3 aborts), anything else multiplies
+by 3. Crashes are only ever run isolated, in a child process.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import qnn_custom_ops as qco
+from qnn_custom_ops.cli import main
+from qnn_custom_ops.runtime import HostRunner, KernelCrashError, KernelDType, KernelError, KernelLibrary, KernelTensor
+from qnn_custom_ops.runtime import RunnerError, build_host_kernels
+
+from .conftest import OP_PACKAGES
+from .torch_ops import EXAMPLE_PACKAGE, MUL3
+
+FAULTY_KERNEL = """
+#pragma once
+#include <cstdlib>
+#include <stdexcept>
+#include "qco/tensor_view.h"
+
+namespace ExampleOpPackage {
+
+inline qco::Status ExampleCustomOp(qco::TensorView& output, const qco::TensorView& input) {
+  switch (input.dims[input.rank - 1]) {
+    case 1: throw std::out_of_range("row 7 is past the cache");
+    case 2: *static_cast<volatile int*>(nullptr) = 1; break;
+    case 3: std::abort();
+  }
+  for (int64_t i = 0; i < input.numel(); ++i) output.as<float>()[i] = 3.0f * input.as<const float>()[i];
+  return qco::Status::kOk;
+}
+
+}  // namespace ExampleOpPackage
+"""
+
+
+@pytest.fixture(scope="module")
+def faulty_package(tmp_path_factory):
+    package_dir = tmp_path_factory.mktemp("faulty") / "ExampleOpPackage"
+    shutil.copytree(OP_PACKAGES / "ExampleOpPackage", package_dir, ignore=shutil.ignore_patterns("build"))
+    (package_dir / "kernels/ExampleCustomOp.h").write_text(FAULTY_KERNEL)
+    return package_dir
+
+
+@pytest.fixture(scope="module")
+def faulty_library(faulty_package):
+    return KernelLibrary(build_host_kernels(faulty_package), "ExampleOpPackage")
+
+
+def _call(library: KernelLibrary, width: int, **kwargs) -> KernelTensor:
+    x = KernelTensor(np.arange(2 * width, dtype=np.float32).reshape(1, 1, 2, width), KernelDType.Float32)
+    y = KernelTensor.empty(x.array.shape, KernelDType.Float32)
+    library.run("ExampleCustomOp", [y], [x], **kwargs)
+    return y
+
+
+@pytest.mark.slow
+def test_a_cpp_exception_is_a_kernel_error_with_its_message(faulty_library):
+    with pytest.raises(KernelError, match=r"^kernel ExampleCustomOp failed: it threw a C\+\+ exception: "
+                                          r"row 7 is past the cache$"):
+        _call(faulty_library, 1)
+    assert np.array_equal(_call(faulty_library, 4).array.ravel(), 3 * np.arange(8))  # the library still works
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width, signal", [(2, "SIGSEGV"), (3, "SIGABRT")])
+def test_an_isolated_call_reports_the_crash_and_python_lives_on(faulty_library, width, signal):
+    with pytest.raises(KernelCrashError, match=rf"^kernel ExampleCustomOp crashed: {signal} "):
+        _call(faulty_library, width, isolated=True)
+
+
+@pytest.mark.slow
+def test_an_isolated_call_returns_the_outputs_and_the_kernels_errors(faulty_library):
+    assert np.array_equal(_call(faulty_library, 5, isolated=True).array.ravel(), 3 * np.arange(10))
+    with pytest.raises(KernelError, match="it threw a C\\+\\+ exception: row 7"):
+        _call(faulty_library, 1, isolated=True)
+
+
+@pytest.mark.slow
+def test_cost_isolated_reports_a_crash_in_one_line(faulty_package, capsys):
+    assert main(["cost", str(faulty_package), "--isolated", "--min-seconds", "0.001",
+                 "--shape", "ExampleCustomOp:output=1x1x4x2,input=1x1x4x2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [err[0]] and err[0].startswith("error: kernel ExampleCustomOp crashed: SIGSEGV"), err
+
+
+@pytest.mark.slow
+def test_the_host_runner_isolated_names_the_kernel_that_crashed(faulty_package, tmp_path, capsys):
+    """The program runs in a child: this interpreter never loads the faulty library, so its
+    kernel names stay free."""
+    binding = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3})
+    library = qco.build_host_library(faulty_package, binding, build_root=tmp_path / "cache")
+
+    class Mul3(torch.nn.Module):
+        def forward(self, x):
+            return MUL3(x)
+
+    runner = HostRunner([library], isolated=True)
+    for width, expected in [(2, KernelCrashError), (1, RunnerError)]:
+        x = torch.randn(1, 1, 3, width)
+        program = qco.lower(Mul3(), (x,), binding, output=tmp_path / f"w{width}.pte")
+        with pytest.raises(expected, match="kernel ExampleCustomOp crashed: SIGSEGV|row 7 is past the cache"):
+            runner.run(program.buffer, [(x,)])
+    x = torch.randn(1, 1, 3, 6)
+    program = qco.lower(Mul3(), (x,), binding, output=tmp_path / "ok.pte")
+    (output,) = runner.run(program.buffer, [(x,)])[0]
+    assert torch.equal(output, x * 3)
+    torch.save(torch.randn(1, 1, 3, 2), tmp_path / "x.pt")
+    command = ["run", str(tmp_path / "w2.pte"), "--inputs", str(tmp_path / "x.pt"), "--library", str(library)]
+    capsys.readouterr()
+    assert main(command + ["--isolated"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [err[0]] and err[0].startswith("error: kernel ExampleCustomOp crashed: SIGSEGV"), err
