@@ -218,3 +218,34 @@ def test_cli_run_on_the_host(mul3_pte, tmp_path, monkeypatch, capsys):
     assert cli.main(run + ["--target", "x86", "--build-folder", str(tmp_path)]) == 2
     err += capsys.readouterr().err
     assert "the x86 target needs the QNN SDK" in err and "Traceback" not in err
+
+
+def _corruptions(pte: bytes) -> dict[str, bytes]:
+    """Random files (their identifier bytes are not UTF-8: the runtime's log of them aborted
+    the interpreter), a real program with bytes flipped, and one cut short."""
+    generator = torch.Generator().manual_seed(7)
+    random = {f"random{i}": bytes([0, 0, 0, 0, 0xFC + i % 3, 0xAB, 0x80, 0xFF])
+              + bytes(torch.randint(0, 256, (1000 * (i + 1),), generator=generator, dtype=torch.uint8).tolist())
+              for i in range(4)}
+    flipped = bytearray(pte)
+    for index in torch.randint(16, len(pte), (40,), generator=generator).tolist():
+        flipped[index] ^= 0x5A
+    return {**random, "flipped": bytes(flipped), "truncated": pte[: len(pte) // 3], "empty": b""}
+
+
+@pytest.mark.slow
+def test_run_on_a_corrupt_program_is_one_line_and_exit_2(mul3_pte, tmp_path, capsys):
+    from qnn_custom_ops.cli import main
+
+    for name, data in _corruptions(mul3_pte).items():
+        (tmp_path / f"{name}.pte").write_bytes(data)
+        assert main(["run", str(tmp_path / f"{name}.pte"), "--inputs", os.devnull]) == 2, name
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: {tmp_path / name}.pte: not an ExecuTorch program"), err
+    with pytest.raises(qco.runtime.ProgramError, match="not an ExecuTorch program"):
+        qco.runtime.HostRunner().run((tmp_path / "random0.pte").read_bytes(), [()])
+    # in a process of its own, as a user runs it: the interpreter is not aborted
+    result = subprocess.run([sys.executable, "-m", "qnn_custom_ops", "run", str(tmp_path / "random1.pte"),
+                             "--inputs", os.devnull], capture_output=True, text=True,
+                            env={**os.environ, "QNN_SDK_ROOT": ""})
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("error: "), result.stderr

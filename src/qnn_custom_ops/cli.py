@@ -244,11 +244,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not pte_path.is_file():
         raise UsageError(f"{pte_path}: no such program")
     pte = pte_path.read_bytes()
-    try:
-        input_specs, output_specs = method_specs(pte)
-    except Exception as exc:  # the runtime's loader raises RuntimeError or ValueError for a bad file
-        raise UsageError(f"{pte_path}: not an ExecuTorch program ({type(exc).__name__}); pass a .pte written by "
-                         "lower(..., output=...)") from None
+    input_specs, output_specs = method_specs(pte, where=str(pte_path))
     inputs = _load_tensors(args.inputs, input_specs, "input")
     with native_noise_filtered(args.verbose):
         (outputs,) = _runner(args).run(pte, [inputs])

@@ -34,6 +34,8 @@ _LAZY = {
     "write_inputs": "raw_io",
     "DeviceRunner": "runners",
     "HostRunner": "runners",
+    "ProgramError": "runners",
+    "check_program": "runners",
     "RunnerError": "runners",
     "X86Runner": "runners",
     "method_specs": "runners",

@@ -4,13 +4,19 @@ x86 and device targets speak ``qnn_executor_runner``'s raw-file protocol."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import os
+import re
 import shlex
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -42,11 +48,65 @@ class RunnerError(ReportedError, RuntimeError):
     """A step of running a program failed; the message names the step."""
 
 
-def method_specs(pte: bytes, method: str = "forward") -> tuple[list[TensorSpec], list[TensorSpec]]:
-    """(input specs, output specs) of a program's method, read from the .pte."""
+class ProgramError(ReportedError, ValueError):
+    """Bytes that are not an ExecuTorch program the installed runtime can load."""
+
+
+@functools.lru_cache(maxsize=1)
+def _program_identifier() -> bytes:
+    """The flatbuffer file identifier of the installed runtime's programs (``ET12``), from its schema."""
+    schema = resources.files("executorch") / "exir/_serialize/program.fbs"
+    return re.search(rb'file_identifier\s+"([^"]{4})"', schema.read_bytes())[1]
+
+
+@contextlib.contextmanager
+def _runtime_log_held() -> Iterator[list[str]]:
+    """Hold what the runtime logs inside the block (through ``sys.stderr`` and file descriptor
+    2): replayed after it on success, handed to the caller instead when the block raises."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    lines: list[str] = []
+    with tempfile.TemporaryFile() as capture, io.StringIO() as python_side:
+        os.dup2(capture.fileno(), 2)
+        try:
+            with contextlib.redirect_stderr(python_side):
+                yield lines
+        except BaseException:
+            lines += _restored(saved, capture, python_side)
+            raise
+        sys.stderr.write("".join(_restored(saved, capture, python_side)))
+
+
+def _restored(saved: int, capture: Any, python_side: io.StringIO) -> list[str]:
+    os.dup2(saved, 2)
+    os.close(saved)
+    capture.seek(0)
+    native = capture.read().decode("utf-8", "replace")
+    return (native + python_side.getvalue()).splitlines(keepends=True)
+
+
+def check_program(pte: bytes, where: str = "program") -> None:
+    """Refuse bytes that are not an ExecuTorch program before the runtime reads them: its
+    loader logs a bad file identifier raw, and a non-UTF-8 one aborts the interpreter."""
+    expected = _program_identifier()
+    if len(pte) < 8 or pte[4:8] != expected:
+        raise ProgramError(f"{where}: not an ExecuTorch program (no {expected.decode()} identifier at byte 4); "
+                           "pass a .pte written by lower(..., output=...)")
+
+
+def method_specs(pte: bytes, method: str = "forward", where: str = "program") -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """(input specs, output specs) of a program's method, read from the .pte; ``ProgramError``
+    (naming ``where``, with the runtime's reason) for a file the runtime cannot load."""
     from executorch.runtime import Runtime
 
-    meta = Runtime.get().load_program(pte).metadata(method)
+    check_program(pte, where)
+    try:
+        with _runtime_log_held() as log:
+            meta = Runtime.get().load_program(pte).metadata(method)
+    except (RuntimeError, ValueError) as exc:
+        reason = re.sub(r"^\[[\w.]+:\d+\]\s*", "", log[-1].strip()) if log else str(exc)
+        raise ProgramError(f"{where}: not an ExecuTorch program the installed runtime can load ({reason}); pass "
+                           "a .pte written by lower(..., output=...)") from None
 
     def spec(info) -> TensorSpec:
         return TensorSpec(tuple(info.sizes()), _TORCH_DTYPES[int(info.dtype())])
@@ -76,6 +136,7 @@ class HostRunner:
     def _run_here(self, pte: bytes, inferences: Sequence[Inference]) -> list[list[torch.Tensor]]:
         from executorch.runtime import Runtime
 
+        method_specs(pte)  # a file the runtime cannot load is one error, before any library is loaded
         for library in self.libraries:
             load_host_library(library)
         trace_kernels(self.libraries)
