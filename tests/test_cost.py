@@ -74,3 +74,14 @@ def test_cost_measures_int32_inputs_given_with_shape(capsys):
                  "--shape", "CtxGather:out=1x2x16x64,cache=1x2x128x64,ctx_indices=1x16"]) == 0
     (row,) = capsys.readouterr().out.splitlines()[2:]
     assert row.split()[:2] == ["CtxGather", "1x2x128x64"]
+
+
+def test_a_package_directory_named_otherwise_builds_under_its_package_name(tmp_path, capsys):
+    """The library and its C ABI are named after the config's PackageName, not the directory."""
+    import shutil
+
+    renamed = tmp_path / "my_checkout_of_the_example"
+    shutil.copytree(OP_PACKAGES / "ExampleOpPackage", renamed, ignore=shutil.ignore_patterns("build"))
+    assert main(["cost", str(renamed), "--min-seconds", "0.001",
+                 "--shape", "ExampleCustomOp:output=1x1x2x8,input=1x1x2x8"]) == 0
+    assert capsys.readouterr().out.startswith("ExampleOpPackage on one core")
