@@ -353,3 +353,50 @@ def test_a_user_module_that_fails_to_import_is_the_users_error(tmp_path, monkeyp
     assert cli.main(["opdef-from-torch", "broken_user_ops:x.y", "--package", "P"]) == 2
     err = capsys.readouterr().err
     assert "importing broken_user_ops raised SyntaxError" in err and err.count("\n") == 1
+
+
+def test_a_user_module_that_calls_sys_exit_is_reported(tmp_path, monkeypatch, capsys):
+    (tmp_path / "exiting_user_ops.py").write_text("import sys\nsys.exit(0)\n")
+    monkeypatch.chdir(tmp_path)
+    package = str(REPO / "op_packages/ExampleOpPackage")
+    assert cli.main(["build-host", package, "--bind", "ExampleCustomOp=my_ops::mul3",
+                     "--import", "exiting_user_ops"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "importing exiting_user_ops called sys.exit(0)" in err[0], err
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_build_host_is_an_interrupt_and_leaves_the_cache_clean(tmp_path):
+    """SIGINT to the whole group (as a terminal's Ctrl-C) while the compiler runs: exit 130,
+    nothing of the build left in the cache, and the next build succeeds."""
+    import signal
+    import time
+
+    started = tmp_path / "compiler-started"
+    slow = tmp_path / "slow-c++"
+    slow.write_text(f'#!/bin/sh\ncase "$*" in *executorch_kernels*) touch {started}; sleep 60;; esac\n'
+                    'exec g++ "$@"\n')
+    slow.chmod(0o755)
+    cache = tmp_path / "cache"
+    package = REPO / "op_packages/ExampleOpPackage"
+    (tmp_path / "mul3_ops.py").write_text(
+        "import qnn_custom_ops as qco\n"
+        f"package = qco.load_package({str(package / 'config/ExampleOpPackage.xml')!r})\n"
+        "qco.define_torch_ops(package, 'my_ops', {'ExampleCustomOp': lambda input: input * 3}, "
+        "names={'ExampleCustomOp': 'mul3'})\n")
+    command = [str(BIN / "qnn-custom-ops"), "build-host", str(package), "--bind", "ExampleCustomOp=my_ops::mul3",
+               "--import", "mul3_ops"]
+    env = {**os.environ, "QCO_CACHE_DIR": str(cache), "CXX": str(slow), "QNN_SDK_ROOT": ""}
+    build = subprocess.Popen(command, cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not started.exists() and build.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert started.exists(), build.communicate()
+    os.killpg(build.pid, signal.SIGINT)
+    out, err = build.communicate(timeout=60)
+    assert (build.returncode, out, err.strip()) == (130, "", "interrupted (Ctrl-C)")
+    assert sorted(p.name for p in (cache / "executorch").iterdir() if p.suffix != ".lock") == []
+    env["CXX"] = "g++"
+    again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and Path(again.stdout.strip()).is_file(), again.stderr

@@ -76,6 +76,9 @@ def _import_user_module(module: str, where: str) -> None:
         raise UsageError(f"{where}: cannot import {module} from the current directory or sys.path: {exc}") from exc
     except Exception as exc:  # the user's module failed while importing: their code, their error
         raise UsageError(f"{where}: importing {module} raised {type(exc).__name__}: {exc}") from exc
+    except SystemExit as exc:  # would end the command with no word of what it did not do
+        raise UsageError(f"{where}: importing {module} called sys.exit({exc.code!r}): a module given here must "
+                         "only register ops (put its script part under if __name__ == '__main__':)") from exc
 
 
 def _torch_overload(name: str, where: str, hint: str):
@@ -363,6 +366,7 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:
+        print("interrupted (Ctrl-C)", file=sys.stderr)
         return 130
     except Exception as exc:  # the last line of defence: one line, not a traceback
         if os.environ.get("QCO_DEBUG"):

@@ -8,6 +8,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -106,16 +107,27 @@ def _build_locked(project: Path | Mapping[str, str], build_dir: Path, work_dir: 
     with FileLock(str(work_dir) + ".lock"):
         if _is_current(library):
             return library
-        source_dir = project if isinstance(project, Path) else _write_sources(work_dir / "src", project)
-        binary_dir = work_dir / "build"
-        if not (binary_dir / "CMakeCache.txt").is_file():
-            _run(["cmake", "-S", str(source_dir), "-B", str(binary_dir), "-DCMAKE_BUILD_TYPE=Release",
-                  *(f"-D{k}={v}" for k, v in options.items())], what)
-        _run(["cmake", "--build", str(binary_dir), "--parallel", str(os.cpu_count() or 1)], what)
-        covered = (keyed.resolve(), work_dir.resolve(), *_INSTALLED)
-        outside = [p for p in _compiled_headers(binary_dir) if not _is_under(p, covered)]
-        _publish(binary_dir / library_name, build_dir, _hash_lines(outside))
+        try:
+            built, outside = _build_in(project, work_dir, library_name, options, what, keyed)
+        except KeyboardInterrupt:  # a half-configured tree would confuse the next build: start it afresh
+            shutil.rmtree(work_dir, ignore_errors=True)
+            raise
+        _publish(built, build_dir, _hash_lines(outside))
     return library
+
+
+def _build_in(project: Path | Mapping[str, str], work_dir: Path, library_name: str, options: Mapping[str, str],
+              what: str, keyed: Path) -> tuple[Path, list[Path]]:
+    """Configure (once) and build in ``work_dir``: the library, and the headers it read from
+    outside the directories the cache key covers."""
+    source_dir = project if isinstance(project, Path) else _write_sources(work_dir / "src", project)
+    binary_dir = work_dir / "build"
+    if not (binary_dir / "CMakeCache.txt").is_file():
+        _run(["cmake", "-S", str(source_dir), "-B", str(binary_dir), "-DCMAKE_BUILD_TYPE=Release",
+              *(f"-D{k}={v}" for k, v in options.items())], what)
+    _run(["cmake", "--build", str(binary_dir), "--parallel", str(os.cpu_count() or 1)], what)
+    covered = (keyed.resolve(), work_dir.resolve(), *_INSTALLED)
+    return binary_dir / library_name, [p for p in _compiled_headers(binary_dir) if not _is_under(p, covered)]
 
 
 def _is_current(library: Path) -> bool:
@@ -182,11 +194,20 @@ def _publish(built: Path, build_dir: Path, dependencies: list[str]) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _interrupted(result: subprocess.CompletedProcess) -> bool:
+    """The step died of Ctrl-C (SIGINT reaches the whole foreground group: make reports it and
+    exits 2, before Python's own KeyboardInterrupt may be raised)."""
+    return (result.returncode in (-signal.SIGINT, 128 + signal.SIGINT)
+            or (result.returncode != 0 and "Interrupt" in result.stdout + result.stderr))
+
+
 def _run(command: list[str], what: str) -> str:
     """Run a CMake step; its output, or ``HostBuildError`` with the compiler's error lines."""
     if shutil.which(command[0]) is None:
         raise HostBuildError(f"{what}: {command[0]} not found (install CMake and a C++17 compiler)")
     result = subprocess.run(command, capture_output=True, text=True)
+    if _interrupted(result):
+        raise KeyboardInterrupt
     if result.returncode != 0:
         output = (result.stdout + result.stderr).splitlines()
         errors = [line for line in output if ("error" in line.lower() or "undefined reference" in line)
