@@ -9,7 +9,7 @@ from .opdef import Datatype, OpDef, OpDefError, OpDefWarning, OpPackage, TensorD
 
 __version__ = "0.1.0"
 
-# Public name -> module that defines it (imported lazily: these pull in torch/executorch).
+# Public name -> module that defines it (imported lazily: most pull in torch/executorch).
 _LAZY = {
     "bind": "builder",
     "OpPackageBinding": "builder",
@@ -34,6 +34,7 @@ _LAZY = {
     "quant_annotation": "quantizer",
     "QuantAnnotationError": "quantizer",
     "Share": "quantizer",
+    "quieted": "quiet",
 }
 
 __all__ = ["Datatype", "OpDef", "OpDefError", "OpDefWarning", "OpPackage", "TensorDef", "load_package", *_LAZY]

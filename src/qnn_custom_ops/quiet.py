@@ -1,5 +1,8 @@
-"""Third-party noise, filtered where it is known, so the demo and the CLI show the flow and
-its results. ``verbose`` brings everything back; our own warnings are never filtered."""
+"""Third-party noise, filtered where it is known, so scripts, the demo and the CLI show the
+flow and its results. ``verbose`` brings everything back; our own warnings are never filtered.
+
+``quieted()`` is the public, opt-in form (``qco.quieted()``): a block that is quiet and leaves
+logging and warnings as it found them. The CLI, a process of its own, silences its whole run."""
 
 from __future__ import annotations
 
@@ -10,10 +13,14 @@ import re
 import sys
 import tempfile
 import warnings
-from typing import Iterator
+from typing import Any, Iterator
 
 # Lines the ExecuTorch runtime's C++ prints on the process's stderr while loading.
 _NATIVE_NOISE = re.compile(r"^\[cpuinfo_utils\.cpp:\d+\]")
+
+# torchao, torch and executorch warn of their own deprecations with these; qnn-custom-ops warns
+# with UserWarning subclasses (OpDefWarning, SwapWarning, ...), which are never filtered.
+_NOISY_WARNINGS = (FutureWarning, DeprecationWarning)
 
 
 def quiet_third_party(verbose: bool = False) -> None:
@@ -24,7 +31,7 @@ def quiet_third_party(verbose: bool = False) -> None:
     # SDK notes) log setup chatter at WARNING and below, and executorch resets logger levels on
     # import: a process-wide threshold holds. qnn-custom-ops itself does not log.
     logging.disable(logging.WARNING)
-    for category in (FutureWarning, DeprecationWarning):
+    for category in _NOISY_WARNINGS:
         warnings.filterwarnings("ignore", category=category)
 
 
@@ -48,3 +55,29 @@ def native_noise_filtered(verbose: bool = False) -> Iterator[None]:
             kept = [line for line in capture.read().decode("utf-8", "replace").splitlines(keepends=True)
                     if not _NATIVE_NOISE.match(line)]
             sys.stderr.write("".join(kept))
+
+
+@contextlib.contextmanager
+def quieted() -> Iterator[None]:
+    """Silence known third-party noise inside the block, then put back the logging threshold and
+    the warning display it changed, so a script opts in without changing the rest of its process.
+
+    Warnings are dropped where they are shown, not by filters: the filters torch and executorch
+    install while they are imported inside the block stay. Enter it before torchao and executorch
+    are first imported (their imports print most of the noise); other stderr lines written inside
+    the block appear when it ends.
+    """
+    disabled, show = logging.root.manager.disable, warnings.showwarning
+
+    def show_unless_noise(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if not issubclass(category, _NOISY_WARNINGS):
+            show(message, category, *args, **kwargs)
+
+    logging.disable(logging.WARNING)  # the threshold quiet_third_party sets, for the block only
+    warnings.showwarning = show_unless_noise
+    try:
+        with native_noise_filtered():
+            yield
+    finally:
+        logging.disable(disabled)
+        warnings.showwarning = show

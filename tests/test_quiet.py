@@ -1,0 +1,75 @@
+"""qco.quieted(): a script opts out of third-party noise for a block, keeps our warnings and
+its own, and finds logging and warnings as they were after the block."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import DATA, OP_PACKAGES
+
+# A user's script: the quantized flow on the ExampleOpPackage, run once, with or without the block.
+SCRIPT = f"""
+import logging, sys, warnings
+import qnn_custom_ops as qco
+
+
+def flow():
+    import torch
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from qnn_custom_ops.runtime import HostRunner
+
+    qco.load_package({str(DATA / "every_feature.xml")!r})  # OpDefWarnings: ours, always shown
+    warnings.warn("the script's own warning")
+    package = qco.load_package({str(OP_PACKAGES / "ExampleOpPackage/config/ExampleOpPackage.xml")!r})
+    mul3 = qco.define_torch_ops(package, "my_ops", {{"ExampleCustomOp": lambda x: x * 3}},
+                                names={{"ExampleCustomOp": "mul3"}})["ExampleCustomOp"]
+    binding = qco.bind(package, {{"ExampleCustomOp": mul3}})
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return torch.softmax(mul3(x), dim=-1)
+
+    model = Model()
+    inputs = (torch.randn(1, 3, 8, 8),)
+    prepared = prepare_pt2e(torch.export.export(model, inputs).module(), qco.make_quantizer(binding, "8a8w"))
+    prepared(*inputs)
+    program = qco.lower(convert_pt2e(prepared), inputs, binding, target="host")
+    HostRunner([qco.build_host_library({str(OP_PACKAGES / "ExampleOpPackage")!r}, binding)]).run(program.buffer, [inputs])
+
+
+state = (logging.root.manager.disable, warnings.showwarning)
+if sys.argv[1] == "quieted":
+    with qco.quieted():
+        flow()
+else:
+    flow()
+print("restored" if (logging.root.manager.disable, warnings.showwarning) == state else "changed")
+print(len(warnings.filters), "warning filters")  # the ones the imports installed are kept
+warnings.warn("after the block", FutureWarning)
+"""
+
+# What torchao, torch, executorch and the ExecuTorch runtime print while the flow runs.
+THIRD_PARTY = re.compile(r"torchao|_pytree\.py|^\[(INFO|WARNING) |LeafSpec|^\[cpuinfo_utils")
+
+
+def run_flow(tmp_path, mode: str) -> tuple[list[str], list[str]]:
+    """The script's stdout and stderr lines, run with ``mode`` "plain" or "quieted"."""
+    script = tmp_path / "flow.py"
+    script.write_text(SCRIPT)
+    result = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines(), result.stderr.splitlines()
+
+
+@pytest.mark.slow
+def test_quieted_drops_third_party_noise_keeps_our_warnings_and_restores_logging_and_warnings(tmp_path):
+    (plain_out, loud), (quiet_out, quiet) = run_flow(tmp_path, "plain"), run_flow(tmp_path, "quieted")
+    assert quiet_out == plain_out and plain_out[0] == "restored"
+    assert len([line for line in loud if THIRD_PARTY.search(line)]) >= 10
+    assert [line for line in quiet if THIRD_PARTY.search(line)] == []
+    ours = [line for line in loud if re.search(r"OpDefWarning|the script's own warning|after the block", line)]
+    assert len(ours) >= 4 and [line for line in quiet if line in ours] == ours
