@@ -1,0 +1,40 @@
+"""The README's Python snippets run as written, so the README cannot drift from what works."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import qnn_custom_ops as qco
+
+from .conftest import REPO
+from .torch_ops import EXAMPLE_PACKAGE, MUL3, ConvMul3
+
+QD = torch.ops.quantized_decomposed
+
+
+def readme_block(after: str) -> str:
+    """The first ```python block of the README after the text ``after``."""
+    (block,) = re.findall(re.escape(after) + r".*?```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    return block
+
+
+@pytest.mark.slow  # the first QnnQuantizer of a process imports executorch's QNN backend
+def test_the_readme_quantization_lines_quantize_a_bound_op_8a8w():
+    """The Quantizer annotation section's PT2E lines, run on the seed model: the bound op
+    ends up between dequantize and quantize nodes, and the converted model computes what the
+    float one does, within 8-bit quantization error."""
+    model = ConvMul3()
+    inputs = (torch.randn(1, 3, 8, 8),)
+    names = {"qco": qco, "binding": qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3}), "model": model,
+             "example_inputs": inputs, "calibration_inputs": [inputs, (torch.randn(1, 3, 8, 8),)]}
+    exec(readme_block("Quantizing is the PT2E flow"), names)
+    converted = names["converted"]
+    (mul3,) = [node for node in converted.graph.nodes if node.target == MUL3]
+    assert mul3.args[0].target == QD.dequantize_per_tensor.default
+    assert [user.target for user in mul3.users] == [QD.quantize_per_tensor.default]
+    assert mul3.args[0].args[-1] == torch.uint8  # 8a8w activations
+    with torch.no_grad():
+        torch.testing.assert_close(converted(*inputs), model(*inputs), atol=0.02, rtol=0)
