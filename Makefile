@@ -9,6 +9,8 @@ STAMP := $(VENV)/.installed
 CLANG_PACKAGES := clang libc++-dev libc++abi-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CLANG_STAMP := $(VENV)/.clang
+# qemu-user's qemu-hexagon runs the Hexagon check's programs; ziglang (a dev dependency) builds them.
+HEXAGON_STAMP := $(VENV)/.hexagon
 
 .PHONY: demo test bench
 
@@ -25,12 +27,19 @@ $(CLANG_STAMP): $(STAMP)
 	  { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(CLANG_PACKAGES); }
 	touch $(CLANG_STAMP)
 
+# Also builds zig's libc++ for Hexagon once (~3 CPU-minutes, cached in ~/.cache/qnn_custom_ops/zig).
+$(HEXAGON_STAMP): $(STAMP)
+	@command -v qemu-hexagon >/dev/null || $(SUDO) apt-get install -y -q qemu-user || \
+	  { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q qemu-user; }
+	$(PY) -c "from qnn_custom_ops.runtime.hexagon import check_toolchain; print(check_toolchain())"
+	touch $(HEXAGON_STAMP)
+
 demo: $(STAMP)
 	$(PY) examples/custom_op_mul3.py --target host
 
 # Tests run on every core (pytest-xdist; builds are process-safe and shared through the run's cache),
 # handed out one at a time, slow ones first (tests/conftest.py), so the workers end together.
-test: $(STAMP) $(CLANG_STAMP)
+test: $(STAMP) $(CLANG_STAMP) $(HEXAGON_STAMP)
 	$(PY) -m pytest -q -n auto --dist load --maxschedchunk 1
 
 bench: $(STAMP)

@@ -216,6 +216,27 @@ def _cmd_cost(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_hexagon_check(args: argparse.Namespace) -> int:
+    """Each op and datatype: host and Hexagon (emulated) outputs bit for bit, executed packets."""
+    from .runtime.dtype_cases import dtype_cases
+    from .runtime.hexagon import QEMU_CPU, HEXAGON_CPU, hexagon_check
+
+    package = _load([str(c) for c in _package_configs(args.package_dir)])
+    if args.shape or package.name != "LlmOpPackage":
+        cases = dtype_cases(package, args.shape)
+    else:
+        from .library.check_cases import hexagon_cases
+
+        cases = hexagon_cases(package)
+    results = hexagon_check(args.package_dir, cases)
+    for result in results:
+        print(result)
+    failed = sum(not r.passed for r in results)
+    print(f"{len(results) - failed} of {len(results)} case(s) bit-exact between the host and Hexagon ({HEXAGON_CPU}, "
+          f"qemu-hexagon -cpu {QEMU_CPU}); packets are executed VLIW packets on a functional emulator, not cycles")
+    return EXIT_OK if not failed else EXIT_MISMATCH
+
+
 def _runner(args: argparse.Namespace):
     from .runtime import DeviceRunner, HostRunner, X86Runner
 
@@ -352,6 +373,14 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--isolated", action="store_true",
                       help="measure in a child process: a kernel that crashes is reported, not fatal")
     cost.set_defaults(handler=_cmd_cost)
+    hexagon = commands.add_parser("hexagon-check", help="run each op's kernel for Hexagon under qemu-hexagon; compare "
+                                                        "with the host bit for bit; count executed packets")
+    hexagon.add_argument("package_dir", metavar="PACKAGE_DIR")
+    hexagon.add_argument("--shape", action="append", default=[], metavar="OP:TENSOR=DIMS,...",
+                         help="an op and the shape of each of its inputs and outputs, checked at every datatype "
+                              "it declares (repeatable; default: each op with dims 2x3x5x9 cut to each rank; "
+                              "LlmOpPackage has its own cases)")
+    hexagon.set_defaults(handler=_cmd_hexagon_check)
     return parser
 
 

@@ -125,7 +125,7 @@ def measure_package(library_path: str | os.PathLike, package_name: str, cases: S
 _MAX_CASE_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
 
 
-def _dims(text: str, where: str) -> tuple[int, ...]:
+def parse_dims(text: str, where: str) -> tuple[int, ...]:
     try:
         dims = tuple(int(d) for d in text.lower().split("x"))
     except ValueError:
@@ -154,7 +154,7 @@ def _tensor_for(datatype: Datatype, dims: tuple[int, ...], generator: np.random.
     return KernelTensor.empty(dims, kernel)
 
 
-def _check_case_size(shapes: dict[str, tuple[int, ...]], datatypes: dict[str, Datatype], where: str) -> None:
+def check_case_size(shapes: dict[str, tuple[int, ...]], datatypes: dict[str, Datatype], where: str) -> None:
     """Refuse a case whose tensors would not fit in memory, before allocating them."""
     nbytes = sum(math.prod(dims) * np.dtype(DATATYPES[datatypes[name]].numpy).itemsize
                  for name, dims in shapes.items())
@@ -163,7 +163,7 @@ def _check_case_size(shapes: dict[str, tuple[int, ...]], datatypes: dict[str, Da
                          f"memory ({_MAX_CASE_BYTES / 1e9:.3g} GB): measure a smaller shape")
 
 
-def _assignments(text: str, where: str) -> dict[str, str]:
+def parse_assignments(text: str, where: str) -> dict[str, str]:
     """``x=1x4096,y=1x4096`` -> {"x": "1x4096", ...}; a tensor named twice is an error."""
     shapes: dict[str, str] = {}
     for item in filter(None, text.split(",")):
@@ -184,7 +184,7 @@ def cases_from_shapes(package: OpPackage, specs: Sequence[str], seed: int = 0) -
         op = package.ops.get(op_name)
         if op is None:
             raise UsageError(f"{where}: {op_name!r} is not an op of {package.name} (ops: {', '.join(package.ops)})")
-        shapes = _assignments(assignments, where)
+        shapes = parse_assignments(assignments, where)
         tensors = op.outputs + op.inputs
         missing = [t.name for t in tensors if t.name not in shapes]
         unknown = [name for name in shapes if name not in {t.name for t in tensors}]
@@ -192,9 +192,9 @@ def cases_from_shapes(package: OpPackage, specs: Sequence[str], seed: int = 0) -
             raise UsageError(f"{where}: name every input and output of {op_name} once "
                              f"({', '.join(t.name for t in tensors)}); missing: {', '.join(missing) or '-'}, "
                              f"unknown: {', '.join(unknown) or '-'}")
-        dims = {t.name: _dims(shapes[t.name], where) for t in tensors}
+        dims = {t.name: parse_dims(shapes[t.name], where) for t in tensors}
         datatypes = {t.name: _measured_datatype(t, where) for t in tensors}
-        _check_case_size(dims, datatypes, where)
+        check_case_size(dims, datatypes, where)
         made = {t.name: _tensor_for(datatypes[t.name], dims[t.name], generator) for t in tensors}
         label = " ".join(shapes[t.name] for t in op.inputs)
         cases.append(KernelCase(op_name, label, tuple(made[t.name] for t in op.outputs),

@@ -1,0 +1,61 @@
+"""The cases the Hexagon check runs the LLM ops on: every declared datatype, odd widths (tails
+of any vector length), each enum parameter value, and index tensors that hit padding (-1),
+rows past the cache and repeated rows."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..opdef import OpPackage
+from ..runtime.cost import KernelCase
+from ..runtime.dtype_cases import dtype_cases
+from ..runtime.kernel_abi import KernelDType, KernelTensor
+
+#: Per op: its tensors' dims (hidden sizes 769 and 1538: no power of two divides them).
+SHAPES = (
+    "RmsNorm:y=3x769,x=3x769,weight=769",
+    "SiluAndMul:y=3x769,x=3x1538",
+    "GeluAndMul:y=3x769,x=3x1538",
+    "Rope:y=1x2x5x64,x=1x2x5x64,cos=5x32,sin=5x32",
+    "CtxScatter:out=1x2x16x8,cache=1x2x16x8,position_ids=1x5,updates=1x2x5x8",
+    "CtxGather:out=1x2x5x8,cache=1x2x16x8,ctx_indices=1x5",
+    "CtxScatterCb:out=2x2x16x8,cache=2x2x16x8,batch_index=2,position_ids=2x3,updates=2x2x3x8",
+    "CtxGatherCb:out=2x2x3x8,cache=2x2x16x8,batch_index=2,ctx_indices=2x3",
+)
+#: Enum parameters checked at each of their values: (op, parameter index, value count).
+ENUM_PARAMS = {"GeluAndMul": 2, "Rope": 2}  # approximate none/tanh, style neox/gptj
+CTX_LEN = 16
+
+
+def _indices(case: KernelCase, generator: np.random.Generator) -> KernelCase:
+    """The case with its int32 inputs made meaningful: positions in [-1, CTX_LEN] (padding and
+    one past the end included), batch slots a permutation."""
+    inputs = []
+    for tensor in case.inputs:
+        if tensor.dtype is not KernelDType.Int32:
+            inputs.append(tensor)
+        elif tensor.array.ndim == 1:
+            inputs.append(KernelTensor(generator.permutation(tensor.array.size).astype(np.int32), tensor.dtype))
+        else:
+            positions = generator.integers(-1, CTX_LEN, size=tensor.array.shape, endpoint=True)
+            inputs.append(KernelTensor(positions.astype(np.int32), tensor.dtype))
+    return dataclasses.replace(case, inputs=tuple(inputs))
+
+
+def _with_enum(case: KernelCase, value: int) -> KernelCase:
+    """The case with its one enum parameter set to ``value`` (a rank-0 UINT_32 index)."""
+    param = KernelTensor(np.array(value, dtype=np.uint32), KernelDType.UInt32)
+    return dataclasses.replace(case, label=f"{case.label} enum={value}", params=(param,))
+
+
+def hexagon_cases(package: OpPackage, seed: int = 0) -> list[KernelCase]:
+    """Every op of the LlmOpPackage at every datatype its output declares, each enum value."""
+    generator = np.random.default_rng(seed)
+    cases = []
+    for case in dtype_cases(package, SHAPES, seed):
+        case = _indices(case, generator)
+        values = ENUM_PARAMS.get(case.op, 0)
+        cases += [_with_enum(case, value) for value in range(values)] if values else [case]
+    return cases

@@ -1,0 +1,107 @@
+"""The NPU half without the SDK: kernels built for Hexagon (zig's clang, v66 + HVX 128B), run
+under qemu-hexagon and compared with the host build bit for bit; the HTP sources built by the
+generated Makefile's Hexagon target (``make htp_v68``) with a stand-in of the SDK's compiler."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import qnn_custom_ops as qco
+from qnn_custom_ops.cli import main
+from qnn_custom_ops.generator import generate
+from qnn_custom_ops.runtime.dtype_cases import dtype_cases
+from qnn_custom_ops.runtime.hexagon import hexagon_check
+
+from .conftest import DATA, FIXTURE_CONFIGS, OP_PACKAGES, shared_build
+from .test_htp_build import STANDIN
+
+HEXAGON_CXX = Path(__file__).resolve().parent / "htp_standin" / "hexagon-clang++"
+SHAPES = {"ExampleOpPackage": [], "LlmOpPackage": [],
+          "SplitCustomOpPackage": ["--shape", "SplitCustomOp:first_half=2x3x5x4,second_half=2x3x5x4,input=2x3x5x8"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_every_shipped_package_is_bit_exact_on_hexagon(name, capsys):
+    assert main(["hexagon-check", str(OP_PACKAGES / name), *SHAPES[name]]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    package = qco.load_package(*sorted((OP_PACKAGES / name).glob("config/*.xml")))
+    checked = {(line.split()[0], line.split()[1]) for line in lines[:-1] if " ok " in line}
+    declared = {(op.name, d.short_name) for op in package.ops.values()
+                for d in op.datatypes(op.outputs[0], "HTP")}
+    assert checked == declared, "\n".join(lines)  # every op at every datatype its output declares
+    assert all("packets" in line for line in lines[:-1])
+    assert lines[-1].startswith(f"{len(lines) - 1} of {len(lines) - 1} case(s) bit-exact")
+
+
+#: Kernels that compute other bits on Hexagon than on the host, each in one way.
+MUTATIONS = {
+    # a stride computed in `long`: 64 bits on the host, 32 on Hexagon, where the product wraps
+    "long": "const long spread = static_cast<long>(i) * 2654435761L; const int64_t j = (spread % n + n) % n;\n"
+            "y[i] = kFactor * x[j];",
+    # a Hexagon-only fast path fusing a*b+c into one rounding (an FMA)
+    "fma": "#ifdef __hexagon__\ny[i] = __builtin_fmaf(kFactor, x[i], 0.1f * x[i]);\n#else\n"
+           "y[i] = kFactor * x[i] + 0.1f * x[i];\n#endif",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_a_kernel_that_computes_otherwise_on_hexagon_is_caught(mutation, tmp_path):
+    package_dir = Path(shutil.copytree(OP_PACKAGES / "ExampleOpPackage", tmp_path / "ExampleOpPackage",
+                                       ignore=shutil.ignore_patterns("build")))
+    kernel = package_dir / "kernels/ExampleCustomOp.h"
+    original = "for (int64_t i = 0; i < n; ++i) y[i] = kFactor * x[i];"
+    assert original in kernel.read_text()
+    kernel.write_text(kernel.read_text().replace(original, "for (int64_t i = 0; i < n; ++i) {\n"
+                                                           f"{MUTATIONS[mutation]}\n}}"))
+    package = qco.load_package(package_dir / "config/ExampleOpPackage.xml")
+    results = {r.label.split()[0]: r for r in hexagon_check(package_dir, dtype_cases(package))}
+    assert results["UFIXED_POINT_8"].passed  # the mutated loop is the float32 branch
+    failed = results["FLOAT_32"]
+    assert not failed.passed
+    text = str(failed)
+    assert text.startswith("ExampleCustomOp ") and "MISMATCH output 0 index " in text and "host " in text, text
+
+
+def _hexagon_make(package_dir: Path) -> subprocess.CompletedProcess:
+    """``make htp_v68`` as a user runs it, the SDK's hexagon-clang++ stood in for by zig's."""
+    return subprocess.run(["make", "-C", str(package_dir), "htp_v68", f"QNN_SDK_ROOT={STANDIN}",
+                           f"HEXAGON_SDK_ROOT={package_dir / 'no-hexagon-sdk'}",
+                           f"HEXAGON_CXX_V68={sys.executable} {HEXAGON_CXX}"], capture_output=True, text=True)
+
+
+CONFIGS = FIXTURE_CONFIGS + [DATA / name for name in ("every_feature.xml", "every_arg_kind.xml", "quant_ops.xml",
+                                                      "htp_fp16.xml", "hostile_names.xml")]
+
+
+@pytest.mark.slow
+def test_every_htp_source_builds_for_hexagon_with_the_makefiles_hexagon_flags():
+    """Every src/*.cpp and src/ops/*.cpp of every shipped and test package, 32-bit, HVX on,
+    -DPREPARE_DISABLED, linked into the package's Hexagon library."""
+    def build(root: Path) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", qco.OpDefWarning)
+            for config in CONFIGS:
+                generate(qco.load_package(config), root / config.stem)
+        for name in SHAPES:
+            shutil.copytree(OP_PACKAGES / name, root / "shipped" / name, ignore=shutil.ignore_patterns("build"))
+
+    root = shared_build("hexagon-htp", build)
+    packages = [p.parent for p in sorted(root.glob("*/*/Makefile"))]
+    assert len(packages) == len(CONFIGS) + len(SHAPES)
+    for package_dir in packages:
+        result = _hexagon_make(package_dir)
+        assert result.returncode == 0, f"{package_dir.name}: make htp_v68 failed\n{result.stdout[-2000:]}\n" \
+                                       f"{result.stderr[-3000:]}"
+        build_dir = package_dir / "build/hexagon-v68"
+        objects = {p.relative_to(build_dir).with_suffix(".cpp").as_posix() for p in build_dir.rglob("*.o")}
+        assert objects == {p.relative_to(package_dir).as_posix() for p in package_dir.glob("src/**/*.cpp")}
+        (library,) = build_dir.glob("libQnn*.so")
+        assert library.read_bytes()[:4] == b"\x7fELF" and library.read_bytes()[18] == 164  # EM_QDSP6: Hexagon
