@@ -105,3 +105,15 @@ def test_every_htp_source_builds_for_hexagon_with_the_makefiles_hexagon_flags():
         assert objects == {p.relative_to(package_dir).as_posix() for p in package_dir.glob("src/**/*.cpp")}
         (library,) = build_dir.glob("libQnn*.so")
         assert library.read_bytes()[:4] == b"\x7fELF" and library.read_bytes()[18] == 164  # EM_QDSP6: Hexagon
+
+
+@pytest.mark.slow
+def test_cost_counts_executed_packets_on_hexagon(capsys):
+    """Packets grow with the elements: the same op on 4x and 16x the elements."""
+    assert main(["cost", str(OP_PACKAGES / "ExampleOpPackage"), "--hexagon", "--min-seconds", "0.001",
+                 "--shape", "ExampleCustomOp:output=1x1x4x64,input=1x1x4x64",
+                 "--shape", "ExampleCustomOp:output=1x1x16x64,input=1x1x16x64"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "executed VLIW packets per call on qemu-hexagon" in lines[0] and lines[1].split()[-1] == "packets"
+    small, large = (int(line.split()[-1]) for line in lines[2:4])
+    assert 3 * small < large < 5 * small

@@ -209,10 +209,18 @@ def _cmd_cost(args: argparse.Namespace) -> int:
                          "(every input and output of the op, e.g. --shape MyOp:x=1x4096,y=1x4096)")
     measured = measure_package(build_host_kernels(args.package_dir), package.name, cases, args.min_seconds,
                                isolated=args.isolated)
-    print(f"{package.name} on one core (cpu {measured.core}); copy bandwidth {measured.copy_bandwidth / 1e9:.2f} GB/s")
-    print(f"{'op':<16}{'input shapes':<36}{'time':>12}{'bytes':>12}{'GB/s':>8}")
-    for cost in measured.costs:
-        print(f"{cost.op:<16}{cost.label:<36}{cost.seconds * 1e6:>10.1f}us{cost.nbytes:>12}{cost.bandwidth / 1e9:>8.2f}")
+    packets = [""] * len(cases)
+    if args.hexagon:
+        from .runtime.hexagon import hexagon_packets
+
+        packets = [f"{count:>14}" for count in hexagon_packets(args.package_dir, cases)]
+    print(f"{package.name} on one core (cpu {measured.core}); copy bandwidth {measured.copy_bandwidth / 1e9:.2f} GB/s"
+          + ("; Hexagon: executed VLIW packets per call on qemu-hexagon (a functional emulator: not cycles)"
+             if args.hexagon else ""))
+    print(f"{'op':<16}{'input shapes':<36}{'time':>12}{'bytes':>12}{'GB/s':>8}" + (f"{'packets':>14}" * args.hexagon))
+    for cost, count in zip(measured.costs, packets):
+        print(f"{cost.op:<16}{cost.label:<36}{cost.seconds * 1e6:>10.1f}us{cost.nbytes:>12}"
+              f"{cost.bandwidth / 1e9:>8.2f}{count}")
     return EXIT_OK
 
 
@@ -372,6 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="length of each timing round (0 < S <= 60, default 0.2)")
     cost.add_argument("--isolated", action="store_true",
                       help="measure in a child process: a kernel that crashes is reported, not fatal")
+    cost.add_argument("--hexagon", action="store_true",
+                      help="also count each call's executed packets on Hexagon (qemu-hexagon; slow for big shapes)")
     cost.set_defaults(handler=_cmd_cost)
     hexagon = commands.add_parser("hexagon-check", help="run each op's kernel for Hexagon under qemu-hexagon; compare "
                                                         "with the host bit for bit; count executed packets")

@@ -297,6 +297,12 @@ def first_mismatch(host: np.ndarray, hexagon: np.ndarray, tensor: KernelTensor, 
     return f"output {index} index {at} ({len(differs)} differ): host {want}, hexagon {got}{steps}"
 
 
+def hexagon_packets(package_dir: str | Path, cases: Sequence[KernelCase]) -> list[int]:
+    """Executed packets of each case's kernel call on Hexagon (emulated)."""
+    package_dir = Path(package_dir).resolve()
+    return run_on_hexagon(build_hexagon_driver(package_dir), cases, _driver_ops(package_dir)).packets
+
+
 def hexagon_check(package_dir: str | Path, cases: Sequence[KernelCase]) -> list[CheckResult]:
     """Run ``cases`` through the host build and under the emulator; one result per case."""
     package_dir = Path(package_dir).resolve()
