@@ -41,16 +41,47 @@ def seeded_input(*shape):
     ("none", set()),
     ("all,-rms_norm", {"silu_and_mul", "gelu_and_mul"}),
     ("none,+silu_and_mul", {"silu_and_mul"}),
-    ("rms_norm", {"rms_norm", "silu_and_mul", "gelu_and_mul"}),
     (" none , +rms_norm , +gelu_and_mul ", {"rms_norm", "gelu_and_mul"}),
+    ("rms_norm", {"rms_norm"}),  # names without a base: exactly those ops
+    ("+rms_norm,silu_and_mul", {"rms_norm", "silu_and_mul"}),
+    ("-rms_norm", {"silu_and_mul", "gelu_and_mul"}),  # only -names: all but those
+    ("+rms_norm,+rms_norm", {"rms_norm"}),
 ])
 def test_select_follows_vllms_grammar(select, expected):
     assert parse_select(select) == expected
 
 
-@pytest.mark.parametrize("select", ["all,-rmsnorm", "none,+rope", "+all"])
+def test_a_plain_name_swaps_only_that_op():
+    model = Block()
+    assert [s.op for s in swap_modules(model, "rms_norm")] == ["rms_norm"]
+    assert isinstance(model.mlp, GatedMLP)
+
+
+@pytest.mark.parametrize("select", ["all,-rmsnorm", "none,+rope"])
 def test_an_unknown_name_lists_the_known_ones(select):
     with pytest.raises(SelectError, match="known: rms_norm, silu_and_mul, gelu_and_mul"):
+        swap_modules(Block(), select)
+
+
+@pytest.mark.parametrize("select, message", [
+    ("+rms_norm,-rms_norm", "rms_norm is both enabled and disabled: keep one of them"),
+    ("rms_norm,-rms_norm", "rms_norm is both enabled and disabled"),
+    ("--rms_norm", "'--rms_norm' has more than one sign: write \\+rms_norm or -rms_norm"),
+    ("+all", "'\\+all': all and none take no sign and only come first"),
+    ("-rms_norm,all", "'all': all and none take no sign and only come first"),
+    ("all,none", "'none': all and none take no sign"),
+    ("rms_norm,", "an empty entry"),
+    ("", "an empty entry"),
+])
+def test_a_contradictory_or_malformed_select_is_refused(select, message):
+    with pytest.raises(SelectError, match=message) as info:
+        swap_modules(Block(), select)
+    assert str(info.value).startswith(f"swap_modules: select={select!r}: ")
+
+
+@pytest.mark.parametrize("select", [["all", "-rms_norm"], None, 1])
+def test_a_select_that_is_not_a_string_is_a_type_error_naming_it(select):
+    with pytest.raises(TypeError, match=r"swap_modules: select must be a comma-separated string .*got "):
         swap_modules(Block(), select)
 
 

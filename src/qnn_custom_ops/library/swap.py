@@ -4,8 +4,9 @@ What is swapped is decided by what a module computes, not only by its class: a c
 (``torch.nn.RMSNorm``, a ``*RMSNorm`` with a 1-D ``weight`` and ``eps``/``variance_epsilon``,
 a gated MLP with ``gate_proj``/``up_proj``/``down_proj`` and an ``act_fn``) is run once on a
 probe input beside its replacement; one that does not match (Gemma's ``1 + weight``, an
-unknown activation) stays native and a warning says why. ``select`` follows vLLM's custom-op
-grammar: ``"all"``, ``"none"``, ``"all,-rms_norm"``, ``"none,+silu_and_mul"``.
+unknown activation) stays native and a warning says why. ``select`` reads like vLLM's
+``custom_ops``: ``"all"``, ``"none"``, ``"all,-rms_norm"``, ``"none,+silu_and_mul"``; without
+``all``/``none``, names mean exactly those ops (``"rms_norm"``) and ``-name``s alone all but those.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..errors import UsageError
+from ..errors import ReportedError, UsageError
 from .llm import llm_ops
 
 SWAPPABLE = ("rms_norm", "silu_and_mul", "gelu_and_mul")
@@ -25,7 +26,11 @@ _PROBE_ROWS = 4
 
 
 class SelectError(UsageError):
-    """A ``select`` string names an op the library cannot swap in."""
+    """A ``select`` string names an op the library cannot swap in, or contradicts itself."""
+
+
+class SelectTypeError(ReportedError, TypeError):
+    """``select`` is not a string."""
 
 
 class SwapWarning(UserWarning):
@@ -41,20 +46,48 @@ class Swap:
     op: str  # qco_llm op name
 
 
+_BASES = ("all", "none")
+
+
+def _select_error(select: str, problem: str) -> SelectError:
+    """The one-line error every bad ``select`` gets: the argument as given, then the problem."""
+    return SelectError(f"swap_modules: select={select!r}: {problem}")
+
+
+def _entry(select: str, entry: str) -> tuple[str, bool]:
+    """One ``+name``, ``-name`` or bare ``name`` (enables) as (name, enabled)."""
+    if not entry:
+        raise _select_error(select, "an empty entry; separate op names by single commas")
+    name = entry[1:] if entry[0] in "+-" else entry
+    if name[:1] in ("+", "-"):
+        bare = name.lstrip("+-")
+        raise _select_error(select, f"{entry!r} has more than one sign: write +{bare} or -{bare}")
+    if name in _BASES:
+        raise _select_error(select, f"{entry!r}: all and none take no sign and only come first (the base), "
+                                    "as in 'all,-rms_norm'")
+    if name not in SWAPPABLE:
+        raise _select_error(select, f"unknown op {name!r}; known: {', '.join(SWAPPABLE)}")
+    return name, not entry.startswith("-")
+
+
 def parse_select(select: str) -> frozenset[str]:
-    """The ops ``select`` enables: a base of ``all`` or ``none`` (``all`` when absent), then
-    ``+name`` / ``-name`` (a bare name enables)."""
-    enabled = set(SWAPPABLE)
-    for position, token in enumerate(t.strip() for t in select.split(",")):
-        if token in ("all", "none") and position == 0:
-            enabled = set(SWAPPABLE) if token == "all" else set()
-            continue
-        name = token.lstrip("+-")
-        if name not in SWAPPABLE:
-            raise SelectError(f"select={select!r}: unknown op {token!r}; known: {', '.join(SWAPPABLE)} "
-                              "(grammar: all | none, then +name / -name, comma-separated)")
-        (enabled.discard if token.startswith("-") else enabled.add)(name)
-    return frozenset(enabled)
+    """The ops ``select`` enables, read as vLLM reads ``custom_ops`` (one op both enabled and
+    disabled is an error). The base is ``all`` or ``none`` when given first; without one, names
+    mean exactly those ops and ``-name``s alone all but those, so ``"rms_norm"`` never swaps more."""
+    if not isinstance(select, str):
+        raise SelectTypeError(f"swap_modules: select must be a comma-separated string such as 'all,-rms_norm', "
+                              f"got {type(select).__name__} {select!r}: pass ','.join(...) of the entries")
+    entries = [entry.strip() for entry in select.split(",")]
+    base = entries.pop(0) if entries[0] in _BASES else None
+    named = [_entry(select, entry) for entry in entries]
+    enable = {name for name, enabled in named if enabled}
+    disable = {name for name, enabled in named if not enabled}
+    if enable & disable:
+        raise _select_error(select, f"{', '.join(sorted(enable & disable))} is both enabled and disabled: "
+                                    "keep one of them")
+    if base is None:
+        base = "none" if enable else "all"
+    return frozenset((set(SWAPPABLE) if base == "all" else enable) - disable)
 
 
 class QcoRMSNorm(torch.nn.Module):
