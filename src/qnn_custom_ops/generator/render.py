@@ -98,6 +98,8 @@ def render_package(package: OpPackage) -> list[PlannedFile]:
         PlannedFile(PurePosixPath("include/qco/declared_dtypes.h"), _render("htp/declared_dtypes.h.j2", package=ctx)),
         PlannedFile(PurePosixPath(f"src/{name}Interface.cpp"), _render("htp/interface.cpp.j2", package=ctx)),
         PlannedFile(PurePosixPath("kernels/qco/tensor_view.h"), _render("kernels/tensor_view.h.j2", **abi_context())),
+        PlannedFile(PurePosixPath("kernels/qco/access.h"), _render("kernels/access.h.j2")),
+        PlannedFile(PurePosixPath("kernels/qco/math.h"), _render("kernels/math.h.j2")),
         PlannedFile(PurePosixPath("host/CMakeLists.txt"), _render("host/CMakeLists.txt.j2", package=ctx)),
         PlannedFile(PurePosixPath("host/src/capi.h"), _render("host/capi.h.j2", package=ctx)),
         PlannedFile(PurePosixPath(f"host/src/{name}CApi.cpp"), _render("host/capi.cpp.j2", package=ctx, abi_version=ABI_VERSION)),
