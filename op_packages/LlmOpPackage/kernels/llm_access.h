@@ -1,46 +1,20 @@
-// Shared by the LlmOpPackage kernels: each op's math is written once, as a template over how
-// it reads and writes elements, and instantiated twice: on raw float pointers (float32
-// tensors: the loops vectorize) and through qco::load_real/store_real (fp16 and fixed point,
-// dequantized and requantized with each tensor's own encoding). Plain C++17: builds for the
-// HTP, for ExecuTorch on the host and for the C ABI.
+// Shared by the LlmOpPackage kernels: what is particular to this package. Each op's math is
+// written once as a template over element access and instantiated by qco::with_access on raw
+// float pointers or through each tensor's encoding (qco/access.h, shipped with every package);
+// dispatch() below first refuses the dtypes these ops do not compute on. Plain C++17: builds
+// for the HTP, for ExecuTorch on the host and for the C ABI.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
 
-#include "qco/tensor_view.h"
+#include "qco/access.h"
 
 namespace LlmOpPackage {
 
-// Element access on float32 data.
-struct Float32Access {
-  struct In {
-    const float* data;
-    float operator()(int64_t i) const { return data[i]; }
-  };
-  struct Out {
-    float* data;
-    void operator()(int64_t i, float value) const { data[i] = value; }
-  };
-  static In in(const qco::TensorView& view) { return In{view.as<const float>()}; }
-  static Out out(qco::TensorView& view) { return Out{view.as<float>()}; }
-};
-
-// Element access on any dtype through the view's encoding.
-struct RealAccess {
-  struct In {
-    const qco::TensorView* view;
-    float operator()(int64_t i) const { return qco::load_real(*view, i); }
-  };
-  struct Out {
-    qco::TensorView* view;
-    void operator()(int64_t i, float value) const { qco::store_real(*view, i, value); }
-  };
-  static In in(const qco::TensorView& view) { return In{&view}; }
-  static Out out(qco::TensorView& view) { return Out{&view}; }
-};
+using qco::enum_or;
+using qco::param_or;
 
 // The dtypes of activations the OpDef declares (FLOAT_32, FLOAT_16, UFIXED_POINT_8/16), and
 // the fixed-point weights of each quant_dtype (SFIXED_POINT_8/16).
@@ -58,21 +32,14 @@ inline bool is_real_dtype(qco::DType dtype) {
   }
 }
 
-// Runs `body(access)` with Float32Access when every view is float32, else with RealAccess;
-// kUnsupportedDtype if a view has a dtype the ops do not compute on.
+// qco::with_access for the ops of this package: kUnsupportedDtype if a view has a dtype they
+// do not compute on.
 template <typename Body>
 qco::Status dispatch(std::initializer_list<const qco::TensorView*> views, Body&& body) {
-  bool all_float32 = true;
   for (const qco::TensorView* view : views) {
     if (!is_real_dtype(view->dtype)) return qco::Status::kUnsupportedDtype;
-    all_float32 = all_float32 && view->dtype == qco::DType::kFloat32;
   }
-  if (all_float32) {
-    body(Float32Access{});
-  } else {
-    body(RealAccess{});
-  }
-  return qco::Status::kOk;
+  return qco::with_access(views, body);
 }
 
 // Product of dims [begin, end) of a view.
@@ -89,15 +56,6 @@ inline bool gated_shapes_match(const qco::TensorView& y, const qco::TensorView& 
     if (y.dims[i] != x.dims[i]) return false;
   }
   return x.dims[x.rank - 1] == 2 * y.dims[y.rank - 1];
-}
-
-// A scalar parameter's value, or `fallback` when it is absent (defaulted through the C ABI).
-inline float param_or(const qco::TensorView& param, float fallback) {
-  return param.present() ? qco::load_real(param, 0) : fallback;
-}
-
-inline uint32_t enum_or(const qco::TensorView& param, uint32_t fallback) {
-  return param.present() ? param.as<const uint32_t>()[0] : fallback;
 }
 
 // Bytes of one element of the dtypes the KV-cache ops copy verbatim.
