@@ -24,7 +24,7 @@ from qnn_custom_ops.runtime import (
     cmake_build,
 )
 
-from .conftest import OP_PACKAGES
+from .conftest import OP_PACKAGES, opdef_xml
 
 U8 = KernelDType.UFixed8
 
@@ -264,19 +264,64 @@ def test_a_corrupt_cache_entry_is_rebuilt(tmp_path):
     assert cmake_build.is_valid_library(library)
 
 
-def test_the_readme_kernel_example_compiles(tmp_path):
+RMS_NORM_CONFIG = opdef_xml("""
+    <OpDef>
+      <Name>RmsNorm</Name>
+      <Input><Name>x</Name><Mandatory>true</Mandatory><Datatype>QNN_DATATYPE_FLOAT_32</Datatype>
+        <Datatype>QNN_DATATYPE_UFIXED_POINT_8</Datatype><Shape><Rank>ND</Rank></Shape></Input>
+      <Input><Name>weight</Name><Mandatory>true</Mandatory><Datatype>QNN_DATATYPE_FLOAT_32</Datatype>
+        <Datatype>QNN_DATATYPE_UFIXED_POINT_8</Datatype><Shape><Rank>1D</Rank></Shape></Input>
+      <Output><Name>y</Name><Mandatory>true</Mandatory><Datatype>QNN_DATATYPE_FLOAT_32</Datatype>
+        <Datatype>QNN_DATATYPE_UFIXED_POINT_8</Datatype><Shape><Rank>ND</Rank></Shape></Output>
+      <Parameter><Name>eps</Name><Mandatory>false</Mandatory><Datatype>QNN_DATATYPE_FLOAT_32</Datatype>
+        <Shape><Rank>SCALAR</Rank></Shape><Default>1e-6</Default></Parameter>
+      <SupportedBackend>HTP</SupportedBackend>
+    </OpDef>""", package="ReadmePackage")
+
+
+def readme_rms_norm(tmp_path: Path) -> KernelLibrary:
+    """A package generated from RMS_NORM_CONFIG whose kernel skeleton is filled with the README's
+    worked RMSNorm, built for the host."""
     import re
-    import subprocess
+
+    from qnn_custom_ops.generator import generate
 
     from .conftest import REPO
 
-    readme = (REPO / "README.md").read_text()
-    (example,) = re.findall(r"A worked normalization.*?```cpp\n(.*?)```", readme, re.S)
-    source = tmp_path / "rms_norm.cpp"
-    source.write_text("#include <cmath>\n#include \"qco/tensor_view.h\"\n" + example)
-    result = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Werror",
-                             f"-I{OP_PACKAGES / 'ExampleOpPackage/kernels'}", str(source)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    config = tmp_path / "rms_norm.xml"
+    config.write_text(RMS_NORM_CONFIG)
+    package = generate(qco.load_package(config), tmp_path).package_dir
+    assert (package / "kernels/qco/access.h").is_file() and (package / "kernels/qco/math.h").is_file()
+    (example,) = re.findall(r"A worked normalization.*?```cpp\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    kernel = package / "kernels/RmsNorm.h"
+    kernel.write_text(re.sub(r"inline qco::Status RmsNorm\(.*?\n}\n", lambda _: example, kernel.read_text(), flags=re.S))
+    return KernelLibrary(build_host_kernels(package, build_root=tmp_path / "cache"), "ReadmePackage")
+
+
+def torch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm as a user writes it in PyTorch: the reference the kernel must compute."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def test_the_readme_kernel_built_from_the_generated_fast_helpers_matches_torch(tmp_path):
+    """The README's RMSNorm (qco/access.h: one template, float32 and every encoding) in a
+    freshly generated package: float32 with and without eps, uint8 within one step."""
+    library = readme_rms_norm(tmp_path)
+    g = torch.Generator().manual_seed(3)
+    x, weight = torch.randn(3, 5, 37, generator=g) * 2, torch.rand(37, generator=g) + 0.5  # 37: 8 lanes + a tail
+    for params, eps in (([], 1e-6), ([KernelTensor(np.array(0.5, np.float32), KernelDType.Float32)], 0.5)):
+        y = KernelTensor.empty(x.shape, KernelDType.Float32)
+        library.run("RmsNorm", [y], [KernelTensor(x.numpy(), KernelDType.Float32),
+                                     KernelTensor(weight.numpy(), KernelDType.Float32)], params)
+        torch.testing.assert_close(torch.from_numpy(y.array), torch_rms_norm(x, weight, eps), rtol=1e-5, atol=1e-6)
+
+    qx = torch.randint(0, 256, x.shape, generator=g, dtype=torch.uint8)
+    qw = torch.randint(0, 256, weight.shape, generator=g, dtype=torch.uint8)
+    y = KernelTensor.empty(x.shape, U8, 0.02, -128)
+    library.run("RmsNorm", [y], [KernelTensor(qx.numpy(), U8, 0.05, -120), KernelTensor(qw.numpy(), U8, 0.01, -10)])
+    real = torch_rms_norm(0.05 * (qx.double() - 120), 0.01 * (qw.double() - 10), 1e-6)
+    expected = (torch.round(real / 0.02) + 128).clamp(0, 255)
+    assert (torch.from_numpy(y.array).double() - expected).abs().max() <= 1
 
 
 def record_build_steps(monkeypatch) -> list[tuple[str, str]]:
