@@ -21,6 +21,10 @@ OPS = llm_ops()
 F16, F32, I32 = KernelDType.Float16, KernelDType.Float32, KernelDType.Int32
 
 
+def i32(*rows):
+    return torch.tensor(rows, dtype=torch.int32)
+
+
 @pytest.fixture(scope="module")
 def library():
     return qco.build_host_library(package_dir(), llm_binding())
@@ -227,6 +231,47 @@ def test_kernels_refuse_mismatched_shapes(kernels, qnn_type, outputs, inputs):
 
     with pytest.raises(KernelError, match=f"kernel {qnn_type} failed: shape mismatch"):
         kernels.run(qnn_type, [tensor(a) for a in outputs], [tensor(a) for a in inputs])
+
+
+class OneOp(torch.nn.Module):
+    """One library op as a module, for torch.export."""
+
+    def __init__(self, op: str):
+        super().__init__()
+        self.op = OPS[op]
+
+    def forward(self, *args):
+        return self.op(*args)
+
+
+@pytest.mark.parametrize("op, qnn_type, args", [
+    ("rms_norm", "RmsNorm", (torch.randn(0, 8), torch.ones(8))),
+    ("rms_norm", "RmsNorm", (torch.randn(2, 0), torch.ones(0))),
+    ("silu_and_mul", "SiluAndMul", (torch.randn(2, 0),)),
+    ("gelu_and_mul", "GeluAndMul", (torch.randn(0, 3, 4),)),
+    ("rope", "Rope", (torch.randn(1, 2, 0, 4), torch.ones(0, 2), torch.ones(0, 2))),
+    ("ctx_scatter", "CtxScatter", (torch.zeros(1, 2, 0, 3), i32([0]), torch.ones(1, 2, 1, 3))),
+    ("ctx_gather", "CtxGather", (torch.ones(1, 2, 0, 3), i32([0, 1]))),  # ctx_len 0: every row reads 0
+    ("ctx_gather", "CtxGather", (torch.ones(1, 2, 4, 0), i32([0, 9]))),
+    ("ctx_scatter_cb", "CtxScatterCb", (torch.zeros(2, 2, 0, 3), i32(1), i32([0]), torch.ones(1, 2, 1, 3))),
+    ("ctx_gather_cb", "CtxGatherCb", (torch.ones(2, 2, 0, 3), i32(1), i32([0, 1]))),
+])
+def test_empty_dimensions_agree_in_the_reference_under_export_and_in_the_kernel(kernels, op, qnn_type, args):
+    """A dimension of size 0 (no rows, an empty hidden size, an empty cache) is valid for eager,
+    for the fake kernel torch.export runs, and for the kernel, and all give the same result."""
+    expected = OPS[op](*args)
+    graph = torch.export.export(OneOp(op), args).graph
+    (fake,) = [node.meta["val"] for node in graph.nodes if node.op == "call_function"]
+    assert (fake.shape, fake.dtype) == (expected.shape, expected.dtype)
+    out = KernelTensor.empty(expected.shape, F32)
+    kernels.run(qnn_type, [out], [kernel_tensor(a, I32 if a.dtype == torch.int32 else F32) for a in args])
+    torch.testing.assert_close(torch.from_numpy(out.array), expected)
+
+
+def test_ctx_gather_over_an_empty_cache_reads_zeros():
+    """Every index is outside [0, ctx_len) when ctx_len is 0: out-of-range rows read 0."""
+    out = OPS["ctx_gather"](torch.ones(2, 3, 0, 4), i32([0, -1], [5, 0]))
+    assert out.shape == (2, 3, 2, 4) and not out.any()
 
 
 def test_kernels_refuse_a_dtype_the_opdef_does_not_declare(kernels):

@@ -169,9 +169,9 @@ def _gather(cache: torch.Tensor, batch_index: torch.Tensor | None, ctx_indices: 
     batch = ctx_indices.shape[0]
     slots = _slot_indices(op, cache, batch, batch_index)
     indices = ctx_indices.long()
-    valid = (indices >= 0) & (indices < cache.shape[2])  # out-of-range rows read zeros
-    rows = cache[slots[:, None], :, indices.clamp(0, cache.shape[2] - 1)]  # [batch, n, heads, dim]
-    rows = torch.where(valid[..., None, None], rows, torch.zeros((), dtype=cache.dtype))
+    b, i = ((indices >= 0) & (indices < cache.shape[2])).nonzero(as_tuple=True)
+    rows = cache.new_zeros(batch, indices.shape[1], cache.shape[1], cache.shape[3])  # out-of-range rows read 0
+    rows[b, i] = cache[slots[b], :, indices[b, i]]  # only rows inside the cache: any ctx_len, 0 included
     return rows.permute(0, 2, 1, 3).contiguous()
 
 
