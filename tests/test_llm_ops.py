@@ -208,6 +208,37 @@ def test_bad_input_is_refused_with_the_op_and_the_fix(call, message):
     assert str(info.value).startswith("qco_llm::")
 
 
+@pytest.mark.parametrize("op, args, out, message", [
+    ("rms_norm", (torch.randn(2, 8), torch.ones(8)), torch.empty(2, 8, dtype=torch.int32),
+     r"out has dtype torch.int32, expected torch.float32 \(the result's; \.out does not cast\): "
+     r"pass out=torch.empty\(\[2, 8\], dtype=torch.float32\)"),
+    ("rms_norm", (torch.randn(2, 8), torch.ones(8)), torch.empty(3, 8),
+     r"out has shape \[3, 8\], expected \[2, 8\] \(the result's; \.out does not resize or broadcast\)"),
+    ("rms_norm", (torch.randn(2, 8), torch.ones(8)), torch.empty(4, 2, 8), r"out has shape \[4, 2, 8\]"),
+    ("silu_and_mul", (torch.randn(2, 8),), torch.empty(2, 8), r"out has shape \[2, 8\], expected \[2, 4\]"),
+    ("ctx_gather", (torch.zeros(1, 2, 4, 3), i32([0])), torch.empty(1, 2, 1, 3, dtype=torch.float64),
+     "out has dtype torch.float64, expected torch.float32"),
+], ids=["int32 out", "fewer rows", "broadcastable", "gated out not halved", "float64 out"])
+def test_out_variants_refuse_an_out_of_another_dtype_or_shape_eagerly_and_under_export(op, args, out, message):
+    """As torch's own out= ops refuse a dtype they cannot write: never a silent cast or broadcast."""
+    out_variant = getattr(torch.ops.qco_llm, op).out
+    with pytest.raises(LlmOpInputError, match=f"^qco_llm::{op}: {message}"):
+        out_variant(*args, out=out)
+
+    class WritesInto(torch.nn.Module):
+        def forward(self, *inputs):
+            return out_variant(*inputs[:-1], out=inputs[-1])
+
+    with pytest.raises(LlmOpInputError, match=message):
+        torch.export.export(WritesInto(), (*args, out))
+
+
+def test_an_out_variant_writes_into_its_out_and_returns_it():
+    x, weight, out = torch.randn(2, 8), torch.rand(8), torch.empty(2, 8)
+    assert torch.ops.qco_llm.rms_norm.out(x, weight, 1e-2, out=out) is out
+    torch.testing.assert_close(out, ref.rms_norm(x, weight, 1e-2), rtol=0, atol=0)
+
+
 def test_bad_input_fails_the_same_way_under_export():
     class Bad(torch.nn.Module):
         def forward(self, x, w):

@@ -2,7 +2,8 @@
 quantizer overrides a deployment uses.
 
 One small spec per op (QNN type, reference, fake): the torch schemas come from the OpDef
-(``define_torch_ops``), so the XML and the torch ops cannot drift apart.
+(``define_torch_ops``), so the XML and the torch ops cannot drift apart. Each ``.out`` variant
+refuses an ``out`` of another dtype or shape than the result, eagerly and under export.
 """
 
 from __future__ import annotations
@@ -15,17 +16,18 @@ from typing import Callable
 import torch
 
 from ..builder import OpPackageBinding, bind
-from ..builder.define import define_torch_ops
+from ..builder.define import define_torch_ops, out_arguments, returns_schema, schema_arguments
 from ..errors import UsageError
-from ..opdef import OpPackage, load_package
+from ..opdef import OpDef, OpPackage, load_package
 from ..quantizer import Share
 from ..quantizer.annotation import Overrides
 from .reference import (ctx_gather, ctx_gather_cb, ctx_gather_shape, ctx_scatter, ctx_scatter_cb, ctx_scatter_shape,
-                        gated_shape, gelu_and_mul, gelu_and_mul_shape, rms_norm, rms_norm_shape, rope, rope_shape,
-                        silu_and_mul)
+                        gated_shape, gelu_and_mul, gelu_and_mul_shape, require_out_like, rms_norm, rms_norm_shape, rope,
+                        rope_shape, silu_and_mul)
 
 NAMESPACE = "qco_llm"
 PACKAGE_NAME = "LlmOpPackage"
+_LIBRARIES: list[torch.library.Library] = []  # a Library deregisters its ops when collected
 
 
 def package_dir() -> Path:
@@ -81,9 +83,32 @@ def llm_package() -> OpPackage:
     return load_package(package_dir() / "config" / f"{PACKAGE_NAME}.xml")
 
 
+def _define_checked_out(library: torch.library.Library, op: LlmOp, opdef: OpDef) -> None:
+    """``qco_llm::<op>.out`` with the schema ``define_torch_ops`` would give it, whose kernel and
+    fake refuse an ``out`` unlike the result (the generic one copies into it: a silent cast or
+    broadcast). Defined first, so ``define_torch_ops`` keeps it."""
+    library.define(f"{op.name}.out({schema_arguments(opdef)}, *, {out_arguments(1)}) -> {returns_schema(1, out=True)}")
+
+    def kernel(*args: object, out: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        result = op.reference(*args, **kwargs)
+        require_out_like(op.name, out, result)
+        return out.copy_(result)
+
+    def fake(*args: object, out: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        require_out_like(op.name, out, op.fake(*args, **kwargs))
+        return out
+
+    library.impl(f"{op.name}.out", kernel, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{NAMESPACE}::{op.name}.out", fake, lib=library)
+
+
 @functools.lru_cache(maxsize=None)
 def llm_ops() -> dict[str, torch._ops.OpOverload]:
     """``qco_llm::<op>`` (functional, ``.out``, fake) by torch name, defined once per process."""
+    library = torch.library.Library(NAMESPACE, "FRAGMENT")
+    _LIBRARIES.append(library)
+    for op in LLM_OPS:
+        _define_checked_out(library, op, llm_package().ops[op.qnn_type])
     overloads = define_torch_ops(llm_package(), NAMESPACE, {op.qnn_type: op.reference for op in LLM_OPS},
                                  names={op.qnn_type: op.name for op in LLM_OPS},
                                  fakes={op.qnn_type: op.fake for op in LLM_OPS})

@@ -43,6 +43,16 @@ def _require_shape(op: str, name: str, tensor: torch.Tensor, expected: Sequence[
              f"{name} has shape {list(tensor.shape)}, expected {list(expected)} ({what})")
 
 
+def require_out_like(op: str, out: torch.Tensor, result: torch.Tensor) -> None:
+    """An ``.out`` tensor must have the result's dtype and shape: torch's own out= ops refuse a
+    dtype they cannot write, where ``copy_`` would cast (int32: truncate) or broadcast silently."""
+    fix = f"pass out=torch.empty({list(result.shape)}, dtype={result.dtype})"
+    _require(out.dtype == result.dtype, op,
+             f"out has dtype {out.dtype}, expected {result.dtype} (the result's; .out does not cast): {fix}")
+    _require(out.shape == result.shape, op, f"out has shape {list(out.shape)}, expected {list(result.shape)} "
+                                            f"(the result's; .out does not resize or broadcast): {fix}")
+
+
 def rms_norm_shape(x: torch.Tensor, weight: torch.Tensor) -> torch.Size:
     _require_float("rms_norm", x=x, weight=weight)
     _require(x.dim() >= 1, "rms_norm", "x must have at least one dimension")
