@@ -185,6 +185,27 @@ def test_fp16_conversions_are_exact_for_every_half_and_round_to_nearest_even(ker
     np.testing.assert_array_equal(as_half.array[finite].view(np.uint16), expected.view(np.uint16))
 
 
+GATE_EDGES = [float("inf"), float("-inf"), float("nan"), 1e13, -1e13, 88.5, -20.0, 0.0, 1.0, 1.0]
+UP_EDGES = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, float("-inf"), float("inf"), float("nan")]
+
+
+@pytest.mark.parametrize("qnn_type, approximate, activation", [
+    ("SiluAndMul", None, torch.nn.functional.silu),
+    ("GeluAndMul", "tanh", lambda x: torch.nn.functional.gelu(x, approximate="tanh")),
+    ("GeluAndMul", "none", torch.nn.functional.gelu),
+])
+def test_gated_kernels_match_eager_at_infinities_and_nan(kernels, qnn_type, approximate, activation):
+    """gelu(+inf) * 1 is inf, gelu(-inf) * 1 and anything * NaN are NaN, as eager computes them
+    (in float64: torch's float32 CPU GELU without approximation says NaN for +inf)."""
+    gate, up = torch.tensor([GATE_EDGES]), torch.tensor([UP_EDGES])
+    eager = (activation(gate.double()) * up.double()).float()
+    out = KernelTensor.empty(eager.shape, F32)
+    params = [] if approximate is None else [
+        KernelTensor(np.array(ref.GELU_APPROXIMATIONS.index(approximate), np.uint32), KernelDType.UInt32)]
+    kernels.run(qnn_type, [out], [kernel_tensor(torch.cat((gate, up), -1), F32)], params)
+    torch.testing.assert_close(torch.from_numpy(out.array), eager, equal_nan=True)
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda: OPS["rms_norm"](torch.randn(2, 8), torch.ones(7)), r"weight has shape \[7\], expected \[8\]"),
     (lambda: OPS["rms_norm"](torch.ones(2, 8, dtype=torch.int32), torch.ones(8)), "x must be a floating tensor"),

@@ -24,10 +24,11 @@ inline float gelu_exact(float a) {
   return a * (a < 0.0f ? tail : 1.0f - tail);
 }
 
-// 0.5 a (1 + tanh(u)) = a - a / (e^{2u} + 1).
+// 0.5 a (1 + tanh(u)) = a / (1 + e^{-2u}): +inf stays inf (a - a / (e^{2u} + 1) made it
+// inf - inf = NaN) and -inf is -inf / inf = NaN, as eager's -inf * 0; no cancellation for a < 0.
 inline float gelu_tanh(float a) {
   const float u = 0.79788456080286536f * (a + 0.044715f * a * a * a);
-  return a - a / (vector_exp(2.0f * u) + 1.0f);
+  return a / (1.0f + vector_exp(-2.0f * u));
 }
 
 // y[r, i] = gelu(x[r, i]) * x[r, d + i] over rows r of the last dimension [2d] -> [d].
