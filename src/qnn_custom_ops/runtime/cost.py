@@ -15,7 +15,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from ..errors import UsageError
-from ..opdef import Datatype, OpPackage, TensorDef
+from ..opdef import Datatype, OpDef, OpPackage, TensorDef
 from ..opdef.datatypes import DATATYPES
 from ..generator.abi import KernelDType
 from .isolation import call_isolated
@@ -174,6 +174,32 @@ def parse_assignments(text: str, where: str) -> dict[str, str]:
     return shapes
 
 
+def op_of(package: OpPackage, name: str, where: str) -> OpDef:
+    """The op ``name`` of ``package``, or a UsageError listing its ops."""
+    op = package.ops.get(name)
+    if op is None:
+        raise UsageError(f"{where}: {name!r} is not an op of {package.name} (ops: {', '.join(package.ops)})")
+    return op
+
+
+def named_shapes(op: OpDef, assignments: str, where: str) -> dict[str, tuple[int, ...]]:
+    """``tensor=DIMS,...`` naming every input and output of ``op`` once -> dims per tensor."""
+    shapes = parse_assignments(assignments, where)
+    tensors = op.outputs + op.inputs
+    missing = [t.name for t in tensors if t.name not in shapes]
+    unknown = [name for name in shapes if name not in {t.name for t in tensors}]
+    if missing or unknown:
+        raise UsageError(f"{where}: name every input and output of {op.name} once "
+                         f"({', '.join(t.name for t in tensors)}); missing: {', '.join(missing) or '-'}, "
+                         f"unknown: {', '.join(unknown) or '-'}")
+    return {t.name: parse_dims(shapes[t.name], where) for t in tensors}
+
+
+def shape_label(op: OpDef, shapes: dict[str, tuple[int, ...]]) -> str:
+    """The inputs' dims as printed: ``2048x4096 4096``."""
+    return " ".join("x".join(map(str, shapes[t.name])) for t in op.inputs)
+
+
 def cases_from_shapes(package: OpPackage, specs: Sequence[str], seed: int = 0) -> list[KernelCase]:
     """``OpType:tensor=DIMS,tensor=DIMS`` (every input and output of the op named) -> cases."""
     generator = np.random.default_rng(seed)
@@ -181,22 +207,11 @@ def cases_from_shapes(package: OpPackage, specs: Sequence[str], seed: int = 0) -
     for spec in specs:
         op_name, _, assignments = spec.partition(":")
         where = f"--shape {spec!r}"
-        op = package.ops.get(op_name)
-        if op is None:
-            raise UsageError(f"{where}: {op_name!r} is not an op of {package.name} (ops: {', '.join(package.ops)})")
-        shapes = parse_assignments(assignments, where)
-        tensors = op.outputs + op.inputs
-        missing = [t.name for t in tensors if t.name not in shapes]
-        unknown = [name for name in shapes if name not in {t.name for t in tensors}]
-        if missing or unknown:
-            raise UsageError(f"{where}: name every input and output of {op_name} once "
-                             f"({', '.join(t.name for t in tensors)}); missing: {', '.join(missing) or '-'}, "
-                             f"unknown: {', '.join(unknown) or '-'}")
-        dims = {t.name: parse_dims(shapes[t.name], where) for t in tensors}
-        datatypes = {t.name: _measured_datatype(t, where) for t in tensors}
+        op = op_of(package, op_name, where)
+        dims = named_shapes(op, assignments, where)
+        datatypes = {t.name: _measured_datatype(t, where) for t in op.outputs + op.inputs}
         check_case_size(dims, datatypes, where)
-        made = {t.name: _tensor_for(datatypes[t.name], dims[t.name], generator) for t in tensors}
-        label = " ".join(shapes[t.name] for t in op.inputs)
-        cases.append(KernelCase(op_name, label, tuple(made[t.name] for t in op.outputs),
+        made = {name: _tensor_for(datatypes[name], dims[name], generator) for name in dims}
+        cases.append(KernelCase(op_name, shape_label(op, dims), tuple(made[t.name] for t in op.outputs),
                                 tuple(made[t.name] for t in op.inputs)))
     return cases

@@ -16,7 +16,7 @@ from ..errors import UsageError
 from ..generator.abi import KernelDType
 from ..opdef import Datatype, OpDef, OpPackage, TensorDef
 from ..opdef.datatypes import DATATYPES
-from .cost import KernelCase, check_case_size, parse_assignments, parse_dims
+from .cost import KernelCase, check_case_size, named_shapes, op_of, shape_label
 from .kernel_abi import KernelTensor
 
 #: The dims every tensor of an op gets when no shape is given, cut to the tensor's rank (ND: 4).
@@ -61,27 +61,12 @@ def random_tensor(datatype: Datatype, dims: tuple[int, ...], generator: np.rando
     return KernelTensor(codes, kernel, scale, -zero_point)
 
 
-def _op_of(package: OpPackage, name: str, where: str) -> OpDef:
-    op = package.ops.get(name)
-    if op is None:
-        raise UsageError(f"{where}: {name!r} is not an op of {package.name} (ops: {', '.join(package.ops)})")
-    return op
-
-
 def _shapes(op: OpDef, assignments: str, where: str) -> dict[str, tuple[int, ...]]:
     """Every input and output of ``op`` named once in ``assignments``, or (none named) the
     default dims cut to each tensor's rank."""
-    tensors = op.outputs + op.inputs
     if not assignments:
-        return {t.name: DEFAULT_DIMS[:4 if t.shape.rank is None else t.shape.rank] for t in tensors}
-    named = parse_assignments(assignments, where)
-    missing = [t.name for t in tensors if t.name not in named]
-    unknown = [name for name in named if name not in {t.name for t in tensors}]
-    if missing or unknown:
-        raise UsageError(f"{where}: name every input and output of {op.name} once "
-                         f"({', '.join(t.name for t in tensors)}); missing: {', '.join(missing) or '-'}, "
-                         f"unknown: {', '.join(unknown) or '-'}")
-    return {name: parse_dims(text, where) for name, text in named.items()}
+        return {t.name: DEFAULT_DIMS[:4 if t.shape.rank is None else t.shape.rank] for t in op.outputs + op.inputs}
+    return named_shapes(op, assignments, where)
 
 
 def dtype_cases(package: OpPackage, specs: Sequence[str] = (), seed: int = 0) -> list[KernelCase]:
@@ -93,9 +78,9 @@ def dtype_cases(package: OpPackage, specs: Sequence[str] = (), seed: int = 0) ->
     for spec in specs:
         name, _, assignments = spec.partition(":")
         where = f"--shape {spec!r}"
-        op = _op_of(package, name, where)
+        op = op_of(package, name, where)
         shapes = _shapes(op, assignments, where)
-        label = " ".join("x".join(map(str, shapes[t.name])) for t in op.inputs)
+        label = shape_label(op, shapes)
         for wanted in case_datatypes(op):
             datatypes = {t.name: tensor_datatype(t, op, wanted) for t in op.outputs + op.inputs}
             check_case_size(shapes, datatypes, where)
