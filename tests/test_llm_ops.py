@@ -260,13 +260,15 @@ def test_an_out_variant_writes_into_its_out_and_returns_it():
     torch.testing.assert_close(out, ref.rms_norm(x, weight, 1e-2), rtol=0, atol=0)
 
 
-def test_bad_input_fails_the_same_way_under_export():
-    class Bad(torch.nn.Module):
-        def forward(self, x, w):
-            return OPS["rms_norm"](x, w)
-
-    with pytest.raises(LlmOpInputError, match="weight has shape"):
-        torch.export.export(Bad(), (torch.randn(2, 8), torch.ones(7)))
+@pytest.mark.parametrize("x, weight, message", [
+    (torch.randn(2, 8), torch.ones(7), "weight has shape"),
+    (torch.tensor(2.0), torch.ones(1), "x must have at least one dimension"),  # as torch's rms_norm refuses
+])
+def test_bad_input_fails_the_same_way_under_export(x, weight, message):
+    with pytest.raises(LlmOpInputError, match=message):
+        OPS["rms_norm"](x, weight)
+    with pytest.raises(LlmOpInputError, match=message):
+        torch.export.export(OneOp("rms_norm"), (x, weight))
 
 
 @pytest.mark.parametrize("qnn_type, outputs, inputs", [
