@@ -277,6 +277,7 @@ def test_bad_input_fails_the_same_way_under_export(x, weight, message):
     ("Rope", [np.zeros((1, 1, 2, 4), np.float32)],
      [np.zeros((1, 1, 2, 4), np.float32), np.zeros((2, 3), np.float32), np.zeros((2, 3), np.float32)]),
     ("CtxGather", [np.zeros((1, 1, 2, 3), np.float32)], [np.zeros((1, 1, 4, 3), np.float32), np.zeros((2, 2), np.int32)]),
+    ("RmsNorm", [np.zeros((), np.float32)], [np.array(2.0, np.float32), np.ones(1, np.float32)]),  # 0-D x, as eager
 ])
 def test_kernels_refuse_mismatched_shapes(kernels, qnn_type, outputs, inputs):
     """What reaches a kernel unchecked (the HTP, the C ABI) is still checked there."""

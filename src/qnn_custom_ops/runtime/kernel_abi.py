@@ -47,7 +47,7 @@ class KernelTensor:
         expected = np.dtype(_NUMPY_DTYPE[self.dtype])
         if self.array.dtype != expected:
             raise TypeError(f"{self.dtype.name} tensor needs a {expected} array, got {self.array.dtype}")
-        self.array = np.ascontiguousarray(self.array)
+        self.array = np.require(self.array, requirements="C")  # keeps a 0-D array 0-D (ascontiguousarray does not)
 
     @classmethod
     def empty(cls, shape: Sequence[int], dtype: KernelDType, scale: float = 1.0, offset: int = 0) -> "KernelTensor":
