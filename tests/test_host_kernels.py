@@ -373,3 +373,25 @@ def test_a_one_kernel_edit_recompiles_only_that_ops_object(tmp_path, monkeypatch
     rebuilt = build_host_library(package, qco.bind(QUANT_PACKAGE, QUANT_OPS), build_root=cache)
     assert compiled_objects(outputs) == ["ScaleRowsCApi.cpp.o"]  # the ExecuTorch side calls it through the C ABI
     assert rebuilt != library and cmake_build.is_valid_library(rebuilt)
+
+
+def test_the_shipped_vector_exp_has_no_undefined_behaviour_at_nan_infinities_or_the_clamps(tmp_path):
+    """qco::vector_exp under UBSan (float-to-int overflow included, every report fatal): a NaN
+    stays NaN and the extremes saturate, with no int conversion of NaN or shift of a negative."""
+    import shutil
+    import subprocess
+
+    compiler = shutil.which("g++") or pytest.skip("no g++")
+    program = tmp_path / "exp.cpp"
+    program.write_text('#include <cstdio>\n#include <limits>\n#include "qco/math.h"\n'
+                       "int main() {\n  const float inf = std::numeric_limits<float>::infinity();\n"
+                       "  volatile float xs[] = {std::numeric_limits<float>::quiet_NaN(), -inf, inf, -1000.f, 1000.f, 0.f};\n"
+                       '  for (float x : xs) std::printf("%g\\n", qco::vector_exp(x));\n}\n')
+    binary = tmp_path / "exp"
+    subprocess.run([compiler, "-std=c++17", "-O1", "-fsanitize=undefined,float-cast-overflow", "-fno-sanitize-recover=all",
+                    "-I", str(OP_PACKAGES / "ExampleOpPackage/kernels"), str(program), "-o", str(binary)], check=True)
+    run = subprocess.run([str(binary)], capture_output=True, text=True)
+    assert run.returncode == 0 and not run.stderr, run.stderr
+    values = [float(v) for v in run.stdout.split()]
+    assert np.isnan(values[0]) and values[1] == values[3] and 0 <= values[1] < 1e-37 and values[5] == 1.0
+    assert values[2] == values[4] and values[2] > 1e38

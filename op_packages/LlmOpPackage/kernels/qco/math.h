@@ -26,7 +26,11 @@ inline float vector_exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;  // 2^n
+  // 2^n built in unsigned arithmetic: n is in [-126, 128] here, but a NaN x leaves n NaN, whose
+  // conversion to int is undefined (and shifting its negative result is too); p is NaN then
+  // anyway, so any finite stand-in for n keeps the result NaN.
+  const float whole = n == n ? n : 0.0f;
+  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(whole) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return p * scale;
