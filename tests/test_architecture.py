@@ -164,3 +164,24 @@ def test_every_datatype_map_comes_from_the_one_table():
     carried = {kernel for _, kernels in adapter_context()["carriers"] for kernel in kernels}
     assert carried == {r.kernel for r in kernel_rows if r.htp is not None}
     assert ("UInt32", "UInt32") in host_library._SCALAR_TYPES  # from the UINT_32 row alone
+
+
+def test_every_error_class_of_ours_is_a_reported_error():
+    """The CLI prints a ReportedError as its one line and exits 2; any other exception of ours
+    would be an 'internal error'."""
+    import importlib
+    import inspect
+
+    from qnn_custom_ops.errors import ReportedError
+
+    outside = []
+    for path in SOURCE.rglob("*.py"):
+        if path.name == "__main__.py":  # importing it runs the CLI
+            continue
+        module = importlib.import_module(module_name(path))
+        for name, value in vars(module).items():
+            if inspect.isclass(value) and issubclass(value, Exception) and not issubclass(value, Warning) \
+                    and value.__module__ == module.__name__ \
+                    and not issubclass(value, ReportedError):
+                outside.append(f"{module.__name__}.{name}")
+    assert outside == []

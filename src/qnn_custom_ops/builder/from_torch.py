@@ -15,7 +15,6 @@ from ..opdef import Datatype, OpDefError, OpDefWarning, parse_package
 from ..opdef.identifiers import identifier_problem, scope_name_problem
 from .alignment import AlignmentError, ArgKind, arg_kind, bind_ops, op_name
 
-ACTIVATION_DATATYPES = (Datatype.FLOAT_32.value, Datatype.UFIXED_POINT_8.value)
 #: A static (weight) input: float, and the weight datatype of each quant_dtype
 #: (8a8w int8 symmetric, 16a8w uint8, 16a16w int16 symmetric).
 STATIC_DATATYPES = (Datatype.FLOAT_32.value, Datatype.SFIXED_POINT_8.value, Datatype.UFIXED_POINT_8.value,

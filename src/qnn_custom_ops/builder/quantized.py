@@ -14,29 +14,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from ..errors import ReportedError
 from ..opdef import Datatype
 from ..opdef.datatypes import DATATYPES, plain_datatype
-from .alignment import OpBinding, target_op_name
+from .alignment import ArgKind, OpBinding, target_op_name
 from .define import out_arguments, out_fake_of, out_kernel_of, returns_schema, schema_argument_text
 
 NAMESPACE = "qco_quantized"
-ENCODING_ARGUMENTS = ("qco_dtypes", "qco_scales", "qco_offsets")
-_ENCODING_SCHEMA = "int[] qco_dtypes, float[] qco_scales, int[] qco_offsets"
-
-#: The storage PT2E (QnnQuantizer) gives each fixed-point datatype: 16-bit activations live
-#: in int32 with a uint16 range.
-PT2E_STORAGE = {
-    Datatype.UFIXED_POINT_8: torch.uint8,
-    Datatype.SFIXED_POINT_8: torch.int8,
-    Datatype.UFIXED_POINT_16: torch.int32,
-    Datatype.SFIXED_POINT_16: torch.int16,
-    Datatype.SFIXED_POINT_32: torch.int32,
-}
 
 _LIBRARY: list[torch.library.Library] = []
 
@@ -65,6 +53,34 @@ class Encoding:
         if not self.is_quantized:
             return self.datatype.short_name
         return f"{self.datatype.short_name} scale {self.scale:.6g} offset {self.offset}"
+
+
+@dataclass(frozen=True)
+class EncodingArgument:
+    """One of the lists that lead a quantized variant's arguments, one entry per input of the op
+    in OpDef order, then per output: the contract between the variant's schema, the node that
+    calls it and the host library's kernel that unboxes it."""
+
+    name: str
+    kind: ArgKind  # INT_LIST or FLOAT_LIST
+    of: Callable[[Encoding], int | float]
+
+    @property
+    def schema(self) -> str:
+        return f"{self.kind.value} {self.name}"
+
+
+ENCODING_ARGUMENTS = (
+    EncodingArgument("qco_dtypes", ArgKind.INT_LIST, lambda e: e.kernel_dtype),
+    EncodingArgument("qco_scales", ArgKind.FLOAT_LIST, lambda e: e.scale),
+    EncodingArgument("qco_offsets", ArgKind.INT_LIST, lambda e: e.offset),
+)
+_ENCODING_SCHEMA = ", ".join(argument.schema for argument in ENCODING_ARGUMENTS)
+
+
+def encoding_lists(encodings: Sequence[Encoding]) -> tuple[list[int | float], ...]:
+    """The leading arguments of a quantized variant's call for these encodings."""
+    return tuple([argument.of(e) for e in encodings] for argument in ENCODING_ARGUMENTS)
 
 
 def is_dequantize(node: Any) -> bool:
@@ -155,10 +171,9 @@ def _around_the_op(binding: OpBinding, into_float, out_of_float):
     op_inputs = binding.inputs
     outputs = len(binding.op.outputs)
 
-    def kernel(qco_dtypes: Sequence[int], qco_scales: Sequence[float], qco_offsets: Sequence[int],
-               *args: Any, **kwargs: Any) -> Any:
-        encodings = _encodings(qco_dtypes, qco_scales, qco_offsets)
-        values = list(args)
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        encodings = _encodings(*args[:len(ENCODING_ARGUMENTS)])
+        values = list(args[len(ENCODING_ARGUMENTS):])
         for index, arg in enumerate(op_inputs):
             if arg.schema_index < len(values) and values[arg.schema_index] is not None:
                 values[arg.schema_index] = into_float(values[arg.schema_index], encodings[index])
@@ -181,9 +196,10 @@ def storage_dtype(encoding: Encoding, plain: torch.dtype) -> torch.dtype:
     """The torch dtype a tensor of ``encoding`` is stored in (``plain`` when unquantized)."""
     if not encoding.is_quantized:
         return plain
-    if encoding.datatype not in PT2E_STORAGE:
+    storage = DATATYPES[encoding.datatype].pt2e_storage
+    if storage is None:
         raise QuantizedEmulationError(f"{encoding.datatype.short_name} tensors cannot be passed to a kernel")
-    return PT2E_STORAGE[encoding.datatype]
+    return getattr(torch, storage)
 
 
 def _dequantize(tensor: torch.Tensor, encoding: Encoding) -> torch.Tensor:

@@ -32,6 +32,8 @@ class DatatypeRow:
     torch: str | None = None
     scalar_member: str | None = None  # Qnn_Scalar_t union member for a scalar parameter
     scalar_type: tuple[str, int] | None = None  # ExecuTorch (c10) ScalarType of a plain tensor: name, code
+    pt2e_storage: str | None = None  # torch dtype PT2E (QnnQuantizer) stores a fixed-point tensor in
+    float_max: float | None = None  # largest finite magnitude of a float datatype
 
 
 _ROWS = (
@@ -47,18 +49,20 @@ _ROWS = (
     DatatypeRow(Datatype.UINT_64, "UInt64", 17, "Int64", "uint64_t", "uint64", "uint64", "uint64Value",
                 ("UInt64", 29)),
     DatatypeRow(Datatype.FLOAT_16, "Float16", 1, "Float16", None, "float16", "float16", "floatValue",
-                ("Half", 5)),
+                ("Half", 5), float_max=65504.0),
     DatatypeRow(Datatype.FLOAT_32, "Float32", 0, "Float32", "float", "float32", "float32", "floatValue",
-                ("Float", 6)),
+                ("Float", 6), float_max=3.4028234663852886e38),
     DatatypeRow(Datatype.FLOAT_64, "Float64", 16, None, "double", "float64", "float64", "doubleValue",
-                ("Double", 7)),
+                ("Double", 7), float_max=1.7976931348623157e308),
     DatatypeRow(Datatype.SFIXED_POINT_4),
-    DatatypeRow(Datatype.SFIXED_POINT_8, "SFixed8", 3, "QInt8", "int8_t", "int8", "int8"),
-    DatatypeRow(Datatype.SFIXED_POINT_16, "SFixed16", 5, "QInt16", "int16_t", "int16", "int16"),
-    DatatypeRow(Datatype.SFIXED_POINT_32, "SFixed32", 14, "QInt32", "int32_t", "int32", "int32"),
+    DatatypeRow(Datatype.SFIXED_POINT_8, "SFixed8", 3, "QInt8", "int8_t", "int8", "int8", pt2e_storage="int8"),
+    DatatypeRow(Datatype.SFIXED_POINT_16, "SFixed16", 5, "QInt16", "int16_t", "int16", "int16", pt2e_storage="int16"),
+    DatatypeRow(Datatype.SFIXED_POINT_32, "SFixed32", 14, "QInt32", "int32_t", "int32", "int32", pt2e_storage="int32"),
     DatatypeRow(Datatype.UFIXED_POINT_4),
-    DatatypeRow(Datatype.UFIXED_POINT_8, "UFixed8", 2, "QUInt8", "uint8_t", "uint8", "uint8"),
-    DatatypeRow(Datatype.UFIXED_POINT_16, "UFixed16", 4, "QUInt16", "uint16_t", "uint16", "uint16"),
+    DatatypeRow(Datatype.UFIXED_POINT_8, "UFixed8", 2, "QUInt8", "uint8_t", "uint8", "uint8", pt2e_storage="uint8"),
+    # PT2E keeps 16-bit activations in int32 with a uint16 range
+    DatatypeRow(Datatype.UFIXED_POINT_16, "UFixed16", 4, "QUInt16", "uint16_t", "uint16", "uint16",
+                pt2e_storage="int32"),
     DatatypeRow(Datatype.UFIXED_POINT_32, "UFixed32", 15, None, "uint32_t", "uint32", "uint32"),
     DatatypeRow(Datatype.BOOL_8, "Bool", 9, "QUInt8", "bool", "bool_", "bool", "bool8Value", ("Bool", 11)),
     DatatypeRow(Datatype.STRING),

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Literal
 
+from ..errors import ReportedError
+
 Severity = Literal["error", "warning"]
 
 
@@ -25,7 +27,7 @@ class Diagnostic:
         return f"{self.file}:{self.line}: {self.severity}: {self.message}{fix}"
 
 
-class OpDefError(ValueError):
+class OpDefError(ReportedError, ValueError):
     """A config (or set of configs) that cannot be used; ``diagnostics`` lists every error."""
 
     def __init__(self, diagnostics: Iterable[Diagnostic]):

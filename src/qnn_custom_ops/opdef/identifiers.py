@@ -50,11 +50,6 @@ def identifier_problem(name: str) -> str | None:
     return None
 
 
-def is_c_identifier(name: str) -> bool:
-    """True if ``name`` can be used verbatim as a C++ identifier and a file name."""
-    return identifier_problem(name) is None
-
-
 def scope_name_problem(name: str) -> str | None:
     """Why ``name`` cannot name something beside the generated code's own names (an argument,
     or a package, which becomes a C++ namespace), or None."""

@@ -12,6 +12,7 @@ from types import MappingProxyType
 from lxml import etree
 
 from .checks import check_op, check_package_ops, check_supplement_target
+from .datatypes import DATATYPES
 from .diagnostics import Reporter
 from .identifiers import identifier_problem, is_argument_name, sanitize_identifier, scope_name_problem
 from .model import (
@@ -365,12 +366,9 @@ def _parse_scalar(text: str, datatype: Datatype) -> DefaultValue | None:
             value = float(lowered)
         except ValueError:
             return None
-        limit = _FLOAT_MAX.get(datatype, float("inf"))
+        limit = DATATYPES[datatype].float_max or float("inf")
         return value if value == value and abs(value) != float("inf") and abs(value) <= limit else None
     return None
-
-
-_FLOAT_MAX = {Datatype.FLOAT_16: 65504.0, Datatype.FLOAT_32: 3.4028234663852886e38}
 
 
 def _out_of_range(text: str, tensor: TensorDef) -> str | None:
@@ -390,7 +388,7 @@ def _out_of_range(text: str, tensor: TensorDef) -> str | None:
             low, high = datatype.integer_range
             ranges.append(f"{datatype.short_name} takes integers {low}..{high}")
         elif datatype.is_float:
-            limit = _FLOAT_MAX.get(datatype, 1.7976931348623157e308)
+            limit = DATATYPES[datatype].float_max
             ranges.append(f"{datatype.short_name} takes finite numbers up to {limit:g} in magnitude")
     return "; ".join(ranges) + f" ({number:g} given)" if ranges else None
 

@@ -25,6 +25,7 @@ from ..builder.quantized import (
     is_dequantize,
     is_quantize,
     plain_encoding,
+    encoding_lists,
     quantized_variant,
     storage_dtype,
 )
@@ -136,7 +137,7 @@ def _insert(graph: torch.fx.Graph, node: torch.fx.Node, op: OpBinding, values: l
     schema_args = op.overload._schema.arguments
     positional = [v for v, a in zip(values, schema_args) if not a.kwarg_only]
     keywords = {a.name: v for v, a in zip(values, schema_args) if a.kwarg_only}
-    lists = ([e.kernel_dtype for e in encodings], [e.scale for e in encodings], [e.offset for e in encodings])
+    lists = encoding_lists(encodings)
     output_values = []
     for index, (quantizer, encoding) in enumerate(zip(quantizers, encodings[len(op.inputs):])):
         value = quantizer.meta["val"] if quantizer is not None else _value(node, index, multi)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..builder import ArgBinding, ArgKind, OpBinding, OpPackageBinding
 from ..builder.define import has_out_variant
+from ..builder.quantized import ENCODING_ARGUMENTS
 from ..builder.quantized import NAMESPACE as QUANTIZED_NAMESPACE
 from ..builder.quantized import quantized_name
 from ..generator.context import cpp_string
@@ -111,8 +112,8 @@ def _kernel_context(op: OpBinding, quantized: bool) -> KernelContext:
     by_index = {arg.schema_index: arg for arg in op.inputs + op.params}
     signature, unboxing = [], []
     if quantized:
-        signature = ["ArrayRef<int64_t> qco_dtypes", "ArrayRef<double> qco_scales", "ArrayRef<int64_t> qco_offsets"]
-        unboxing = ["stack[0]->toIntList()", "stack[1]->toDoubleList()", "stack[2]->toIntList()"]
+        signature = [f"{_CPP_TYPES[a.kind]} {a.name}" for a in ENCODING_ARGUMENTS]
+        unboxing = [f"stack[{i}]->to<{_CPP_TYPES[a.kind]}>()" for i, a in enumerate(ENCODING_ARGUMENTS)]
     first_arg = len(unboxing)
     for index in range(len(op.overload._schema.arguments)):
         arg = by_index[index]
@@ -131,16 +132,15 @@ def _kernel_context(op: OpBinding, quantized: bool) -> KernelContext:
     conversions, enums = [], []
     if quantized:
         count = len(op.inputs) + len(outputs)
-        conversions.append(Conversion(
-            f"qco_dtypes.size() == {count} && qco_scales.size() == {count} && qco_offsets.size() == {count}",
-            cpp_string(f"expected {count} encodings (inputs, then outputs)")))
+        conversions.append(Conversion(" && ".join(f"{a.name}.size() == {count}" for a in ENCODING_ARGUMENTS),
+                                      cpp_string(f"expected {count} encodings (inputs, then outputs)")))
     tensors = ([(out, "output", tensor.name) for out, tensor in zip(outputs, op.op.outputs)]
                + [(_variable(a), "input", a.tensor.name) for a in op.inputs])
     for position, (variable, kind, shown) in enumerate(tensors):
         if quantized:
             index = len(op.inputs) + position if kind == "output" else position - len(outputs)
-            expression = (f"qco::et::encoded_view({variable}, qco_dtypes[{index}], qco_scales[{index}], "
-                          f"qco_offsets[{index}], h_{variable})")
+            encoding = ", ".join(f"{a.name}[{index}]" for a in ENCODING_ARGUMENTS)  # dtype, scale, offset
+            expression = f"qco::et::encoded_view({variable}, {encoding}, h_{variable})"
             message = f"{kind} {shown}: its storage does not hold its encoding's dtype"
         else:
             expression = f"qco::et::tensor_view({variable}, h_{variable})"
