@@ -16,6 +16,7 @@ import torch
 
 from ..errors import ReportedError
 from ..opdef import Datatype, OpDef, OpPackage, TensorDef
+from .op_name import OperatorName
 
 
 
@@ -102,7 +103,7 @@ class AlignmentError(ReportedError, ValueError):
 
 def op_name(overload: torch._ops.OpOverload) -> str:
     """``ns.op.overload`` of a torch overload, e.g. ``my_ops.mul3.default``."""
-    return f"{overload.namespace}.{overload._schema.name.split('::')[1]}.{overload._overloadname}"
+    return OperatorName.of(overload).dotted
 
 
 def target_op_name(target: Any) -> str | None:

@@ -18,6 +18,7 @@ import torch
 from ..opdef import OpPackage
 from .alignment import OpBinding, bind_ops, target_op_name
 from .define import has_out_variant
+from .op_name import OperatorName
 from .spec import OpMappingError, QnnOpSpec, qnn_op_spec
 
 
@@ -60,11 +61,10 @@ def bind(package: OpPackage, mapping: Mapping[str, Any]) -> OpPackageBinding:
     ops = bind_ops(package, mapping)
     for op in ops.values():
         if not has_out_variant(op.overload):
-            namespace, name = op.overload._schema.name.split("::")
+            name = OperatorName.of(op.overload)
             warnings.warn(MissingOutVariantWarning(
-                f"{namespace}::{name} has no .out overload, which the host target (to_executorch) needs: "
-                f"qnn_custom_ops.register_out_variant(torch.ops.{namespace}.{name}.{op.overload._overloadname})"),
-                stacklevel=2)
+                f"{name.qualified} has no .out overload, which the host target (to_executorch) needs: "
+                f"qnn_custom_ops.register_out_variant({name.python})"), stacklevel=2)
     return OpPackageBinding(package, MappingProxyType(ops))
 
 

@@ -9,6 +9,7 @@ import torch
 
 from ..opdef import Datatype, OpDef, OpPackage, TensorDef
 from ..errors import UsageError
+from .op_name import OperatorName
 
 _LIBRARIES: list[torch.library.Library] = []  # a Library deregisters its ops when collected
 
@@ -119,16 +120,16 @@ def _define(library: torch.library.Library, namespace: str, name: str, op: OpDef
 
 def has_out_variant(overload: torch._ops.OpOverload) -> bool:
     """True if ``ns::op`` has the ``.out`` overload ``to_executorch`` needs."""
-    name = overload._schema.name.split("::")[1]
-    return "out" in getattr(getattr(torch.ops, overload.namespace), name).overloads()
+    return "out" in OperatorName.of(overload).packet().overloads()
 
 
 def register_out_variant(overload: torch._ops.OpOverload) -> torch._ops.OpOverload:
     """Define ``ns::op.out`` for an existing functional op (a ``torch.library.custom_op``,
     say): the same arguments plus keyword-only ``out`` tensors; it runs the op and copies
     into them. ``to_executorch`` and the host kernel library need it. Returns it."""
-    namespace, name = overload._schema.name.split("::")
-    packet = getattr(getattr(torch.ops, namespace), name)
+    operator = OperatorName.of(overload)
+    namespace, name = operator.namespace, operator.name
+    packet = operator.packet()
     if "out" in packet.overloads():
         return packet.out
     arguments, has_kwarg_only = schema_argument_text(overload._schema)

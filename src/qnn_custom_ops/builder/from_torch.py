@@ -12,6 +12,7 @@ from lxml import etree
 
 from ..errors import UsageError
 from ..opdef import Datatype, OpDefError, OpDefWarning, parse_package
+from .op_name import OperatorName
 from ..opdef.identifiers import identifier_problem, scope_name_problem
 from .alignment import AlignmentError, ArgKind, arg_kind, bind_ops, op_name
 
@@ -27,7 +28,7 @@ _PARAM_DATATYPE = {ArgKind.INT: Datatype.INT_32.value, ArgKind.INT_LIST: Datatyp
 
 def qnn_type_for(overload: torch._ops.OpOverload) -> str:
     """A QNN op type name for a torch op: ``my_ops::fused_rms_norm`` -> ``FusedRmsNorm``."""
-    name = overload._schema.name.split("::")[1]
+    name = OperatorName.of(overload).name
     return "".join(part[:1].upper() + part[1:] for part in re.split(r"_+", name) if part)
 
 

@@ -22,6 +22,7 @@ from ..errors import ReportedError
 from ..opdef import Datatype
 from ..opdef.datatypes import DATATYPES, plain_datatype
 from .alignment import ArgKind, OpBinding, target_op_name
+from .op_name import OperatorName
 from .define import out_arguments, out_fake_of, out_kernel_of, returns_schema, schema_argument_text
 
 NAMESPACE = "qco_quantized"
@@ -123,10 +124,9 @@ def plain_encoding(dtype: torch.dtype) -> Encoding:
 
 
 def quantized_name(binding: OpBinding) -> str:
-    schema = binding.overload._schema
-    namespace, name = schema.name.split("::")
-    overload = f"_{schema.overload_name}" if schema.overload_name else ""
-    return f"{namespace}__{name}{overload}"
+    name = OperatorName.of(binding.overload)
+    overload = "" if name.overload == "default" else f"_{name.overload}"
+    return f"{name.namespace}__{name.name}{overload}"
 
 
 def quantized_variant(binding: OpBinding) -> torch._ops.OpOverload:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..builder import ArgBinding, ArgKind, OpBinding, OpPackageBinding
 from ..builder.define import has_out_variant
+from ..builder.op_name import OperatorName
 from ..builder.quantized import ENCODING_ARGUMENTS
 from ..builder.quantized import NAMESPACE as QUANTIZED_NAMESPACE
 from ..builder.quantized import quantized_name
@@ -65,21 +66,11 @@ class KernelContext:
     write_backs: list[str]  # holders of outputs converted from their storage, to copy back
 
 
-def out_overload_name(binding: OpBinding) -> str:
-    """``ns::op.out``, which ``to_executorch`` uses and our library registers."""
-    name = binding.overload._schema.name.split("::")[1]
-    return f"{binding.overload.namespace}::{name}.out"
-
-
 def _check_out_variant(binding: OpBinding) -> None:
+    name = OperatorName.of(binding.overload)
     if not has_out_variant(binding.overload):
-        raise HostBuildError(f"{out_overload_name(binding)} is not defined: to_executorch needs the out variant "
-                             f"(add it with qnn_custom_ops.register_out_variant({_torch_ops_path(binding)}))")
-
-
-def _torch_ops_path(binding: OpBinding) -> str:
-    name = binding.overload._schema.name.split("::")[1]
-    return f"torch.ops.{binding.overload.namespace}.{name}.{binding.overload._overloadname}"
+        raise HostBuildError(f"{name.out} is not defined: to_executorch needs the out variant "
+                             f"(add it with qnn_custom_ops.register_out_variant({name.python}))")
 
 
 def _param_storage(op: OpBinding, arg: ArgBinding) -> tuple[str, str]:
@@ -105,10 +96,10 @@ def kernel_contexts(op: OpBinding) -> list[KernelContext]:
 
 def _kernel_context(op: OpBinding, quantized: bool) -> KernelContext:
     """Every C++ decision for one ExecuTorch kernel of one op."""
-    namespace = op.overload.namespace
-    name = op.overload._schema.name.split("::")[1]
-    registered = f"{QUANTIZED_NAMESPACE}::{quantized_name(op)}.out" if quantized else out_overload_name(op)
-    function = f"qco_{QUANTIZED_NAMESPACE}_{quantized_name(op)}_out" if quantized else f"qco_{namespace}_{name}_out"
+    name = OperatorName.of(op.overload)
+    registered = f"{QUANTIZED_NAMESPACE}::{quantized_name(op)}.out" if quantized else name.out
+    function = (f"qco_{QUANTIZED_NAMESPACE}_{quantized_name(op)}_out" if quantized
+                else f"qco_{name.namespace}_{name.name}_out")
     by_index = {arg.schema_index: arg for arg in op.inputs + op.params}
     signature, unboxing = [], []
     if quantized:
