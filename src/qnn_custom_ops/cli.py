@@ -192,18 +192,24 @@ def _cmd_build_host(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _shipped_cases(package: OpPackage):
+    """The cases a shipped package brings (``library.shipped_cases``), or None."""
+    from .library.shipped_cases import shipped_cases
+
+    return shipped_cases(package)
+
+
 def _cmd_cost(args: argparse.Namespace) -> int:
     """Per op and shape: host seconds per call, bytes moved, GB/s, beside the copy bandwidth."""
     from .runtime import build_host_kernels
     from .runtime.cost import cases_from_shapes, measure_package
 
     package = _load([str(c) for c in _package_configs(args.package_dir)])
+    own = None if args.shape else _shipped_cases(package)
     if args.shape:
         cases = cases_from_shapes(package, args.shape)
-    elif package.name == "LlmOpPackage":
-        from .library.cases import llm_cases
-
-        cases = [case.kernel_case() for case in llm_cases()]
+    elif own is not None:
+        cases = own.cost(package)
     else:
         raise UsageError(f"{args.package_dir}: say what to measure with --shape OP:TENSOR=DIMS,... "
                          "(every input and output of the op, e.g. --shape MyOp:x=1x4096,y=1x4096)")
@@ -230,12 +236,8 @@ def _cmd_hexagon_check(args: argparse.Namespace) -> int:
     from .runtime.hexagon import QEMU_CPU, HEXAGON_CPU, hexagon_check
 
     package = _load([str(c) for c in _package_configs(args.package_dir)])
-    if args.shape or package.name != "LlmOpPackage":
-        cases = dtype_cases(package, args.shape)
-    else:
-        from .library.check_cases import hexagon_cases
-
-        cases = hexagon_cases(package)
+    own = None if args.shape else _shipped_cases(package)
+    cases = own.check(package) if own is not None else dtype_cases(package, args.shape)
     results = hexagon_check(args.package_dir, cases)
     for result in results:
         print(result)
@@ -375,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument("package_dir", metavar="PACKAGE_DIR")
     cost.add_argument("--shape", action="append", default=[], metavar="OP:TENSOR=DIMS,...",
                       help="an op and the shape of each of its inputs and outputs, e.g. "
-                           "MyOp:x=1x4096,y=1x4096 (repeatable; LlmOpPackage has its own shapes)")
+                           "MyOp:x=1x4096,y=1x4096 (repeatable; a shipped package such as LlmOpPackage brings its own)")
     cost.add_argument("--min-seconds", type=_timing_seconds, default=0.2,
                       help="length of each timing round (0 < S <= 60, default 0.2)")
     cost.add_argument("--isolated", action="store_true",
@@ -389,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     hexagon.add_argument("--shape", action="append", default=[], metavar="OP:TENSOR=DIMS,...",
                          help="an op and the shape of each of its inputs and outputs, checked at every datatype "
                               "it declares (repeatable; default: each op with dims 2x3x5x9 cut to each rank; "
-                              "LlmOpPackage has its own cases)")
+                              "a shipped package such as LlmOpPackage brings its own)")
     hexagon.set_defaults(handler=_cmd_hexagon_check)
     return parser
 
