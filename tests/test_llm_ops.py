@@ -13,7 +13,7 @@ from qnn_custom_ops.library import LlmOpInputError, llm_binding, llm_ops, llm_qu
 from qnn_custom_ops.library import reference as ref
 from qnn_custom_ops.opdef import Datatype
 from qnn_custom_ops.runtime import HostRunner, KernelDType, KernelError, KernelLibrary, KernelTensor, Tolerance
-from qnn_custom_ops.runtime import compare_outputs
+from qnn_custom_ops.runtime import build_host_kernels, compare_outputs
 
 from .torch_ops import pt2e_quantize
 
@@ -333,3 +333,70 @@ def test_kernels_refuse_a_dtype_the_opdef_does_not_declare(kernels):
     with pytest.raises(KernelError, match="unsupported dtype"):
         kernels.run("SiluAndMul", [KernelTensor(np.zeros((2, 2), np.int32), I32)],
                     [KernelTensor(np.zeros((2, 4), np.int32), I32)])
+
+
+CODES = {KernelDType.UFixed8: (np.uint8, 0, 255), KernelDType.UFixed16: (np.uint16, 0, 65535),
+         KernelDType.SFixed8: (np.int8, -127, 127), KernelDType.SFixed16: (np.int16, -32767, 32767)}
+
+
+def calibrated(real: torch.Tensor, dtype: KernelDType) -> tuple[float, int]:
+    """(scale, offset) as PT2E's min/max observers choose them: asymmetric over [min, max] with
+    zero inside for unsigned codes, symmetric for signed."""
+    _, low, high = CODES[dtype]
+    if low < 0:
+        return float(real.abs().max()) / high, 0
+    lo, hi = min(float(real.min()), 0.0), max(float(real.max()), 0.0)
+    scale = (hi - lo) / high
+    return scale, -round(-lo / scale)
+
+
+def requantized(real: torch.Tensor, dtype: KernelDType, scale: float, offset: int) -> torch.Tensor:
+    """Codes of ``real`` as torch quantizes: times the float32 reciprocal of the scale, round half
+    to even, plus the zero point, saturated."""
+    _, low, high = CODES[dtype]
+    inverse = 1 / torch.tensor(scale, dtype=torch.float32)
+    return (torch.round(real.float() * inverse) - offset).clamp(low, high)
+
+
+def quantized_tensor(real: torch.Tensor, dtype: KernelDType) -> tuple[KernelTensor, torch.Tensor]:
+    """The kernel tensor of ``real`` in a calibrated encoding, and the reals its codes stand for."""
+    scale, offset = calibrated(real, dtype)
+    codes = requantized(real, dtype, scale, offset)
+    return KernelTensor(codes.numpy().astype(CODES[dtype][0]), dtype, scale, offset), scale * (codes + offset)
+
+
+QUANTIZED_OPS = {  # op: (qnn type, params, inputs of a hidden size, the reference on reals)
+    "rms_norm": ("RmsNorm", (), lambda g, n: (torch.randn(4, n, generator=g) * 3, torch.rand(n, generator=g) + 0.5),
+                 ref.rms_norm),
+    "silu_and_mul": ("SiluAndMul", (), lambda g, n: (torch.randn(4, 2 * n, generator=g) * 2,), ref.silu_and_mul),
+    "gelu_and_mul": ("GeluAndMul", (), lambda g, n: (torch.randn(4, 2 * n, generator=g) * 2,), ref.gelu_and_mul),
+    "gelu_and_mul tanh": ("GeluAndMul", (KernelTensor(np.array(1, np.uint32), KernelDType.UInt32),),
+                          lambda g, n: (torch.randn(4, 2 * n, generator=g) * 2,),
+                          lambda x: ref.gelu_and_mul(x, "tanh")),
+}
+U8, U16, S8, S16 = KernelDType.UFixed8, KernelDType.UFixed16, KernelDType.SFixed8, KernelDType.SFixed16
+
+
+@pytest.fixture(scope="module")
+def c_abi():
+    """The package's kernels through the C ABI alone (no torch binding)."""
+    return KernelLibrary(build_host_kernels(package_dir()), "LlmOpPackage")
+
+
+@pytest.mark.parametrize("activation, weight", [(U8, S8), (U16, U8), (U16, S16)], ids=["8a8w", "16a8w", "16a16w"])
+@pytest.mark.parametrize("hidden", [769, 5125])
+@pytest.mark.parametrize("op", sorted(QUANTIZED_OPS))
+def test_quantized_kernels_are_within_one_step_of_the_float_reference_requantized(c_abi, op, hidden, activation,
+                                                                                  weight):
+    """On the codes and encodings a calibrated model hands them, at odd hidden sizes: the
+    reference on the reals the input codes stand for, requantized with round half to even."""
+    qnn_type, params, make, reference = QUANTIZED_OPS[op]
+    reals = make(torch.Generator().manual_seed(hidden), hidden)
+    tensors, dequantized = zip(*(quantized_tensor(t, activation if i == 0 else weight) for i, t in enumerate(reals)))
+    expected_real = reference(*dequantized)
+    scale, offset = calibrated(expected_real, activation)
+    out = KernelTensor.empty(expected_real.shape, activation, scale, offset)
+    c_abi.run(qnn_type, [out], list(tensors), list(params))
+    expected = requantized(expected_real, activation, scale, offset)
+    steps = (torch.from_numpy(out.array.astype(np.int64)) - expected).abs()
+    assert steps.max() <= 1, f"{int(steps.max())} steps at {np.unravel_index(int(steps.argmax()), steps.shape)}"

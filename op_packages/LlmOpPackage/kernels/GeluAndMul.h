@@ -9,6 +9,7 @@
 
 #include "llm_access.h"
 #include "llm_math.h"
+#include "gated_codes.h"
 
 namespace LlmOpPackage {
 
@@ -48,6 +49,7 @@ inline qco::Status GeluAndMul(qco::TensorView& y, const qco::TensorView& x, cons
   if (!gated_shapes_match(y, x)) return qco::Status::kShapeMismatch;
   const uint32_t mode = enum_or(approximate, kGeluExact);
   if (mode != kGeluExact && mode != kGeluTanh) return qco::Status::kInvalidArgument;
+  if (run_gated_codes(y, x, mode == kGeluTanh ? gelu_tanh : gelu_exact)) return qco::Status::kOk;
   return dispatch({&y, &x}, [&](auto access) {
     if (mode == kGeluTanh) {
       gelu_and_mul_rows<decltype(access), gelu_tanh>(y, x);

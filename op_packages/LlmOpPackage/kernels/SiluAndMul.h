@@ -9,12 +9,15 @@
 
 #include "llm_access.h"
 #include "llm_math.h"
+#include "gated_codes.h"
 
 namespace LlmOpPackage {
 
 // Arguments: outputs, then inputs, then parameters, in the order of the OpDef.
 //   output y: mandatory, ND, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
 //   input x: mandatory, ND, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
+inline float silu(float a) { return a / (1.0f + vector_exp(-a)); }
+
 // y[r, i] = silu(x[r, i]) * x[r, d + i] over rows r of the last dimension [2d] -> [d].
 template <typename Access>
 void silu_and_mul_rows(qco::TensorView& y, const qco::TensorView& x) {
@@ -25,14 +28,14 @@ void silu_and_mul_rows(qco::TensorView& y, const qco::TensorView& x) {
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t gate = 2 * d * r;
     for (int64_t i = 0; i < d; ++i) {
-      const float a = in(gate + i);
-      out(r * d + i, a / (1.0f + vector_exp(-a)) * in(gate + d + i));
+      out(r * d + i, silu(in(gate + i)) * in(gate + d + i));
     }
   }
 }
 
 inline qco::Status SiluAndMul(qco::TensorView& y, const qco::TensorView& x) {
   if (!gated_shapes_match(y, x)) return qco::Status::kShapeMismatch;
+  if (run_gated_codes(y, x, silu)) return qco::Status::kOk;
   return dispatch({&y, &x}, [&](auto access) { silu_and_mul_rows<decltype(access)>(y, x); });
 }
 
