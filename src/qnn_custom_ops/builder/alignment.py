@@ -64,7 +64,7 @@ class ArgBinding:
 class OpBinding:
     """A QNN op type bound to a torch overload whose schema agrees with the OpDef."""
 
-    op: OpDef
+    opdef: OpDef
     package_name: str
     overload: torch._ops.OpOverload
     inputs: tuple[ArgBinding, ...]  # XML input order
@@ -77,7 +77,7 @@ class OpBinding:
 
     @property
     def qnn_op_type(self) -> str:
-        return self.op.name
+        return self.opdef.name
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,7 @@ def quantized_variant(binding: OpBinding) -> torch._ops.OpOverload:
         _LIBRARY.append(torch.library.Library(NAMESPACE, "FRAGMENT"))
     library = _LIBRARY[0]
     arguments, has_kwarg_only = schema_argument_text(binding.overload._schema)
-    outputs = len(binding.op.outputs)
+    outputs = len(binding.opdef.outputs)
     star = "" if has_kwarg_only else "*, "
     library.define(f"{name}({_ENCODING_SCHEMA}, {arguments}) -> {returns_schema(outputs, out=False)}")
     library.define(f"{name}.out({_ENCODING_SCHEMA}, {arguments}, {star}{out_arguments(outputs)}) -> "
@@ -169,7 +169,7 @@ def _around_the_op(binding: OpBinding, into_float, out_of_float):
     """The variant's kernel: ``into_float`` on each input with its encoding, the original op,
     ``out_of_float`` on each output with its encoding."""
     op_inputs = binding.inputs
-    outputs = len(binding.op.outputs)
+    outputs = len(binding.opdef.outputs)
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         encodings = _encodings(*args[:len(ENCODING_ARGUMENTS)])

@@ -124,7 +124,7 @@ def _param(arg: ArgBinding, value: Any, binding: OpBinding, where: str) -> QnnPa
     if isinstance(value, torch.fx.Node):
         raise OpMappingError(f"{where}: param '{tensor.name}' is computed in the graph ({value.name}); "
                              "QNN params must be constants at export time")
-    datatypes = binding.op.datatypes(tensor, HTP)
+    datatypes = binding.opdef.datatypes(tensor, HTP)
     if arg.kind is ArgKind.STR:
         return _enum_param(tensor, value, datatypes, where)
     if arg.kind in (ArgKind.INT_LIST, ArgKind.FLOAT_LIST):
@@ -183,12 +183,12 @@ def _fits_float(value: int | float, largest: float) -> bool:
 def _outputs(binding: OpBinding, node: torch.fx.Node, where: str) -> tuple[QnnOutput, ...]:
     value = node.meta.get("val")
     values = value if isinstance(value, (tuple, list)) else (value,)
-    if value is None or len(values) != len(binding.op.outputs):
+    if value is None or len(values) != len(binding.opdef.outputs):
         raise OpMappingError(f"{where}: the node carries {0 if value is None else len(values)} output value(s) "
-                             f"in meta['val'], the OpDef declares {len(binding.op.outputs)} (export the model "
+                             f"in meta['val'], the OpDef declares {len(binding.opdef.outputs)} (export the model "
                              "with torch.export so outputs are known)")
     return tuple(QnnOutput(i, out.name, v.dtype, tuple(int(d) for d in v.shape))
-                 for i, (out, v) in enumerate(zip(binding.op.outputs, values)))
+                 for i, (out, v) in enumerate(zip(binding.opdef.outputs, values)))
 
 
 

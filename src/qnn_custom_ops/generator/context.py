@@ -11,7 +11,7 @@ import math
 import textwrap
 from dataclasses import dataclass
 
-from ..opdef import Datatype, OpDef, OpPackage, TensorDef
+from ..opdef import Datatype, OpDef, OpPackage, Role, TensorDef
 from ..opdef.datatypes import DATATYPES
 
 HTP_ARCHS = (68, 69, 73, 75, 79)
@@ -212,7 +212,7 @@ def _arg(tensor: TensorDef, datatypes: tuple[Datatype, ...]) -> Arg:
         name=tensor.c_name,
         xml_name=tensor.name,
         kind=tensor.kind,
-        qualifier="" if tensor.kind == "output" else "const ",
+        qualifier="" if tensor.kind is Role.OUTPUT else "const ",
         optional=not tensor.mandatory,
         comment=" ".join(comment_lines(f"{tensor.kind} {tensor.name}: {optional}, {rank}, {names}", 1000)),
         declared=_declared_kernel_dtypes(tensor, datatypes),

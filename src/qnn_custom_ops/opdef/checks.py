@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .diagnostics import Reporter
-from .model import Datatype, OpDef, TensorDef
+from .model import Datatype, OpDef, Role, TensorDef
 
 
 def check_package_ops(ops: list[OpDef], reporter: Reporter) -> None:
@@ -26,7 +26,7 @@ def check_package_ops(ops: list[OpDef], reporter: Reporter) -> None:
                            "their files and Impl functions would collide", "rename one of them")
 
 
-def check_supplement_target(op: OpDef, kind: str, tensor_name: str,
+def check_supplement_target(op: OpDef, kind: Role, tensor_name: str,
                             file: str, line: int, reporter: Reporter) -> bool:
     """A SupplementalOpDef tensor must be one of the op's tensors, of the same kind."""
     op_name = op.name
@@ -39,13 +39,9 @@ def check_supplement_target(op: OpDef, kind: str, tensor_name: str,
         reporter.error(file, line,
                        f"op {op_name}: SupplementalOpDef lists {tensor_name!r} as {kind}, "
                        f"but the OpDef declares it as {matches[0].kind}",
-                       f"move it under the matching <{_tag(matches[0].kind)}>")
+                       f"move it under the matching <{matches[0].kind.xml_tag}>")
         return False
     return True
-
-
-def _tag(kind: str) -> str:
-    return {"input": "Input", "output": "Output", "param": "Parameter"}[kind]
 
 
 def check_op(op: OpDef, reporter: Reporter) -> None:
@@ -77,7 +73,7 @@ def _check_unique_names(op: OpDef, reporter: Reporter) -> None:
 
 def _check_tensor(op: OpDef, tensor: TensorDef, reporter: Reporter) -> None:
     where = f"op {op.name}: {tensor.kind} {tensor.name!r}"
-    if tensor.kind == "output" and tensor.default is not None:
+    if tensor.kind is Role.OUTPUT and tensor.default is not None:
         reporter.error(op.file, tensor.line, f"{where} has a Default", "outputs never have a default: remove it")
     if tensor.repeated and op.htp_backend:
         reporter.error(op.file, tensor.line, f"{where} is Repeated, which the {op.htp_backend} backend does not support",

@@ -134,11 +134,27 @@ class Constraint:
     text: str
 
 
+class Role(str, enum.Enum):
+    """What a tensor of an op is; its value is the word messages and override keys use."""
+
+    INPUT = "input"
+    OUTPUT = "output"
+    PARAM = "param"
+
+    @property
+    def xml_tag(self) -> str:
+        """The OpDef element declaring it: Input, Output, Parameter."""
+        return {Role.INPUT: "Input", Role.OUTPUT: "Output", Role.PARAM: "Parameter"}[self]
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class TensorDef:
     """An input, output or parameter of an op, as the OpDef declares it."""
 
-    kind: str  # "input" | "output" | "param"
+    kind: Role
     name: str
     c_name: str  # ``name`` as a C++ identifier (differs only for tolerated odd names)
     description: str

@@ -16,6 +16,7 @@ from .datatypes import DATATYPES
 from .diagnostics import Reporter
 from .identifiers import identifier_problem, is_argument_name, sanitize_identifier, scope_name_problem
 from .model import (
+    Role,
     KNOWN_BACKENDS,
     Constraint,
     Datatype,
@@ -55,7 +56,7 @@ def _secure_parser() -> etree.XMLParser:
 
 @dataclass(frozen=True)
 class _SupplementalTensor:
-    kind: str
+    kind: Role
     name: str
     supplement: Supplement
     line: int
@@ -217,9 +218,9 @@ def _read_op(el: etree._Element, path: Path, reporter: Reporter) -> OpDef:
     return OpDef(
         name=name,
         description=_description(el),
-        inputs=tuple(_read_tensor(t, "input", name, path, reporter) for t in el.iterfind("Input")),
-        outputs=tuple(_read_tensor(t, "output", name, path, reporter) for t in el.iterfind("Output")),
-        params=tuple(_read_tensor(t, "param", name, path, reporter) for t in el.iterfind("Parameter")),
+        inputs=tuple(_read_tensor(t, Role.INPUT, name, path, reporter) for t in el.iterfind(Role.INPUT.xml_tag)),
+        outputs=tuple(_read_tensor(t, Role.OUTPUT, name, path, reporter) for t in el.iterfind(Role.OUTPUT.xml_tag)),
+        params=tuple(_read_tensor(t, Role.PARAM, name, path, reporter) for t in el.iterfind(Role.PARAM.xml_tag)),
         backends=backends,
         use_default_translation=_bool(el.find("UseDefaultTranslation"), False),
         references=tuple((r.get("Source", ""), r.get("Url", "")) for r in el.iterfind("Reference")),
@@ -283,7 +284,7 @@ def _read_constraints(el: etree._Element) -> tuple[Constraint, ...]:
     return tuple(Constraint(c.get("id", ""), c.get("Type", ""), _text(c)) for c in el.iterfind("Constraint"))
 
 
-def _read_tensor(el: etree._Element, kind: str, op: str, path: Path, reporter: Reporter) -> TensorDef:
+def _read_tensor(el: etree._Element, kind: Role, op: str, path: Path, reporter: Reporter) -> TensorDef:
     name_el = el.find("Name")
     name = _text(name_el)
     c_name = name if is_argument_name(name) else sanitize_identifier(name)
@@ -403,8 +404,8 @@ def _read_supplement_list(el: etree._Element, path: Path, reporter: Reporter) ->
                 _SupplementalTensor(kind, _text(t_el.find("Name")),
                                     _read_supplement(t_el, _text(op_el.find("Name")), path, reporter),
                                     t_el.sourceline or 0)
-                for kind, tag in (("input", "Input"), ("output", "Output"), ("param", "Parameter"))
-                for t_el in op_el.iterfind(tag)
+                for kind in Role
+                for t_el in op_el.iterfind(kind.xml_tag)
             ),
             file=str(path),
             line=op_el.sourceline or 0,

@@ -83,33 +83,33 @@ def emulate_quantized(program: torch.export.ExportedProgram, binding: OpPackageB
     return emulated
 
 
-def _fold(graph: torch.fx.Graph, node: torch.fx.Node, op: OpBinding) -> EmulatedOp | None:
-    values = node_arguments(op, node)
-    where = f"node {node.name} ({op.custom_op_name})"
+def _fold(graph: torch.fx.Graph, node: torch.fx.Node, binding: OpBinding) -> EmulatedOp | None:
+    values = node_arguments(binding, node)
+    where = f"node {node.name} ({binding.custom_op_name})"
     input_encodings = []
-    for arg in op.inputs:
+    for arg in binding.inputs:
         source = values[arg.schema_index]
         if source is None:
-            input_encodings.append(Encoding(op.op.datatypes(arg.tensor)[0]))  # absent: never read
+            input_encodings.append(Encoding(binding.opdef.datatypes(arg.tensor)[0]))  # absent: never read
         elif is_dequantize(source):
             input_encodings.append(encoding_of(source))
             values[arg.schema_index] = source.args[0]
         else:
             input_encodings.append(plain_encoding(source.meta["val"].dtype))
-    multi = len(op.op.outputs) > 1
-    carriers = [output_carrier(node, i, multi) for i in range(len(op.op.outputs))]
+    multi = len(binding.opdef.outputs) > 1
+    carriers = [output_carrier(node, i, multi) for i in range(len(binding.opdef.outputs))]
     quantizers = [_quantizer_of(carrier) for carrier in carriers]
     output_encodings = [encoding_of(q) if q is not None else plain_encoding(_value(node, i, multi).dtype)
                         for i, q in enumerate(quantizers)]
     encodings = input_encodings + output_encodings
     if not any(e.is_quantized for e in encodings):
         return None
-    for encoding, tensor in zip(encodings, op.op.inputs + op.op.outputs):
+    for encoding, tensor in zip(encodings, binding.opdef.inputs + binding.opdef.outputs):
         assert_finite(encoding, f"{where}, {tensor.kind} '{tensor.name}'")
-    emulated = _insert(graph, node, op, values, encodings, quantizers, carriers, multi)
+    emulated = _insert(graph, node, binding, values, encodings, quantizers, carriers, multi)
     _remove_folded(graph, node, quantizers, carriers, multi, emulated)
-    names = [t.name for t in op.op.inputs + op.op.outputs]
-    return EmulatedOp(node.name, op.qnn_op_type, tuple(zip(names, encodings)))
+    names = [t.name for t in binding.opdef.inputs + binding.opdef.outputs]
+    return EmulatedOp(node.name, binding.qnn_op_type, tuple(zip(names, encodings)))
 
 
 def _quantizer_of(carrier: torch.fx.Node | None) -> torch.fx.Node | None:
@@ -130,16 +130,16 @@ def _value(node: torch.fx.Node, index: int, multi: bool) -> Any:
     return node.meta["val"][index] if multi else node.meta["val"]
 
 
-def _insert(graph: torch.fx.Graph, node: torch.fx.Node, op: OpBinding, values: list[Any],
+def _insert(graph: torch.fx.Graph, node: torch.fx.Node, binding: OpBinding, values: list[Any],
             encodings: list[Encoding], quantizers: list, carriers: list, multi: bool) -> list[torch.fx.Node]:
     """The quantized variant's node (and its getitems); returns the node of each output."""
-    variant = quantized_variant(op)
-    schema_args = op.overload._schema.arguments
+    variant = quantized_variant(binding)
+    schema_args = binding.overload._schema.arguments
     positional = [v for v, a in zip(values, schema_args) if not a.kwarg_only]
     keywords = {a.name: v for v, a in zip(values, schema_args) if a.kwarg_only}
     lists = encoding_lists(encodings)
     output_values = []
-    for index, (quantizer, encoding) in enumerate(zip(quantizers, encodings[len(op.inputs):])):
+    for index, (quantizer, encoding) in enumerate(zip(quantizers, encodings[len(binding.inputs):])):
         value = quantizer.meta["val"] if quantizer is not None else _value(node, index, multi)
         if value.dtype != storage_dtype(encoding, value.dtype):
             raise QuantizedEmulationError(f"node {node.name}: output {index} is stored as {value.dtype}, "

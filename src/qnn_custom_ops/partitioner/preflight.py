@@ -71,8 +71,8 @@ def preflight(graph_module: torch.fx.GraphModule, binding: OpPackageBinding, bac
         name = target_op_name(node.target)
         if name is None or name.split(".")[0] not in binding.namespaces:
             continue
-        op_binding = binding.op_for(node)
-        if op_binding is None:
+        binding_of_node = binding.op_for(node)
+        if binding_of_node is None:
             problems.append(f"node {node.name} calls custom op {name}, which has no binding (bind it to a QNN op "
                             f"of {binding.package.name}: bind(package, {{'<QnnOpType>': torch.ops.{name}}}))")
             continue
@@ -81,14 +81,14 @@ def preflight(graph_module: torch.fx.GraphModule, binding: OpPackageBinding, bac
         except OpMappingError as exc:
             problems.append(str(exc))
             continue
-        problems += _datatype_problems(node, op_binding, spec.inputs, backend)
+        problems += _datatype_problems(node, binding_of_node, spec.inputs, backend)
     return problems
 
 
-def _datatype_problems(node: torch.fx.Node, op_binding: OpBinding, inputs: tuple[torch.fx.Node, ...],
+def _datatype_problems(node: torch.fx.Node, binding_of_node: OpBinding, inputs: tuple[torch.fx.Node, ...],
                        backend: str) -> list[str]:
-    op = op_binding.op
-    found = [(arg.tensor, input_datatype(source)) for arg, source in zip(op_binding.inputs, inputs)]
+    op = binding_of_node.opdef
+    found = [(arg.tensor, input_datatype(source)) for arg, source in zip(binding_of_node.inputs, inputs)]
     multi = len(op.outputs) > 1
     found += [(out, output_datatype(node, i, multi)) for i, out in enumerate(op.outputs)]
     problems = []
@@ -96,8 +96,8 @@ def _datatype_problems(node: torch.fx.Node, op_binding: OpBinding, inputs: tuple
         allowed = op.datatypes(tensor, backend)
         if datatype is not None and datatype not in allowed:
             problems.append(
-                f"node {node.name} ({op_binding.custom_op_name}): {tensor.kind} '{tensor.name}' is "
-                f"{datatype.short_name}, but {op_binding.package_name}::{op.name} allows only "
+                f"node {node.name} ({binding_of_node.custom_op_name}): {tensor.kind} '{tensor.name}' is "
+                f"{datatype.short_name}, but {binding_of_node.package_name}::{op.name} allows only "
                 f"{', '.join(d.short_name for d in allowed)} on {backend} (quantize the model to one of those, or "
                 "add the datatype to the OpDef and the kernel)")
     return problems

@@ -25,7 +25,7 @@ from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
 
 from ..builder import OpBinding, OpPackageBinding, node_arguments, output_carrier, target_op_name
 from ..errors import ReportedError, UsageError
-from ..opdef import Datatype, HTP, TensorDef
+from ..opdef import Datatype, HTP, Role, TensorDef
 
 QUANT_DTYPES = {
     "8a8w": QuantDtype.use_8a8w,
@@ -45,13 +45,13 @@ class QuantAnnotationError(ReportedError, ValueError):
 class Share:
     """An override value: share the encoding of this op's input or output ``index``."""
 
-    kind: str  # "input" | "output"
+    kind: Role | str  # Role.INPUT or Role.OUTPUT ("input", "output" compare equal)
     index: int
 
 
 #: Override values: a spec, a ``Share``, or None to keep the tensor float.
 Override = Union[QuantizationSpecBase, Share, None]
-#: Per QNN op type: {("input" | "output", index) or tensor name: Override}.
+#: Per QNN op type: {(Role.INPUT | Role.OUTPUT, index) or tensor name: Override} ("input"/"output" too).
 Overrides = Mapping[str, Mapping[Union[tuple, str], Override]]
 
 
@@ -88,13 +88,13 @@ class OpAnnotator:
         self.config = QUANT_CONFIG_DICT[(quant_dtype_of(quant_dtype), False)][0]()
         self.overrides = dict(overrides)
         self._check_override_keys()
-        for kind, tensors in (("input", binding.op.inputs), ("output", binding.op.outputs)):
+        for kind, tensors in ((Role.INPUT, binding.opdef.inputs), (Role.OUTPUT, binding.opdef.outputs)):
             for index, tensor in enumerate(tensors):
                 self._checked(tensor, self._tensor_spec(kind, index))
 
     def _check_override_keys(self) -> None:
-        op = self.binding.op
-        valid = {("input", i) for i in range(len(op.inputs))} | {("output", i) for i in range(len(op.outputs))}
+        op = self.binding.opdef
+        valid = {(Role.INPUT, i) for i in range(len(op.inputs))} | {(Role.OUTPUT, i) for i in range(len(op.outputs))}
         valid |= {t.name for t in op.inputs + op.outputs}
         unknown = [k for k in self.overrides if k not in valid]
         if unknown:
@@ -108,19 +108,19 @@ class OpAnnotator:
 
     def _override_value_problem(self, value: Any) -> str | None:
         """Why an override value cannot be used (checked here: executorch would only assert later)."""
-        op = self.binding.op
+        op = self.binding.opdef
         if value is None or isinstance(value, QuantizationSpecBase):
             return None
         if not isinstance(value, Share):
             return "use a QuantizationSpec, Share(kind, index) or None (keep the tensor float)"
-        count = {"input": len(op.inputs), "output": len(op.outputs)}.get(value.kind)
+        count = {Role.INPUT: len(op.inputs), Role.OUTPUT: len(op.outputs)}.get(value.kind)
         if count is None:
             return "Share's kind is 'input' or 'output'"
         if not isinstance(value.index, int) or not 0 <= value.index < count:
             return f"{op.name} has {count} {value.kind}(s): share an index 0..{count - 1}"
         return None
 
-    def _override(self, kind: str, index: int, tensor: TensorDef) -> tuple[bool, Override]:
+    def _override(self, kind: Role, index: int, tensor: TensorDef) -> tuple[bool, Override]:
         for key in ((kind, index), tensor.name):
             if key in self.overrides:
                 return True, self.overrides[key]
@@ -128,43 +128,43 @@ class OpAnnotator:
 
     def _default_spec(self, tensor: TensorDef) -> QuantizationSpec | None:
         """The spec the OpDef calls for, or None for a tensor that stays unquantized."""
-        datatypes = self.binding.op.datatypes(tensor, HTP)
+        datatypes = self.binding.opdef.datatypes(tensor, HTP)
         if _is_numeric_only(datatypes) or _is_float_only(datatypes):
             return None
         return self.config.weight if tensor.is_static else self.config.input_activation
 
     def _checked(self, tensor: TensorDef, spec: Any) -> Any:
         if isinstance(spec, QuantizationSpec):
-            allowed = self.binding.op.datatypes(tensor, HTP)
+            allowed = self.binding.opdef.datatypes(tensor, HTP)
             produced = spec_datatype(spec)
             if produced not in allowed:
                 raise QuantAnnotationError(
-                    f"{self.binding.package_name}::{self.binding.op.name}: {tensor.kind} '{tensor.name}' would be "
+                    f"{self.binding.package_name}::{self.binding.opdef.name}: {tensor.kind} '{tensor.name}' would be "
                     f"{produced.short_name} under {self.quant_dtype}, but the OpDef allows only "
                     f"{', '.join(d.short_name for d in allowed)} on {HTP} (add {produced.value} to its "
                     "<Datatype>s and the kernel, choose another quant_dtype, or override this tensor)")
         return spec
 
-    def _tensor_spec(self, kind: str, index: int) -> Override:
+    def _tensor_spec(self, kind: Role, index: int) -> Override:
         """The override or OpDef-derived spec of input/output ``index`` (a ``Share`` unresolved)."""
-        op = self.binding.op
-        tensor = (op.inputs if kind == "input" else op.outputs)[index]
+        op = self.binding.opdef
+        tensor = (op.inputs if kind == Role.INPUT else op.outputs)[index]
         overridden, value = self._override(kind, index, tensor)
         return value if overridden else self._default_spec(tensor)
 
-    def spec_for(self, kind: str, index: int, node: torch.fx.Node) -> Any:
+    def spec_for(self, kind: Role, index: int, node: torch.fx.Node) -> Any:
         """The spec of input/output ``index`` of ``node``, a ``Share`` resolved to its edge."""
         spec = self._tensor_spec(kind, index)
         return self._shared(spec, node) if isinstance(spec, Share) else spec
 
     def _shared(self, share: Share, node: torch.fx.Node) -> SharedQuantizationSpec:
         inputs = self._input_nodes(node)
-        if share.kind == "input" and share.index < len(inputs) and inputs[share.index] is not None:
+        if share.kind == Role.INPUT and share.index < len(inputs) and inputs[share.index] is not None:
             return SharedQuantizationSpec((inputs[share.index], node))
-        carrier = output_carrier(node, share.index, len(self.binding.op.outputs) > 1)
-        if share.kind == "output" and carrier is not None:
+        carrier = output_carrier(node, share.index, len(self.binding.opdef.outputs) > 1)
+        if share.kind == Role.OUTPUT and carrier is not None:
             return SharedQuantizationSpec(carrier)
-        raise QuantAnnotationError(f"{self.binding.op.name}: node {node.name} has no {share.kind} {share.index} "
+        raise QuantAnnotationError(f"{self.binding.opdef.name}: node {node.name} has no {share.kind} {share.index} "
                                    "to share an encoding with")
 
     def _input_nodes(self, node: torch.fx.Node) -> list[torch.fx.Node | None]:
@@ -178,14 +178,14 @@ class OpAnnotator:
         for index, source in enumerate(self._input_nodes(node)):
             if not isinstance(source, torch.fx.Node):
                 continue
-            spec = self.spec_for("input", index, node)
+            spec = self.spec_for(Role.INPUT, index, node)
             if spec is None:
-                float_tensors.append(self.binding.op.inputs[index].name)
+                float_tensors.append(self.binding.opdef.inputs[index].name)
             else:
                 input_map[source] = spec
-        outputs = self.binding.op.outputs
+        outputs = self.binding.opdef.outputs
         multi = len(outputs) > 1
-        output_specs = [self.spec_for("output", i, node) for i in range(len(outputs))]
+        output_specs = [self.spec_for(Role.OUTPUT, i, node) for i in range(len(outputs))]
         float_tensors += [out.name for out, spec in zip(outputs, output_specs) if spec is None]
         node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(
             input_qspec_map=input_map, output_qspec=None if multi else output_specs[0], _annotated=True)

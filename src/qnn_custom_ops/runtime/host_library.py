@@ -73,10 +73,10 @@ def _check_out_variant(binding: OpBinding) -> None:
                              f"(add it with qnn_custom_ops.register_out_variant({name.python}))")
 
 
-def _param_storage(op: OpBinding, arg: ArgBinding) -> tuple[str, str]:
-    datatype = Datatype.UINT_32 if arg.kind is ArgKind.STR else op.op.datatypes(arg.tensor, "HTP")[0]
+def _param_storage(binding: OpBinding, arg: ArgBinding) -> tuple[str, str]:
+    datatype = Datatype.UINT_32 if arg.kind is ArgKind.STR else binding.opdef.datatypes(arg.tensor, "HTP")[0]
     if datatype not in _PARAM_STORAGE:
-        raise HostBuildError(f"{op.qnn_op_type}: param '{arg.tensor.name}' is {datatype.short_name}, which the host "
+        raise HostBuildError(f"{binding.qnn_op_type}: param '{arg.tensor.name}' is {datatype.short_name}, which the host "
                              "kernel adapter cannot pass (use an integer, FLOAT_32/64 or BOOL_8 datatype)")
     return _PARAM_STORAGE[datatype]
 
@@ -87,62 +87,92 @@ def _variable(arg: ArgBinding) -> str:
     return f"a_{arg.schema_name}"
 
 
-def kernel_contexts(op: OpBinding) -> list[KernelContext]:
+def kernel_contexts(binding: OpBinding) -> list[KernelContext]:
     """The op's two ExecuTorch kernels: ``<ns>::<op>.out`` on float (or unquantized) tensors,
     and ``qco_quantized::<ns>__<op>.out`` on quantized tensors with their encodings."""
-    _check_out_variant(op)
-    return [_kernel_context(op, quantized=False), _kernel_context(op, quantized=True)]
+    _check_out_variant(binding)
+    return [_kernel_context(binding, quantized=False), _kernel_context(binding, quantized=True)]
 
 
-def _kernel_context(op: OpBinding, quantized: bool) -> KernelContext:
+def _kernel_context(binding: OpBinding, quantized: bool) -> KernelContext:
     """Every C++ decision for one ExecuTorch kernel of one op."""
-    name = OperatorName.of(op.overload)
-    registered = f"{QUANTIZED_NAMESPACE}::{quantized_name(op)}.out" if quantized else name.out
-    function = (f"qco_{QUANTIZED_NAMESPACE}_{quantized_name(op)}_out" if quantized
-                else f"qco_{name.namespace}_{name.name}_out")
-    by_index = {arg.schema_index: arg for arg in op.inputs + op.params}
-    signature, unboxing = [], []
-    if quantized:
-        signature = [f"{_CPP_TYPES[a.kind]} {a.name}" for a in ENCODING_ARGUMENTS]
-        unboxing = [f"stack[{i}]->to<{_CPP_TYPES[a.kind]}>()" for i, a in enumerate(ENCODING_ARGUMENTS)]
-    first_arg = len(unboxing)
-    for index in range(len(op.overload._schema.arguments)):
-        arg = by_index[index]
-        cpp = _CPP_TYPES[arg.kind]
-        cpp = f"std::optional<{cpp}>" if arg.optional else cpp
-        by_reference = arg.kind is ArgKind.TENSOR or arg.optional
-        variable = _variable(arg)
-        signature.append(f"const {cpp}& {variable}" if by_reference else f"{cpp} {variable}")
-        stack = f"stack[{first_arg + index}]"
-        unboxing.append(f"{stack}->toTensor()" if cpp == "Tensor" else f"{stack}->to<{cpp}>()")
-    outputs = [f"qco_out{i}" for i in range(len(op.op.outputs))]
-    signature += [f"Tensor& {out}" for out in outputs]
-    first_out = len(unboxing)
-    unboxing += [f"stack[{first_out + i}]->toTensor()" for i in range(len(outputs))]
+    registered, function = _kernel_names(binding, quantized)
+    outputs = [f"qco_out{i}" for i in range(len(binding.opdef.outputs))]
+    signature, unboxing = _signature(binding, outputs, quantized)
+    param_conversions, enums = _param_conversions(binding, function)
+    inputs = [_variable(a) for a in binding.inputs]
+    return KernelContext(
+        qnn_type=binding.qnn_op_type, registered_name=registered, function=function, signature=signature,
+        holders=[f"h_{v}" for v in outputs + inputs + [_variable(a) for a in binding.params]],
+        conversions=_tensor_conversions(binding, outputs, quantized) + param_conversions,
+        c_abi=f"qco_{binding.package_name}_{binding.qnn_op_type}",
+        output_views=[f"h_{out}.view" for out in outputs], input_views=[f"h_{v}.view" for v in inputs],
+        param_views=[f"h_{_variable(a)}.view" for a in binding.params], enums=enums,
+        unboxing=unboxing, write_backs=[f"h_{out}" for out in outputs] if quantized else [])
 
-    conversions, enums = [], []
+
+def _kernel_names(binding: OpBinding, quantized: bool) -> tuple[str, str]:
+    """(the name the kernel registers as, its C++ function)."""
     if quantized:
-        count = len(op.inputs) + len(outputs)
-        conversions.append(Conversion(" && ".join(f"{a.name}.size() == {count}" for a in ENCODING_ARGUMENTS),
-                                      cpp_string(f"expected {count} encodings (inputs, then outputs)")))
-    tensors = ([(out, "output", tensor.name) for out, tensor in zip(outputs, op.op.outputs)]
-               + [(_variable(a), "input", a.tensor.name) for a in op.inputs])
-    for position, (variable, kind, shown) in enumerate(tensors):
-        if quantized:
-            index = len(op.inputs) + position if kind == "output" else position - len(outputs)
-            encoding = ", ".join(f"{a.name}[{index}]" for a in ENCODING_ARGUMENTS)  # dtype, scale, offset
-            expression = f"qco::et::encoded_view({variable}, {encoding}, h_{variable})"
-            message = f"{kind} {shown}: its storage does not hold its encoding's dtype"
-        else:
-            expression = f"qco::et::tensor_view({variable}, h_{variable})"
-            message = f"{kind} {shown} has a dtype the kernel adapter cannot pass"
-        conversions.append(Conversion(expression, cpp_string(message)))
-    for arg in op.params:
-        storage, dtype = _param_storage(op, arg)
+        name = quantized_name(binding)
+        return f"{QUANTIZED_NAMESPACE}::{name}.out", f"qco_{QUANTIZED_NAMESPACE}_{name}_out"
+    name = OperatorName.of(binding.overload)
+    return name.out, f"qco_{name.namespace}_{name.name}_out"
+
+
+def _signature(binding: OpBinding, outputs: list[str], quantized: bool) -> tuple[list[str], list[str]]:
+    """The kernel's C++ parameters and how each is taken off the runtime's stack: the encoding
+    lists (quantized), the schema's arguments in order, then the outputs."""
+    encodings = ENCODING_ARGUMENTS if quantized else ()
+    signature = [f"{_CPP_TYPES[a.kind]} {a.name}" for a in encodings]
+    unboxing = [f"stack[{i}]->to<{_CPP_TYPES[a.kind]}>()" for i, a in enumerate(encodings)]
+    by_index = {arg.schema_index: arg for arg in binding.inputs + binding.params}
+    for index in range(len(binding.overload._schema.arguments)):
+        arg = by_index[index]
+        cpp = f"std::optional<{_CPP_TYPES[arg.kind]}>" if arg.optional else _CPP_TYPES[arg.kind]
+        by_reference = arg.kind is ArgKind.TENSOR or arg.optional
+        signature.append(f"const {cpp}& {_variable(arg)}" if by_reference else f"{cpp} {_variable(arg)}")
+        stack = f"stack[{len(unboxing)}]"
+        unboxing.append(f"{stack}->toTensor()" if cpp == "Tensor" else f"{stack}->to<{cpp}>()")
+    signature += [f"Tensor& {out}" for out in outputs]
+    unboxing += [f"stack[{len(unboxing) + i}]->toTensor()" for i in range(len(outputs))]
+    return signature, unboxing
+
+
+def _tensor_conversions(binding: OpBinding, outputs: list[str], quantized: bool) -> list[Conversion]:
+    """Each output and input tensor into a view: as it is, or (quantized) with its encoding from
+    the lists, whose lengths are checked first."""
+    if not quantized:
+        tensors = [(out, f"output {t.name}") for out, t in zip(outputs, binding.opdef.outputs)] + \
+                  [(_variable(a), f"input {a.tensor.name}") for a in binding.inputs]
+        return [Conversion(f"qco::et::tensor_view({v}, h_{v})", cpp_string(f"{shown} has a dtype the kernel adapter "
+                                                                          "cannot pass")) for v, shown in tensors]
+    count = len(binding.inputs) + len(outputs)
+    checks = [Conversion(" && ".join(f"{a.name}.size() == {count}" for a in ENCODING_ARGUMENTS),
+                         cpp_string(f"expected {count} encodings (inputs, then outputs)"))]
+    # the lists hold the inputs' encodings, then the outputs'
+    first_output = len(binding.inputs)
+    tensors = [(out, f"output {t.name}", first_output + i) for i, (out, t) in enumerate(zip(outputs, binding.opdef.outputs))]
+    tensors += [(_variable(a), f"input {a.tensor.name}", i) for i, a in enumerate(binding.inputs)]
+    return checks + [Conversion(f"qco::et::encoded_view({v}, {_encoding_at(index)}, h_{v})",
+                                cpp_string(f"{shown}: its storage does not hold its encoding's dtype"))
+                     for v, shown, index in tensors]
+
+
+def _encoding_at(index: int) -> str:
+    """The arguments of ``encoded_view`` for the ``index``-th encoding: dtype, scale, offset."""
+    return ", ".join(f"{a.name}[{index}]" for a in ENCODING_ARGUMENTS)
+
+
+def _param_conversions(binding: OpBinding, function: str) -> tuple[list[Conversion], list[EnumTable]]:
+    """Each parameter into a rank-0 or rank-1 view of its OpDef datatype; a string through the
+    table of its enum's values."""
+    conversions, enums = [], []
+    for arg in binding.params:
+        storage, dtype = _param_storage(binding, arg)
         holder = f"h_{_variable(arg)}"
         if arg.kind is ArgKind.STR:
-            table = EnumTable(f"{function}_{arg.schema_name}_values",
-                              [cpp_string(v) for v in arg.tensor.enum_values])
+            table = EnumTable(f"{function}_{arg.schema_name}_values", [cpp_string(v) for v in arg.tensor.enum_values])
             enums.append(table)
             expression = f"qco::et::enum_view({_variable(arg)}, {table.variable}, qco::DType::k{dtype}, {holder})"
             message = f"param {arg.tensor.name} is not one of {', '.join(arg.tensor.enum_values)}"
@@ -151,13 +181,7 @@ def _kernel_context(op: OpBinding, quantized: bool) -> KernelContext:
             expression = f"qco::et::{helper}<{storage}>({_variable(arg)}, qco::DType::k{dtype}, {holder})"
             message = f"param {arg.tensor.name} does not fit {storage}"
         conversions.append(Conversion(expression, cpp_string(message)))
-    holders = [f"h_{out}" for out in outputs] + [f"h_{_variable(a)}" for a in op.inputs + op.params]
-    return KernelContext(
-        qnn_type=op.qnn_op_type, registered_name=registered, function=function, signature=signature,
-        holders=holders, conversions=conversions, c_abi=f"qco_{op.package_name}_{op.qnn_op_type}",
-        output_views=[f"h_{out}.view" for out in outputs], input_views=[f"h_{_variable(a)}.view" for a in op.inputs],
-        param_views=[f"h_{_variable(a)}.view" for a in op.params], enums=enums,
-        unboxing=unboxing, write_backs=[f"h_{out}" for out in outputs] if quantized else [])
+    return conversions, enums
 
 
 def _integer_storage() -> list[tuple[str, str]]:
