@@ -3,6 +3,8 @@ Llama/Qwen/Gemma modules (constructed locally from a config, nothing downloaded)
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -122,19 +124,19 @@ def test_an_unknown_activation_stays_native():
 
 
 def test_an_rmsnorm_named_module_that_computes_something_else_stays_native_with_a_warning():
-    class OffsetRMSNorm(torch.nn.Module):  # Gemma's: x * (1 + weight)
+    class MeanRMSNorm(torch.nn.Module):  # normalizes by the mean absolute value, not the RMS
         def __init__(self):
             super().__init__()
             self.weight = torch.nn.Parameter(torch.full((16,), 0.5))
             self.eps = 1e-6
 
         def forward(self, x):
-            return torch.nn.functional.rms_norm(x, (16,), eps=self.eps) * (1 + self.weight)
+            return x / (x.abs().mean(-1, keepdim=True) + self.eps) * self.weight
 
-    model = torch.nn.Sequential(OffsetRMSNorm())
-    with pytest.warns(SwapWarning, match=r"0 \(OffsetRMSNorm\) looks like rms_norm but differs"):
+    model = torch.nn.Sequential(MeanRMSNorm())
+    with pytest.warns(SwapWarning, match=r"0 \(MeanRMSNorm\) looks like rms_norm but differs"):
         assert swap_modules(model) == []
-    assert isinstance(model[0], OffsetRMSNorm)
+    assert isinstance(model[0], MeanRMSNorm)
 
 
 transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
@@ -162,13 +164,19 @@ def test_llama_and_qwen_modules_are_swapped(family):
         torch.testing.assert_close(model["mlp"](model["norm"](x)), before, rtol=1e-5, atol=1e-5)
 
 
-def test_gemmas_offset_rmsnorm_stays_native_and_its_tanh_mlp_is_swapped():
+def test_gemmas_offset_rmsnorm_is_rms_norm_over_one_plus_weight_and_its_tanh_mlp_is_swapped():
     gemma = transformers.models.gemma.modeling_gemma
     config = transformers.GemmaConfig(hidden_size=32, intermediate_size=48, hidden_act="gelu_pytorch_tanh")
     model = torch.nn.ModuleDict({"norm": gemma.GemmaRMSNorm(32), "mlp": gemma.GemmaMLP(config)})
     with torch.no_grad():
-        model["norm"].weight.uniform_(0.5, 1.5)
-    with pytest.warns(SwapWarning, match="GemmaRMSNorm"):
+        model["norm"].weight.uniform_(-0.5, 0.5)
+    x = seeded_input(2, 3, 32)
+    with torch.no_grad():
+        before = model["mlp"](model["norm"](x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SwapWarning)
         swaps = swap_modules(model)
-    assert [(s.replaced, s.op) for s in swaps] == [("GemmaMLP", "gelu_and_mul")]
+    assert [(s.replaced, s.op) for s in swaps] == [("GemmaRMSNorm", "rms_norm"), ("GemmaMLP", "gelu_and_mul")]
     assert model["mlp"].approximate == "tanh"
+    with torch.no_grad():
+        torch.testing.assert_close(model["mlp"](model["norm"](x)), before, rtol=1e-5, atol=1e-5)

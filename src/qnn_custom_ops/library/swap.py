@@ -3,8 +3,9 @@
 What is swapped is decided by what a module computes, not only by its class: a candidate
 (``torch.nn.RMSNorm``, a ``*RMSNorm`` with a 1-D ``weight`` and ``eps``/``variance_epsilon``,
 a gated MLP with ``gate_proj``/``up_proj``/``down_proj`` and an ``act_fn``) is run once on a
-probe input beside its replacement; one that does not match (Gemma's ``1 + weight``, an
-unknown activation) stays native and a warning says why. ``select`` reads like vLLM's
+probe input beside its replacement; Gemma's ``x̂ * (1 + weight)`` norm becomes ``rms_norm``
+over ``1 + weight`` (folded once into the weight the op multiplies by), and a module that
+matches neither (an unknown activation, another norm) stays native with a warning saying why. ``select`` reads like vLLM's
 ``custom_ops``: ``"all"``, ``"none"``, ``"all,-rms_norm"``, ``"none,+silu_and_mul"``; without
 ``all``/``none``, names mean exactly those ops (``"rms_norm"``) and ``-name``s alone all but those.
 """
@@ -132,22 +133,25 @@ class QcoGatedMLP(torch.nn.Module):
         return self.down_proj(self.gated(fused, self.approximate))
 
 
-def _rms_norm_candidate(module: torch.nn.Module) -> QcoRMSNorm | None:
-    """The replacement of an RMSNorm-shaped module, before the probe; None if it is not one."""
+def _rms_norm_candidates(module: torch.nn.Module) -> list[QcoRMSNorm]:
+    """The replacements an RMSNorm-shaped module may have, before the probe: ``x̂ * weight``
+    and, for a named ``*RMSNorm``, Gemma's ``x̂ * (1 + weight)`` with the offset folded into the
+    op's weight (computed in float32 as Gemma does, so the op multiplies by the same numbers)."""
     if isinstance(module, torch.nn.RMSNorm):
         if len(module.normalized_shape) != 1:
-            return None
+            return []
         hidden = module.normalized_shape[0]
         weight = module.weight if module.weight is not None else torch.ones(hidden)
         eps = module.eps if module.eps is not None else torch.finfo(weight.dtype).eps
-        return QcoRMSNorm(weight, eps)
+        return [QcoRMSNorm(weight, eps)]
     if not type(module).__name__.endswith("RMSNorm"):
-        return None
+        return []
     weight = getattr(module, "weight", None)
     eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
     if not isinstance(weight, torch.Tensor) or weight.dim() != 1 or not isinstance(eps, (int, float)):
-        return None
-    return QcoRMSNorm(weight, eps)
+        return []
+    offset = (1.0 + weight.detach().float()).to(weight.dtype)
+    return [QcoRMSNorm(weight, eps), QcoRMSNorm(offset, eps)]
 
 
 def _probe(features: int, dtype: torch.dtype) -> torch.Tensor:
@@ -201,13 +205,27 @@ def _features(replacement: torch.nn.Module) -> tuple[int, torch.dtype]:
     return replacement.gate_up_proj.in_features, replacement.gate_up_proj.weight.dtype
 
 
-def _candidate(module: torch.nn.Module, enabled: frozenset[str]) -> torch.nn.Module | None:
+def _candidates(module: torch.nn.Module, enabled: frozenset[str]) -> list[torch.nn.Module]:
+    """What may replace ``module``, most likely first; the probe picks the one that matches."""
     if "rms_norm" in enabled:
-        replacement = _rms_norm_candidate(module)
-        if replacement is not None:
-            return replacement
+        norms = _rms_norm_candidates(module)
+        if norms:
+            return norms
     mlp = _mlp_candidate(module) if enabled & {"silu_and_mul", "gelu_and_mul"} else None
-    return mlp if mlp is not None and mlp.op in enabled else None
+    return [mlp] if mlp is not None and mlp.op in enabled else []
+
+
+def _matching(module: torch.nn.Module, candidates: list[torch.nn.Module]) -> tuple[torch.nn.Module | None, float]:
+    """The first candidate computing what ``module`` does on a probe, else None and the
+    first one's difference (for the warning)."""
+    errors = []
+    for candidate in candidates:
+        features, dtype = _features(candidate)
+        error = _matches(module, candidate, features, dtype)
+        if error <= (1e-4 if dtype == torch.float32 else 1e-2):
+            return candidate, error
+        errors.append(error)
+    return None, errors[0]
 
 
 def swap_modules(model: torch.nn.Module, select: str = "all") -> list[Swap]:
@@ -218,15 +236,13 @@ def swap_modules(model: torch.nn.Module, select: str = "all") -> list[Swap]:
     for path, module in list(model.named_modules()):
         if not path or any(path.startswith(s.path + ".") for s in swaps):
             continue
-        replacement = _candidate(module, enabled)
-        if replacement is None:
+        candidates = _candidates(module, enabled)
+        if not candidates:
             continue
-        features, dtype = _features(replacement)
-        error = _matches(module, replacement, features, dtype)
-        tolerance = 1e-4 if dtype == torch.float32 else 1e-2
-        if not error <= tolerance:
-            warnings.warn(SwapWarning(f"{path} ({type(module).__name__}) looks like {_op_of(replacement)} but differs "
-                                      f"from it by {error:.3g} on a probe input; left native"), stacklevel=2)
+        replacement, error = _matching(module, candidates)
+        if replacement is None:
+            warnings.warn(SwapWarning(f"{path} ({type(module).__name__}) looks like {_op_of(candidates[0])} but "
+                                      f"differs from it by {error:.3g} on a probe input; left native"), stacklevel=2)
             continue
         parent_path, _, name = path.rpartition(".")
         setattr(model.get_submodule(parent_path) if parent_path else model, name, replacement)
