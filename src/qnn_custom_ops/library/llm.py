@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Callable
 
@@ -31,11 +32,11 @@ _LIBRARIES: list[torch.library.Library] = []  # a Library deregisters its ops wh
 
 
 def package_dir() -> Path:
-    """``op_packages/LlmOpPackage`` of the checkout this package is installed from (editable)."""
-    path = Path(__file__).resolve().parents[3] / "op_packages" / PACKAGE_NAME
+    """``op_packages/LlmOpPackage`` as installed with the package (package data of the wheel;
+    in a checkout, the link ``src/qnn_custom_ops/op_packages`` to the repository's)."""
+    path = Path(str(resources.files("qnn_custom_ops") / "op_packages" / PACKAGE_NAME))
     if not (path / "config" / f"{PACKAGE_NAME}.xml").is_file():
-        raise UsageError(f"{path}: the LlmOpPackage is not there; qnn_custom_ops.library needs the repository "
-                         "checkout it was installed from (pip install -e .)")
+        raise UsageError(f"{path}: the LlmOpPackage is not there; reinstall qnn-custom-ops (its wheel ships it)")
     return path
 
 
