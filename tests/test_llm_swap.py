@@ -180,3 +180,18 @@ def test_gemmas_offset_rmsnorm_is_rms_norm_over_one_plus_weight_and_its_tanh_mlp
     assert model["mlp"].approximate == "tanh"
     with torch.no_grad():
         torch.testing.assert_close(model["mlp"](model["norm"](x)), before, rtol=1e-5, atol=1e-5)
+
+
+def test_phi3s_fused_gate_up_mlp_is_swapped_keeping_its_projection():
+    phi3 = transformers.models.phi3.modeling_phi3
+    config = transformers.Phi3Config(hidden_size=32, intermediate_size=48, hidden_act="silu")
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"mlp": phi3.Phi3MLP(config)})
+    fused = model["mlp"].gate_up_proj
+    x = seeded_input(2, 3, 32)
+    with torch.no_grad():
+        before = model["mlp"](x)
+    assert [(s.replaced, s.op) for s in swap_modules(model)] == [("Phi3MLP", "silu_and_mul")]
+    assert model["mlp"].gate_up_proj is fused
+    with torch.no_grad():
+        torch.testing.assert_close(model["mlp"](x), before, rtol=1e-5, atol=1e-5)

@@ -1,13 +1,14 @@
 """Put the library's ops into a model, QEfficient style: modules are replaced in place.
 
 What is swapped is decided by what a module computes, not only by its class: a candidate
-(``torch.nn.RMSNorm``, a ``*RMSNorm`` with a 1-D ``weight`` and ``eps``/``variance_epsilon``,
-a gated MLP with ``gate_proj``/``up_proj``/``down_proj`` and an ``act_fn``) is run once on a
-probe input beside its replacement; Gemma's ``x̂ * (1 + weight)`` norm becomes ``rms_norm``
-over ``1 + weight`` (folded once into the weight the op multiplies by), and a module that
-matches neither (an unknown activation, another norm) stays native with a warning saying why. ``select`` reads like vLLM's
-``custom_ops``: ``"all"``, ``"none"``, ``"all,-rms_norm"``, ``"none,+silu_and_mul"``; without
-``all``/``none``, names mean exactly those ops (``"rms_norm"``) and ``-name``s alone all but those.
+(``torch.nn.RMSNorm``, a ``*RMSNorm`` with a 1-D ``weight`` and ``eps``/``variance_epsilon``, a
+gated MLP with ``gate_proj``/``up_proj`` or Phi-3's fused ``gate_up_proj``, ``down_proj`` and an
+``act_fn``/``activation_fn``) is run once on a probe input beside its replacement. Gemma's
+``x̂ * (1 + weight)`` norm becomes ``rms_norm`` over ``1 + weight`` (folded once into the weight
+the op multiplies by); a module that matches nothing (an unknown activation, another norm)
+stays native and a warning says why. ``select`` reads like vLLM's ``custom_ops``: ``"all"``,
+``"none"``, ``"all,-rms_norm"``, ``"none,+silu_and_mul"``; without ``all``/``none``, names mean
+exactly those ops (``"rms_norm"``) and ``-name``s alone all but those.
 """
 
 from __future__ import annotations
@@ -107,20 +108,26 @@ class QcoRMSNorm(torch.nn.Module):
         return self.rms_norm(x, self.weight, self.eps)
 
 
-class QcoGatedMLP(torch.nn.Module):
-    """``down_proj(act(gate_proj(x)) * up_proj(x))`` as one fused ``gate_up_proj`` (vLLM's
-    merged projection), the gated activation op, and the original ``down_proj``."""
+def _fused(gate_proj: torch.nn.Linear, up_proj: torch.nn.Linear) -> torch.nn.Linear:
+    """``gate_proj`` and ``up_proj`` as one ``gate_up_proj`` (vLLM's merged projection), gate first."""
+    bias = gate_proj.bias is not None
+    fused = torch.nn.Linear(gate_proj.in_features, 2 * gate_proj.out_features, bias=bias,
+                            dtype=gate_proj.weight.dtype, device=gate_proj.weight.device)
+    with torch.no_grad():
+        fused.weight.copy_(torch.cat((gate_proj.weight, up_proj.weight)))
+        if bias:
+            fused.bias.copy_(torch.cat((gate_proj.bias, up_proj.bias)))
+    return fused
 
-    def __init__(self, gate_proj: torch.nn.Linear, up_proj: torch.nn.Linear, down_proj: torch.nn.Module,
-                 op: str, approximate: str | None):
+
+class QcoGatedMLP(torch.nn.Module):
+    """``down_proj(act(gate) * up)`` over one fused ``gate_up_proj`` (gate rows first: Phi-3's
+    own, or Llama's ``gate_proj``/``up_proj`` merged), the gated activation op, and the original
+    ``down_proj``."""
+
+    def __init__(self, gate_up_proj: torch.nn.Linear, down_proj: torch.nn.Module, op: str, approximate: str | None):
         super().__init__()
-        bias = gate_proj.bias is not None
-        self.gate_up_proj = torch.nn.Linear(gate_proj.in_features, 2 * gate_proj.out_features, bias=bias,
-                                            dtype=gate_proj.weight.dtype, device=gate_proj.weight.device)
-        with torch.no_grad():
-            self.gate_up_proj.weight.copy_(torch.cat((gate_proj.weight, up_proj.weight)))
-            if bias:
-                self.gate_up_proj.bias.copy_(torch.cat((gate_proj.bias, up_proj.bias)))
+        self.gate_up_proj = gate_up_proj
         self.down_proj = down_proj
         self.op = op
         self.approximate = approximate
@@ -178,18 +185,28 @@ def _activation_of(act: torch.nn.Module | Callable) -> tuple[str, str | None] | 
     return None
 
 
-def _mlp_candidate(module: torch.nn.Module) -> QcoGatedMLP | None:
-    parts = [getattr(module, name, None) for name in ("gate_proj", "up_proj", "down_proj", "act_fn")]
-    gate, up, down, act = parts
-    if not (isinstance(gate, torch.nn.Linear) and isinstance(up, torch.nn.Linear) and callable(act)
-            and isinstance(down, torch.nn.Module)):
+def _gate_up(module: torch.nn.Module) -> torch.nn.Linear | None:
+    """The MLP's gate and up projections as one Linear: Phi-3's ``gate_up_proj`` as it is,
+    Llama's ``gate_proj`` and ``up_proj`` merged; None for anything else."""
+    fused = getattr(module, "gate_up_proj", None)
+    if isinstance(fused, torch.nn.Linear):
+        return fused if fused.out_features % 2 == 0 else None
+    gate, up = getattr(module, "gate_proj", None), getattr(module, "up_proj", None)
+    if not (isinstance(gate, torch.nn.Linear) and isinstance(up, torch.nn.Linear)):
         return None
     if gate.weight.shape != up.weight.shape or (gate.bias is None) != (up.bias is None):
         return None
-    activation = _activation_of(act)
-    if activation is None:
+    return _fused(gate, up)
+
+
+def _mlp_candidate(module: torch.nn.Module) -> QcoGatedMLP | None:
+    down = getattr(module, "down_proj", None)
+    act = getattr(module, "act_fn", getattr(module, "activation_fn", None))
+    if not (callable(act) and isinstance(down, torch.nn.Module)):
         return None
-    return QcoGatedMLP(gate, up, down, *activation)
+    activation = _activation_of(act)
+    gate_up = _gate_up(module) if activation is not None else None
+    return None if gate_up is None else QcoGatedMLP(gate_up, down, *activation)
 
 
 def _matches(module: torch.nn.Module, replacement: torch.nn.Module, features: int, dtype: torch.dtype) -> float:
