@@ -52,6 +52,7 @@ def test_tree_layout(tmp_path):
         "include/qco/htp_adapter.h",
         "kernels/ExampleCustomOp.h",
         "kernels/qco/access.h",  # fast element access for kernels: float32 loops that vectorize
+        "kernels/qco/hvx.h",  # fixed-point requantization, portable and on HVX, bit for bit alike
         "kernels/qco/math.h",  # exp and erfc that vectorize
         "kernels/qco/tensor_view.h",
         "src/ExampleOpPackageInterface.cpp",

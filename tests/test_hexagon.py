@@ -117,3 +117,21 @@ def test_cost_counts_executed_packets_on_hexagon(capsys):
     assert "executed VLIW packets per call on qemu-hexagon" in lines[0] and lines[1].split()[-1] == "packets"
     small, large = (int(line.split()[-1]) for line in lines[2:4])
     assert 3 * small < large < 5 * small
+
+
+@pytest.mark.slow
+def test_an_hvx_rounding_shift_off_by_one_is_caught(tmp_path):
+    """The HVX requantization rounding at the wrong bit (shift instead of shift - 1): the uint8
+    RmsNorm, whose HVX path uses it, differs from the portable path the host runs."""
+    package_dir = Path(shutil.copytree(OP_PACKAGES / "LlmOpPackage", tmp_path / "LlmOpPackage",
+                                       ignore=shutil.ignore_patterns("build")))
+    helpers = package_dir / "kernels/qco/hvx.h"
+    original = "Q6_Vw_vasr_VwR(scaled, multiplier.shift - 1)"
+    assert original in helpers.read_text()
+    helpers.write_text(helpers.read_text().replace(original, "Q6_Vw_vasr_VwR(scaled, multiplier.shift)"))
+    package = qco.load_package(*sorted(package_dir.glob("config/*.xml")))
+    cases = dtype_cases(package, ["RmsNorm:y=3x769,x=3x769,weight=769"])
+    results = {r.label.split()[0]: r for r in hexagon_check(package_dir, cases)}
+    assert results["FLOAT_32"].passed and results["UFIXED_POINT_16"].passed  # no HVX path there
+    assert not results["UFIXED_POINT_8"].passed
+    assert "MISMATCH output 0 index " in str(results["UFIXED_POINT_8"]), str(results["UFIXED_POINT_8"])

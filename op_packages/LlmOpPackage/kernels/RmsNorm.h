@@ -48,30 +48,132 @@ void rms_norm_rows(qco::TensorView& y, const qco::TensorView& x, const qco::Tens
 // The same on codes (x, y of one unsigned fixed-point dtype, a fixed-point weight): the sum of
 // squares of (q - zero point) exact in int64, one float per row (the reciprocal RMS, folded with
 // the scales into a fixed-point multiplier), then per element (q - zp_x) * (w - zp_w) times it.
+// The portable loops are the reference; the HVX path below computes the same integers.
+struct RmsNormCodes {
+  const qco::TensorView& x;
+  int64_t hidden;
+  float eps;
+  float to_output;  // x.scale * weight.scale / y.scale
+};
+
+inline RmsNormCodes rms_norm_codes_of(const qco::TensorView& y, const qco::TensorView& x,
+                                      const qco::TensorView& weight, float eps) {
+  return {x, x.dims[x.rank - 1], eps, x.scale * weight.scale * (1.0f / y.scale)};
+}
+
+// The row's one float: x.scale * weight.scale / (y.scale * rms), as a fixed-point multiplier.
+inline FixedMultiplier row_multiplier(const RmsNormCodes& norm, int64_t squares) {
+  const float scale = norm.x.scale;
+  const float mean = static_cast<float>(squares) * (scale * scale) / static_cast<float>(norm.hidden);
+  return activation_multiplier(norm.to_output / std::sqrt(mean + norm.eps), norm.x.dtype);
+}
+
 template <typename Code>
-void rms_norm_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& weight, float eps) {
-  const Code* in = x.as<const Code>();
+void rms_norm_codes(qco::TensorView& y, const qco::TensorView& weight, const RmsNormCodes& norm) {
+  const Code* in = norm.x.as<const Code>();
   Code* out = y.as<Code>();
-  const int64_t hidden = x.dims[x.rank - 1];
-  const int64_t rows = hidden == 0 ? 0 : x.numel() / hidden;
+  const int64_t hidden = norm.hidden, rows = hidden == 0 ? 0 : norm.x.numel() / hidden;
+  const int32_t offset = norm.x.offset;
   std::vector<int32_t> gain(static_cast<size_t>(hidden));
   for (int64_t c = 0; c < hidden; ++c) gain[c] = centered_code(weight, c);
-  const float to_output = x.scale * weight.scale * (1.0f / y.scale);
-  const int32_t bits = multiplier_bits(x.dtype);
   for (int64_t r = 0; r < rows; ++r) {
     const Code* row = in + r * hidden;
     int64_t squares = 0;
     for (int64_t c = 0; c < hidden; ++c) {
-      const int64_t d = row[c] + x.offset;
+      const int64_t d = row[c] + offset;
       squares += d * d;
     }
-    const float mean = static_cast<float>(squares) * (x.scale * x.scale) / static_cast<float>(hidden);
-    const FixedMultiplier multiplier = fixed_multiplier(to_output / std::sqrt(mean + eps), bits);
+    const FixedMultiplier multiplier = row_multiplier(norm, squares);
     for (int64_t c = 0; c < hidden; ++c) {
-      const int64_t product = static_cast<int64_t>(row[c] + x.offset) * gain[c];
+      const int64_t product = static_cast<int64_t>(row[c] + offset) * gain[c];
       out[r * hidden + c] = static_cast<Code>(saturate_code(apply(multiplier, product), y));
     }
   }
+}
+
+#if defined(__HVX__)
+// 8-bit codes and an 8-bit weight on HVX, 128 codes per vector: vrmpy sums q^2 and q per word
+// lane (sum (q + o)^2 = sum q^2 + 2 o sum q + n o^2, exact), then per element the product
+// (q + o) * (w - zp_w) in 16x16 -> 32 bits, times the 15-bit mantissa and the two-step rounding
+// shift of apply(). Codes are widened even/odd (vzxt) and the weight is laid out the same way
+// once per call, so every lane meets its own weight; saturating packs restore the order.
+inline int64_t sum_squares_hvx(const uint8_t* row, int64_t hidden, int32_t offset) {
+  HVX_Vector squares = Q6_V_vzero(), sums = Q6_V_vzero();
+  for (int64_t c = 0; c < hidden; c += qco::hvx::kBytes) {
+    const HVX_Vector q = qco::hvx::load_bytes(row + c, hidden - c);
+    squares = Q6_Vuw_vrmpyacc_VuwVubVub(squares, q, q);
+    sums = Q6_Vuw_vrmpyacc_VuwVubRub(sums, q, 0x01010101);
+  }
+  const int64_t o = offset;
+  return qco::hvx::sum_words(squares) + 2 * o * qco::hvx::sum_words(sums) + hidden * o * o;
+}
+
+// The weight minus its zero point as int16, each block of 128 split into its even and odd
+// elements (the layout vzxt gives the codes).
+inline std::vector<int16_t> even_odd_gain(const qco::TensorView& weight, int64_t hidden) {
+  const int64_t blocks = (hidden + qco::hvx::kBytes - 1) / qco::hvx::kBytes;
+  std::vector<int16_t> gain(static_cast<size_t>(blocks * qco::hvx::kBytes), 0);
+  for (int64_t c = 0; c < hidden; ++c) {
+    const int64_t block = c / qco::hvx::kBytes * qco::hvx::kBytes, lane = c % qco::hvx::kBytes;
+    gain[block + lane / 2 + (lane % 2) * (qco::hvx::kBytes / 2)] = static_cast<int16_t>(centered_code(weight, c));
+  }
+  return gain;
+}
+
+// (d * g) * multiplier + the zero point of y, for one half (64 lanes of int16) of a block.
+inline HVX_VectorPair scaled_products(HVX_Vector d, HVX_Vector g, FixedMultiplier multiplier, int32_t zero_point) {
+  const HVX_VectorPair products = Q6_Ww_vmpy_VhVh(d, g);
+  return Q6_W_vcombine_VV(qco::hvx::requantize_words(Q6_V_hi_W(products), multiplier, zero_point),
+                          qco::hvx::requantize_words(Q6_V_lo_W(products), multiplier, zero_point));
+}
+
+inline void scale_row_hvx(uint8_t* out, const uint8_t* row, const int16_t* gain, int64_t hidden,
+                          FixedMultiplier multiplier, int32_t in_offset, int32_t zero_point) {
+  const HVX_Vector offset = Q6_Vh_vsplat_R(in_offset);
+  for (int64_t c = 0; c < hidden; c += qco::hvx::kBytes) {
+    const HVX_VectorPair codes = Q6_Wuh_vzxt_Vub(qco::hvx::load_bytes(row + c, hidden - c));
+    const HVX_Vector* g = reinterpret_cast<const HVX_Vector*>(gain + c);
+    const HVX_VectorPair even = scaled_products(Q6_Vh_vadd_VhVh(Q6_V_lo_W(codes), offset), qco::hvx::load(g),
+                                                multiplier, zero_point);
+    const HVX_VectorPair odd = scaled_products(Q6_Vh_vadd_VhVh(Q6_V_hi_W(codes), offset), qco::hvx::load(g + 1),
+                                               multiplier, zero_point);
+    const HVX_Vector even_h = Q6_Vh_vsat_VwVw(Q6_V_hi_W(even), Q6_V_lo_W(even));
+    const HVX_Vector odd_h = Q6_Vh_vsat_VwVw(Q6_V_hi_W(odd), Q6_V_lo_W(odd));
+    qco::hvx::store_bytes(out + c, Q6_Vub_vsat_VhVh(odd_h, even_h), hidden - c);
+  }
+}
+
+inline void rms_norm_u8_hvx(qco::TensorView& y, const qco::TensorView& weight, const RmsNormCodes& norm) {
+  const uint8_t* in = norm.x.as<const uint8_t>();
+  uint8_t* out = y.as<uint8_t>();
+  const int64_t hidden = norm.hidden, rows = hidden == 0 ? 0 : norm.x.numel() / hidden;
+  const std::vector<int16_t> gain = even_odd_gain(weight, hidden);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* row = in + r * hidden;
+    const FixedMultiplier multiplier = row_multiplier(norm, sum_squares_hvx(row, hidden, norm.x.offset));
+    scale_row_hvx(out + r * hidden, row, gain.data(), hidden, multiplier, norm.x.offset, -y.offset);
+  }
+}
+#endif
+
+// Runs the integer branch when it applies (x, y of one unsigned fixed-point dtype, a fixed-point
+// weight); false otherwise.
+inline bool run_rms_norm_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& weight,
+                               float eps) {
+  if (!is_unsigned_code(x.dtype) || y.dtype != x.dtype || !is_fixed_point(weight.dtype)) return false;
+  const RmsNormCodes norm = rms_norm_codes_of(y, x, weight, eps);
+  if (x.dtype == qco::DType::kUFixed16) {
+    rms_norm_codes<uint16_t>(y, weight, norm);
+    return true;
+  }
+#if defined(__HVX__)
+  if (weight.dtype == qco::DType::kUFixed8 || weight.dtype == qco::DType::kSFixed8) {
+    rms_norm_u8_hvx(y, weight, norm);
+    return true;
+  }
+#endif
+  rms_norm_codes<uint8_t>(y, weight, norm);
+  return true;
 }
 
 inline qco::Status RmsNorm(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& weight,
@@ -80,14 +182,7 @@ inline qco::Status RmsNorm(qco::TensorView& y, const qco::TensorView& x, const q
     return qco::Status::kShapeMismatch;
   }
   const float epsilon = param_or(eps, 1e-6f);
-  if (is_unsigned_code(x.dtype) && y.dtype == x.dtype && is_fixed_point(weight.dtype)) {
-    if (x.dtype == qco::DType::kUFixed8) {
-      rms_norm_codes<uint8_t>(y, x, weight, epsilon);
-    } else {
-      rms_norm_codes<uint16_t>(y, x, weight, epsilon);
-    }
-    return qco::Status::kOk;
-  }
+  if (run_rms_norm_codes(y, x, weight, epsilon)) return qco::Status::kOk;
   return dispatch({&y, &x, &weight}, [&](auto access) {
     rms_norm_rows<decltype(access)>(y, x, weight, epsilon);
   });

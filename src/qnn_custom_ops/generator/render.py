@@ -100,6 +100,7 @@ def render_package(package: OpPackage) -> list[PlannedFile]:
         PlannedFile(PurePosixPath("kernels/qco/tensor_view.h"), _render("kernels/tensor_view.h.j2", **abi_context())),
         PlannedFile(PurePosixPath("kernels/qco/access.h"), _render("kernels/access.h.j2")),
         PlannedFile(PurePosixPath("kernels/qco/math.h"), _render("kernels/math.h.j2")),
+        PlannedFile(PurePosixPath("kernels/qco/hvx.h"), _render("kernels/hvx.h.j2")),
         PlannedFile(PurePosixPath("host/CMakeLists.txt"), _render("host/CMakeLists.txt.j2", package=ctx)),
         PlannedFile(PurePosixPath("host/src/capi.h"), _render("host/capi.h.j2", package=ctx)),
         PlannedFile(PurePosixPath(f"host/src/{name}CApi.cpp"), _render("host/capi.cpp.j2", package=ctx, abi_version=ABI_VERSION)),

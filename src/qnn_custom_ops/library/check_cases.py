@@ -13,11 +13,15 @@ from ..runtime.cost import KernelCase
 from ..runtime.dtype_cases import dtype_cases
 from ..runtime.kernel_abi import KernelDType, KernelTensor
 
-#: Per op: its tensors' dims (hidden sizes 769 and 1538: no power of two divides them).
+#: Per op: its tensors' dims. Hidden sizes 769, 5125 and 8199 (no power of two above 1 divides
+#: them): every row but the first starts off a vector boundary and ends in a tail.
 SHAPES = (
     "RmsNorm:y=3x769,x=3x769,weight=769",
+    "RmsNorm:y=2x8199,x=2x8199,weight=8199",
     "SiluAndMul:y=3x769,x=3x1538",
+    "SiluAndMul:y=2x5125,x=2x10250",
     "GeluAndMul:y=3x769,x=3x1538",
+    "GeluAndMul:y=2x5125,x=2x10250",
     "Rope:y=1x2x5x64,x=1x2x5x64,cos=5x32,sin=5x32",
     "CtxScatter:out=1x2x16x8,cache=1x2x16x8,position_ids=1x5,updates=1x2x5x8",
     "CtxGather:out=1x2x5x8,cache=1x2x16x8,ctx_indices=1x5",
