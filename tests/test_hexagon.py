@@ -126,9 +126,9 @@ def test_an_hvx_rounding_shift_off_by_one_is_caught(tmp_path):
     package_dir = Path(shutil.copytree(OP_PACKAGES / "LlmOpPackage", tmp_path / "LlmOpPackage",
                                        ignore=shutil.ignore_patterns("build")))
     helpers = package_dir / "kernels/qco/hvx.h"
-    original = "Q6_Vw_vasr_VwR(scaled, multiplier.shift - 1)"
+    original = "Q6_Vw_vasr_VwR(words, shift - 1)"
     assert original in helpers.read_text()
-    helpers.write_text(helpers.read_text().replace(original, "Q6_Vw_vasr_VwR(scaled, multiplier.shift)"))
+    helpers.write_text(helpers.read_text().replace(original, "Q6_Vw_vasr_VwR(words, shift)"))
     package = qco.load_package(*sorted(package_dir.glob("config/*.xml")))
     cases = dtype_cases(package, ["RmsNorm:y=3x769,x=3x769,weight=769"])
     results = {r.label.split()[0]: r for r in hexagon_check(package_dir, cases)}

@@ -120,26 +120,13 @@ inline std::vector<int16_t> even_odd_gain(const qco::TensorView& weight, int64_t
   return gain;
 }
 
-// (d * g) * multiplier + the zero point of y, for one half (64 lanes of int16) of a block.
-inline HVX_VectorPair scaled_products(HVX_Vector d, HVX_Vector g, FixedMultiplier multiplier, int32_t zero_point) {
-  const HVX_VectorPair products = Q6_Ww_vmpy_VhVh(d, g);
-  return Q6_W_vcombine_VV(qco::hvx::requantize_words(Q6_V_hi_W(products), multiplier, zero_point),
-                          qco::hvx::requantize_words(Q6_V_lo_W(products), multiplier, zero_point));
-}
-
 inline void scale_row_hvx(uint8_t* out, const uint8_t* row, const int16_t* gain, int64_t hidden,
                           FixedMultiplier multiplier, int32_t in_offset, int32_t zero_point) {
-  const HVX_Vector offset = Q6_Vh_vsplat_R(in_offset);
   for (int64_t c = 0; c < hidden; c += qco::hvx::kBytes) {
-    const HVX_VectorPair codes = Q6_Wuh_vzxt_Vub(qco::hvx::load_bytes(row + c, hidden - c));
+    const HVX_VectorPair d = qco::hvx::centered_halves(qco::hvx::load_bytes(row + c, hidden - c), in_offset);
     const HVX_Vector* g = reinterpret_cast<const HVX_Vector*>(gain + c);
-    const HVX_VectorPair even = scaled_products(Q6_Vh_vadd_VhVh(Q6_V_lo_W(codes), offset), qco::hvx::load(g),
-                                                multiplier, zero_point);
-    const HVX_VectorPair odd = scaled_products(Q6_Vh_vadd_VhVh(Q6_V_hi_W(codes), offset), qco::hvx::load(g + 1),
-                                               multiplier, zero_point);
-    const HVX_Vector even_h = Q6_Vh_vsat_VwVw(Q6_V_hi_W(even), Q6_V_lo_W(even));
-    const HVX_Vector odd_h = Q6_Vh_vsat_VwVw(Q6_V_hi_W(odd), Q6_V_lo_W(odd));
-    qco::hvx::store_bytes(out + c, Q6_Vub_vsat_VhVh(odd_h, even_h), hidden - c);
+    const HVX_VectorPair weights = Q6_W_vcombine_VV(qco::hvx::load(g + 1), qco::hvx::load(g));
+    qco::hvx::store_bytes(out + c, qco::hvx::requantize_products_u8(d, weights, multiplier, zero_point), hidden - c);
   }
 }
 

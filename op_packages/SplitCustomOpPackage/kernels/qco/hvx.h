@@ -98,13 +98,73 @@ inline int64_t sum_words(HVX_Vector v) {
   return sum;
 }
 
+// apply({1, shift}, w) + add on 32 int32 lanes: the rounding shift alone, in two arithmetic
+// shifts as apply() computes it.
+inline HVX_Vector rounding_shift_words(HVX_Vector words, int32_t shift, int32_t add) {
+  const HVX_Vector halved = Q6_Vw_vasr_VwR(words, shift - 1);
+  const HVX_Vector rounded = Q6_Vw_vasr_VwR(Q6_Vw_vadd_VwVw(halved, Q6_V_vsplat_R(1)), 1);
+  return Q6_Vw_vadd_VwVw(rounded, Q6_V_vsplat_R(add));
+}
+
 // apply(multiplier, w) + add on 32 int32 lanes, for a multiplier of at most 15 bits whose
 // products with the lanes stay in 32 bits (fixed_multiplier(real, 15, 31) of 16-bit values).
 inline HVX_Vector requantize_words(HVX_Vector words, FixedMultiplier multiplier, int32_t add) {
   const HVX_Vector scaled = Q6_Vw_vmpyie_VwVuh(words, Q6_V_vsplat_R(static_cast<int32_t>(multiplier.mantissa)));
-  const HVX_Vector halved = Q6_Vw_vasr_VwR(scaled, multiplier.shift - 1);
-  const HVX_Vector rounded = Q6_Vw_vasr_VwR(Q6_Vw_vadd_VwVw(halved, Q6_V_vsplat_R(1)), 1);
-  return Q6_Vw_vadd_VwVw(rounded, Q6_V_vsplat_R(add));
+  return rounding_shift_words(scaled, multiplier.shift, add);
+}
+
+// 128 codes widened to int16 and centered (code + offset), as the pair vzxt gives: lo holds the
+// even elements, hi the odd ones. Every 16-bit helper below keeps this even/odd layout.
+inline HVX_VectorPair centered_halves(HVX_Vector codes, int32_t offset) {
+  const HVX_VectorPair wide = Q6_Wuh_vzxt_Vub(codes);
+  const HVX_Vector add = Q6_Vh_vsplat_R(offset);
+  return Q6_W_vcombine_VV(Q6_Vh_vadd_VhVh(Q6_V_hi_W(wide), add), Q6_Vh_vadd_VhVh(Q6_V_lo_W(wide), add));
+}
+
+// a * b for one vector of int16 lanes each, requantized and saturated to int16, lanes in a's order.
+inline HVX_Vector requantized_product(HVX_Vector a, HVX_Vector b, FixedMultiplier multiplier, int32_t add) {
+  const HVX_VectorPair products = Q6_Ww_vmpy_VhVh(a, b);  // lo: even lanes, hi: odd lanes
+  return Q6_Vh_vsat_VwVw(requantize_words(Q6_V_hi_W(products), multiplier, add),
+                         requantize_words(Q6_V_lo_W(products), multiplier, add));
+}
+
+// 128 uint8 codes saturate(apply(multiplier, a[i] * b[i]) + add, 0, 255), from two even/odd
+// int16 pairs (centered_halves, Lut16) whose products fit 32 bits.
+inline HVX_Vector requantize_products_u8(HVX_VectorPair a, HVX_VectorPair b, FixedMultiplier multiplier,
+                                         int32_t add) {
+  const HVX_Vector even = requantized_product(Q6_V_lo_W(a), Q6_V_lo_W(b), multiplier, add);
+  const HVX_Vector odd = requantized_product(Q6_V_hi_W(a), Q6_V_hi_W(b), multiplier, add);
+  return Q6_Vub_vsat_VhVh(odd, even);
+}
+
+// A table of 256 int16 values indexed by uint8 codes, as vlut16 reads it: four vectors of 64
+// entries, segment m (entries 16m..16m+15) in vector m / 4, in the word half (m / 2) % 2 of
+// words 16 (m % 2) ... 16 (m % 2) + 15.
+struct Lut16 {
+  HVX_Vector parts[4];
+};
+
+inline Lut16 lut16(const int16_t (&table)[256]) {
+  Lut16 lut;
+  alignas(kBytes) int16_t part[kBytes / 2];
+  for (int32_t vector = 0; vector < 4; ++vector) {
+    for (int32_t segment = 4 * vector; segment < 4 * vector + 4; ++segment) {
+      for (int32_t entry = 0; entry < 16; ++entry) {
+        part[2 * (16 * (segment % 2) + entry) + (segment / 2) % 2] = table[16 * segment + entry];
+      }
+    }
+    lut.parts[vector] = *reinterpret_cast<const HVX_Vector*>(part);
+  }
+  return lut;
+}
+
+// table[code] for 128 codes, as an even/odd int16 pair (16 vlut16, one per segment).
+inline HVX_VectorPair lookup(const Lut16& lut, HVX_Vector codes) {
+  HVX_VectorPair values = Q6_Wh_vlut16_VbVhR(codes, lut.parts[0], 0);
+  for (int32_t segment = 1; segment < 16; ++segment) {
+    values = Q6_Wh_vlut16or_WhVbVhR(values, codes, lut.parts[segment / 4], segment);
+  }
+  return values;
 }
 
 }  // namespace hvx
