@@ -13,7 +13,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .errors import ReportedError, UsageError
 from .quiet import native_noise_filtered, quiet_third_party
@@ -54,7 +54,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _resolve_op(spec: str) -> tuple[str | None, object]:
+def _resolve_op(spec: str) -> tuple[str | None, Any]:
     """``MODULE:ns.op[.overload][=QnnType]`` -> (QNN type or None, the torch overload)."""
     target, _, qnn_type = spec.partition("=")
     module, sep, op = target.rpartition(":")
@@ -98,7 +98,7 @@ def _torch_overload(name: str, where: str, hint: str):
 def _cmd_opdef_from_torch(args: argparse.Namespace) -> int:
     from .builder.from_torch import opdefs_from_torch, qnn_type_for, tensor_choices
 
-    ops = {}
+    ops: dict[str, Any] = {}
     for spec in args.ops:
         qnn_type, overload = _resolve_op(spec)
         qnn_type = qnn_type or qnn_type_for(overload)
@@ -261,13 +261,13 @@ def _runner(args: argparse.Namespace):
         return X86Runner(Path(args.build_folder))
     if not args.device or not args.soc:
         raise UsageError("--target device needs --device SERIAL and --soc (e.g. SM8650)")
-    libraries = {}
+    device_libraries: dict[str, Path] = {}
     for item in args.op_package_lib:
         remote, _, local = item.partition("=")
         if not local:
             raise UsageError(f"--op-package-lib {item!r}: expected DEVICE_PATH=LOCAL_LIBRARY")
-        libraries[remote] = Path(local)
-    return DeviceRunner(args.device, args.soc, Path(args.build_folder), libraries, adb_host=args.adb_host)
+        device_libraries[remote] = Path(local)
+    return DeviceRunner(args.device, args.soc, Path(args.build_folder), device_libraries, adb_host=args.adb_host)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -42,7 +42,7 @@ def _default(tensor: TensorDef) -> str:
     value = tensor.default.value if tensor.default is not None else None
     if value is None:
         return "=None"
-    if tensor.is_enum:
+    if tensor.is_enum and isinstance(value, int):  # an Enum's default is the index of its value
         return f'="{tensor.enum_values[value]}"'
     if isinstance(value, bool):
         return f"={value}"

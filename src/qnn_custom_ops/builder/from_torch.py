@@ -69,9 +69,10 @@ def tensor_choices(dtypes: Sequence[str] = (), static: Sequence[str] = (), activ
     for item in dtypes:
         name, _, names = item.partition("=")
         found = [Datatype.parse(n) for n in names.split(",") if n]
-        if not name or not found or None in found:
+        known = [d for d in found if d is not None]
+        if not name or not found or len(known) != len(found):
             raise UsageError(f"--dtype {item!r}: expected ARG=DATATYPE[,DATATYPE] with QNN datatypes such as INT_32")
-        parsed[name] = [d.value for d in found]
+        parsed[name] = [d.value for d in known]
     widths = tuple(int(w) for w in activations.split(",") if w.strip().isdigit())
     if not widths or any(w not in (8, 16) for w in widths):
         raise UsageError(f"--activations {activations!r}: expected 8, 16 or 8,16")

@@ -20,7 +20,7 @@ import torch
 
 from ..errors import ReportedError
 from ..opdef import Datatype
-from ..opdef.datatypes import DATATYPES, plain_datatype
+from ..opdef.datatypes import DATATYPES, kernel_rows, plain_datatype
 from .alignment import ArgKind, OpBinding, target_op_name
 from .op_name import OperatorName
 from .define import out_arguments, out_fake_of, out_kernel_of, returns_schema, schema_argument_text
@@ -44,7 +44,7 @@ class Encoding:
 
     @property
     def kernel_dtype(self) -> int:
-        return DATATYPES[self.datatype].kernel_value
+        return DATATYPES[self.datatype].abi_value
 
     @property
     def is_quantized(self) -> bool:
@@ -100,7 +100,9 @@ def _target_name(node: torch.fx.Node) -> str:
 def quantized_datatype(node: torch.fx.Node) -> Datatype:
     """The fixed-point datatype of a PT2E (de)quantize node, per tensor or per channel."""
     first = 3 if "per_tensor" in _target_name(node) else 4  # per channel: (x, scales, zero_points, axis, ...)
-    return Datatype.fixed_point(int(node.args[first]), int(node.args[first + 1]))
+    low, high = node.args[first], node.args[first + 1]
+    assert isinstance(low, int) and isinstance(high, int), f"{node.name}: quant_min/quant_max are not ints"
+    return Datatype.fixed_point(low, high)
 
 
 def encoding_of(node: torch.fx.Node) -> Encoding:
@@ -109,10 +111,11 @@ def encoding_of(node: torch.fx.Node) -> Encoding:
         raise QuantizedEmulationError(f"node {node.name} ({_target_name(node)}) is not per-tensor: a kernel "
                                       "takes one scale and offset per tensor (quantize it per tensor)")
     scale, zero_point, low, high = (node.args[i] for i in range(1, 5))
-    if isinstance(scale, torch.fx.Node) or isinstance(zero_point, torch.fx.Node):
+    if not isinstance(scale, (int, float)) or not isinstance(zero_point, (int, float)):
         raise QuantizedEmulationError(f"node {node.name}: its scale or zero point is computed in the graph, "
                                       "not a constant (convert the model with convert_pt2e)")
-    return Encoding(Datatype.fixed_point(int(low), int(high)), float(scale), -int(zero_point))
+    assert isinstance(low, int) and isinstance(high, int), f"{node.name}: quant_min/quant_max are not ints"
+    return Encoding(Datatype.fixed_point(low, high), float(scale), -int(zero_point))
 
 
 def plain_encoding(dtype: torch.dtype) -> Encoding:
@@ -185,7 +188,7 @@ def _around_the_op(binding: OpBinding, into_float, out_of_float):
     return kernel
 
 
-_BY_KERNEL_VALUE = {row.kernel_value: row.datatype for row in DATATYPES.values() if row.kernel is not None}
+_BY_KERNEL_VALUE = {row.abi_value: row.datatype for row in kernel_rows()}
 
 
 def _encodings(dtypes: Sequence[int], scales: Sequence[float], offsets: Sequence[int]) -> list[Encoding]:

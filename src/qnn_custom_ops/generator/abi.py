@@ -15,7 +15,7 @@ ABI_VERSION = 2
 
 #: ``qco::DType``: the element type of a ``qco::TensorView``, one per kernel ABI tag of the
 #: datatype table (``KernelDType.UFixed8`` is ``UFIXED_POINT_8``'s).
-KernelDType = enum.IntEnum("KernelDType", [(r.kernel, r.kernel_value) for r in kernel_rows()])
+KernelDType = enum.IntEnum("KernelDType", [(r.kernel_tag, r.abi_value) for r in kernel_rows()])  # type: ignore[misc]
 
 
 class KernelStatus(enum.IntEnum):

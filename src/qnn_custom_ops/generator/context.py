@@ -259,10 +259,10 @@ def _cpp_literal(value: bool | int | float, datatype: Datatype) -> str:
         if datatype.bits == 64:
             return f"{number}{'ULL' if datatype.name.startswith('UINT') else 'LL'}"
         return f"{number}{'u' if datatype.name.startswith('UINT') else ''}"
-    number = float(value)
-    if not math.isfinite(number):
+    real = float(value)
+    if not math.isfinite(real):
         raise ValueError(f"non-finite default {value!r} reached code generation")
-    text = repr(number)
+    text = repr(real)
     return f"{text}f" if datatype != Datatype.FLOAT_64 else text
 
 

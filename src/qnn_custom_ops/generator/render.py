@@ -51,7 +51,7 @@ def abi_context() -> dict[str, list[tuple]]:
     return {
         "dtypes": [(d.name, d.value) for d in KernelDType],
         "statuses": [(s.name, s.value, s.description) for s in KernelStatus],
-        "real_access": [_real_access(r.kernel, r.c_type, r.datatype.is_float)
+        "real_access": [_real_access(r.kernel_tag, r.c_type, r.datatype.is_float)
                         for r in kernel_rows() if r.c_type is not None] + [_HALF_ACCESS],
     }
 
@@ -77,7 +77,7 @@ def adapter_context() -> dict[str, object]:
     carriers = []
     for htp in HTP_DTYPES:
         rows = [r for r in kernel_rows() if r.htp == htp]
-        rows.sort(key=lambda r: (not r.datatype.is_fixed_point, r.datatype is Datatype.BOOL_8, r.kernel_value))
+        rows.sort(key=lambda r: (not r.datatype.is_fixed_point, r.datatype is Datatype.BOOL_8, r.abi_value))
         if rows:
             carriers.append((htp, [r.kernel for r in rows]))
     return {

@@ -35,6 +35,27 @@ class DatatypeRow:
     pt2e_storage: str | None = None  # torch dtype PT2E (QnnQuantizer) stores a fixed-point tensor in
     float_max: float | None = None  # largest finite magnitude of a float datatype
 
+    @property
+    def kernel_tag(self) -> str:
+        """``kernel`` of a row ``kernel_rows`` returns (it has one)."""
+        if self.kernel is None:
+            raise ValueError(f"{self.datatype.short_name} has no kernel ABI tag")
+        return self.kernel
+
+    @property
+    def abi_value(self) -> int:
+        """``kernel_value`` of a row ``kernel_rows`` returns."""
+        if self.kernel_value is None:
+            raise ValueError(f"{self.datatype.short_name} has no kernel ABI value")
+        return self.kernel_value
+
+    @property
+    def numpy_type(self) -> str:
+        """``numpy`` of a row ``kernel_rows`` returns (every kernel dtype has numpy storage)."""
+        if self.numpy is None:
+            raise ValueError(f"{self.datatype.short_name} has no numpy storage")
+        return self.numpy
+
 
 _ROWS = (
     DatatypeRow(Datatype.INT_8, "Int8", 10, "QInt8", "int8_t", "int8", "int8", "int8Value", ("Char", 1)),
@@ -74,7 +95,7 @@ DATATYPES: Mapping[Datatype, DatatypeRow] = MappingProxyType({row.datatype: row 
 
 def kernel_rows() -> list[DatatypeRow]:
     """Rows with a kernel ABI tag, in ABI value order."""
-    return sorted((r for r in _ROWS if r.kernel is not None), key=lambda r: r.kernel_value)
+    return sorted((r for r in _ROWS if r.kernel is not None), key=lambda r: r.abi_value)
 
 
 def plain_datatype(torch_dtype: Any) -> Datatype | None:

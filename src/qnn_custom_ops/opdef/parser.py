@@ -364,11 +364,11 @@ def _parse_scalar(text: str, datatype: Datatype) -> DefaultValue | None:
         return value if low <= value <= high else None
     if datatype.is_float or datatype.is_fixed_point:
         try:
-            value = float(lowered)
+            real = float(lowered)
         except ValueError:
             return None
         limit = DATATYPES[datatype].float_max or float("inf")
-        return value if value == value and abs(value) != float("inf") and abs(value) <= limit else None
+        return real if real == real and abs(real) != float("inf") and abs(real) <= limit else None
     return None
 
 
@@ -463,7 +463,7 @@ def _merge(configs: list[_ConfigFile], reporter: Reporter) -> OpPackage:
             if name not in by_name:
                 reporter.error(config.path, line, f"SupportedOps names unknown op {name!r}",
                                "use the Name of an OpDef in this package")
-    merged = {}
+    merged: dict[str, OpDef] = {}
     for op in ops:
         frozen = {b: MappingProxyType(t) for b, t in supplements.get(op.name, {}).items()}
         op = replace(op, supplements=MappingProxyType(frozen))

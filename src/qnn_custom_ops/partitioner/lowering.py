@@ -121,6 +121,7 @@ def lower(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], bindin
     if target == "host":
         edge, emulated = _lower_host(exported, binding, emulate)
     else:
+        assert compile_spec is not None  # refused above
         edge, emulated = _lower_qnn(exported, binding, compile_spec), []
     program = LoweredProgram(edge.to_executorch(), tuple(emulated), encodings)
     if output is not None:

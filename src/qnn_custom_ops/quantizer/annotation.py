@@ -94,7 +94,8 @@ class OpAnnotator:
 
     def _check_override_keys(self) -> None:
         op = self.binding.opdef
-        valid = {(Role.INPUT, i) for i in range(len(op.inputs))} | {(Role.OUTPUT, i) for i in range(len(op.outputs))}
+        valid: set[tuple[Role, int] | str] = {(Role.INPUT, i) for i in range(len(op.inputs))}
+        valid |= {(Role.OUTPUT, i) for i in range(len(op.outputs))}
         valid |= {t.name for t in op.inputs + op.outputs}
         unknown = [k for k in self.overrides if k not in valid]
         if unknown:
@@ -113,7 +114,7 @@ class OpAnnotator:
             return None
         if not isinstance(value, Share):
             return "use a QuantizationSpec, Share(kind, index) or None (keep the tensor float)"
-        count = {Role.INPUT: len(op.inputs), Role.OUTPUT: len(op.outputs)}.get(value.kind)
+        count = {Role.INPUT.value: len(op.inputs), Role.OUTPUT.value: len(op.outputs)}.get(str(value.kind))
         if count is None:
             return "Share's kind is 'input' or 'output'"
         if not isinstance(value.index, int) or not 0 <= value.index < count:

@@ -10,6 +10,7 @@ import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -109,7 +110,7 @@ class PackageCost:
     costs: list[Cost]
 
 
-def measure_package(library_path: str | os.PathLike, package_name: str, cases: Sequence[KernelCase],
+def measure_package(library_path: str | Path, package_name: str, cases: Sequence[KernelCase],
                     min_seconds: float = 0.2, *, isolated: bool = False) -> PackageCost:
     """Every case of a package's host kernel library on one pinned core; ``isolated=True``
     measures in a child process, so a kernel that crashes raises ``KernelCrashError``."""
@@ -148,7 +149,7 @@ def _measured_datatype(tensor: TensorDef, where: str) -> Datatype:
 
 def _tensor_for(datatype: Datatype, dims: tuple[int, ...], generator: np.random.Generator) -> KernelTensor:
     """float32 random data, or zeros of an integer datatype (valid as indices into anything)."""
-    kernel = KernelDType[DATATYPES[datatype].kernel]
+    kernel = KernelDType[DATATYPES[datatype].kernel_tag]
     if datatype is Datatype.FLOAT_32:
         return KernelTensor(generator.standard_normal(dims, dtype=np.float32), kernel)
     return KernelTensor.empty(dims, kernel)

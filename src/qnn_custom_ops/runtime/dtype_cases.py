@@ -48,7 +48,7 @@ def random_tensor(datatype: Datatype, dims: tuple[int, ...], generator: np.rando
     """Random data of ``datatype``: normal floats, codes over the whole range with a random
     encoding (zero point inside the range for unsigned, symmetric for signed), integer zeros
     (valid as indices into anything)."""
-    kernel = KernelDType[DATATYPES[datatype].kernel]
+    kernel = KernelDType[DATATYPES[datatype].kernel_tag]
     numpy_type = np.dtype(DATATYPES[datatype].numpy)
     if datatype.is_float:
         return KernelTensor(generator.standard_normal(dims).astype(numpy_type), kernel)

@@ -47,8 +47,7 @@ QEMU_CPU = "v67"
 FP_CONTRACT = "-ffp-contract=off"
 HEXAGON_FLAGS = ("-target", "hexagon-linux-musl", f"-mcpu={HEXAGON_CPU}", "-O2", "-std=c++17", FP_CONTRACT, "-static")
 
-_NUMPY = {KernelDType[r.kernel]: np.dtype(r.numpy) for r in kernel_rows()}
-_FIXED_POINT = {KernelDType[r.kernel] for r in kernel_rows() if r.datatype.is_fixed_point}
+_FIXED_POINT = {KernelDType[r.kernel_tag] for r in kernel_rows() if r.datatype.is_fixed_point}
 
 
 class HexagonToolError(ReportedError, RuntimeError):

@@ -27,7 +27,7 @@ from .loading import KERNEL_LIST_MARKER, executorch_paths
 
 
 # QNN datatype of a parameter -> (C++ storage type, qco::DType name), for every plain datatype.
-_PARAM_STORAGE = {r.datatype: (r.c_type, r.kernel) for r in kernel_rows()
+_PARAM_STORAGE = {r.datatype: (r.c_type, r.kernel_tag) for r in kernel_rows()
                   if r.c_type is not None and not r.datatype.is_fixed_point}
 # ExecuTorch ScalarType -> qco::DType, for tensors.
 _SCALAR_TYPES = [(r.scalar_type[0], r.kernel) for r in kernel_rows() if r.scalar_type is not None]
@@ -116,8 +116,8 @@ def _kernel_names(binding: OpBinding, quantized: bool) -> tuple[str, str]:
     if quantized:
         name = quantized_name(binding)
         return f"{QUANTIZED_NAMESPACE}::{name}.out", f"qco_{QUANTIZED_NAMESPACE}_{name}_out"
-    name = OperatorName.of(binding.overload)
-    return name.out, f"qco_{name.namespace}_{name.name}_out"
+    operator = OperatorName.of(binding.overload)
+    return operator.out, f"qco_{operator.namespace}_{operator.name}_out"
 
 
 def _signature(binding: OpBinding, outputs: list[str], quantized: bool) -> tuple[list[str], list[str]]:
@@ -142,18 +142,16 @@ def _signature(binding: OpBinding, outputs: list[str], quantized: bool) -> tuple
 def _tensor_conversions(binding: OpBinding, outputs: list[str], quantized: bool) -> list[Conversion]:
     """Each output and input tensor into a view: as it is, or (quantized) with its encoding from
     the lists, whose lengths are checked first."""
-    if not quantized:
-        tensors = [(out, f"output {t.name}") for out, t in zip(outputs, binding.opdef.outputs)] + \
-                  [(_variable(a), f"input {a.tensor.name}") for a in binding.inputs]
-        return [Conversion(f"qco::et::tensor_view({v}, h_{v})", cpp_string(f"{shown} has a dtype the kernel adapter "
-                                                                          "cannot pass")) for v, shown in tensors]
-    count = len(binding.inputs) + len(outputs)
-    checks = [Conversion(" && ".join(f"{a.name}.size() == {count}" for a in ENCODING_ARGUMENTS),
-                         cpp_string(f"expected {count} encodings (inputs, then outputs)"))]
-    # the lists hold the inputs' encodings, then the outputs'
+    # (variable, as shown, index in the encoding lists: the inputs' encodings, then the outputs')
     first_output = len(binding.inputs)
     tensors = [(out, f"output {t.name}", first_output + i) for i, (out, t) in enumerate(zip(outputs, binding.opdef.outputs))]
     tensors += [(_variable(a), f"input {a.tensor.name}", i) for i, a in enumerate(binding.inputs)]
+    if not quantized:
+        return [Conversion(f"qco::et::tensor_view({v}, h_{v})", cpp_string(f"{shown} has a dtype the kernel adapter "
+                                                                          "cannot pass")) for v, shown, _ in tensors]
+    count = len(binding.inputs) + len(outputs)
+    checks = [Conversion(" && ".join(f"{a.name}.size() == {count}" for a in ENCODING_ARGUMENTS),
+                         cpp_string(f"expected {count} encodings (inputs, then outputs)"))]
     return checks + [Conversion(f"qco::et::encoded_view({v}, {_encoding_at(index)}, h_{v})",
                                 cpp_string(f"{shown}: its storage does not hold its encoding's dtype"))
                      for v, shown, index in tensors]
@@ -186,7 +184,7 @@ def _param_conversions(binding: OpBinding, function: str) -> tuple[list[Conversi
 
 def _integer_storage() -> list[tuple[str, str]]:
     """(kernel dtype, C type) of every integer-like kernel dtype, for storage conversions."""
-    return [(r.kernel, "uint8_t" if r.c_type == "bool" else r.c_type) for r in kernel_rows()
+    return [(r.kernel_tag, "uint8_t" if r.c_type == "bool" else r.c_type) for r in kernel_rows()
             if r.c_type is not None and not r.datatype.is_float]
 
 

@@ -18,7 +18,7 @@ from ..opdef.datatypes import kernel_rows
 from .isolation import call_isolated, trace_into
 from .loading import KernelLoadError, load_host_library
 
-_NUMPY_DTYPE = {KernelDType[r.kernel]: np.dtype(r.numpy).type for r in kernel_rows()}
+_NUMPY_DTYPE = {KernelDType[r.kernel_tag]: np.dtype(r.numpy_type).type for r in kernel_rows()}
 
 
 class CTensorView(ctypes.Structure):
@@ -128,12 +128,14 @@ class KernelLibrary:
             arrays.append((CTensorView * max(len(views), 1))(*(v for v, _ in views)))
         counts = (len(outputs), len(inputs), len(params))
 
+        kept = (keep_alive, outputs, inputs, params)  # the views point into these: the call holds them
+
         def call() -> None:
             status = function(arrays[0], counts[0], arrays[1], counts[1], arrays[2], counts[2])
             if status != KernelStatus.Ok:
                 raise KernelError(op, status, self._last_exception() if status == KernelStatus.KernelException else "")
+            assert kept  # referenced here, so the arrays live as long as the call
 
-        call.keep_alive = (keep_alive, outputs, inputs, params)  # the views point into these
         return call
 
 

@@ -41,7 +41,8 @@ RUNNER_IN_BUILD = Path("examples/qualcomm/executor_runner") / RUNNER
 BACKEND_IN_BUILD = Path("backends/qualcomm/libqnn_executorch_backend.so")
 
 # ExecuTorch ScalarType codes (as c10's) -> torch dtypes.
-_TORCH_DTYPES = {r.scalar_type[1]: getattr(torch, r.torch) for r in DATATYPES.values() if r.scalar_type is not None}
+_TORCH_DTYPES = {r.scalar_type[1]: getattr(torch, r.torch) for r in DATATYPES.values()
+                 if r.scalar_type is not None and r.torch is not None}
 
 
 class RunnerError(ReportedError, RuntimeError):
@@ -56,7 +57,10 @@ class ProgramError(ReportedError, ValueError):
 def _program_identifier() -> bytes:
     """The flatbuffer file identifier of the installed runtime's programs (``ET12``), from its schema."""
     schema = resources.files("executorch") / "exir/_serialize/program.fbs"
-    return re.search(rb'file_identifier\s+"([^"]{4})"', schema.read_bytes())[1]
+    found = re.search(rb'file_identifier\s+"([^"]{4})"', schema.read_bytes())
+    if found is None:
+        raise ProgramError(f"{schema}: no file_identifier in the installed executorch's program schema")
+    return found[1]
 
 
 @contextlib.contextmanager
