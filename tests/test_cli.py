@@ -27,9 +27,9 @@ def test_generate_op_package_writes_the_package(tmp_path):
     result = run("generate-op-package", FIXTURES / "example_op_package_htp.xml", "-o", tmp_path)
     assert result.returncode == 0, result.stderr
     assert f"create    {tmp_path}/ExampleOpPackage/kernels/ExampleCustomOp.h" in result.stdout
-    assert result.stdout.strip().endswith("wrote 14 files (14 create)")
+    assert result.stdout.strip().endswith("wrote 15 files (15 create)")
     again = run("generate-op-package", FIXTURES / "example_op_package_htp.xml", "-o", tmp_path)
-    assert again.stdout.strip().splitlines() == [f"{tmp_path}/ExampleOpPackage: wrote 0 files (14 unchanged)"]
+    assert again.stdout.strip().splitlines() == [f"{tmp_path}/ExampleOpPackage: wrote 0 files (15 unchanged)"]
 
 
 def test_generate_defaults_to_the_current_directory(tmp_path):
@@ -41,7 +41,7 @@ def test_generate_defaults_to_the_current_directory(tmp_path):
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
     result = run("generate-op-package", DATA / "every_feature.xml", "-o", tmp_path / "out", "--dry-run")
     assert result.returncode == 0
-    assert "create    " in result.stdout and "would write 17 files" in result.stdout
+    assert "create    " in result.stdout and "would write 18 files" in result.stdout
     assert not (tmp_path / "out").exists()
 
 

@@ -257,7 +257,7 @@ def test_dry_run_writes_nothing(tmp_path):
     result = generate(load(DATA / "every_feature.xml"), tmp_path / "out", dry_run=True)
     assert not (tmp_path / "out").exists()
     assert result.dry_run and {s.action for s in result.steps} == {Action.CREATE}
-    assert "would write 17 files" in result.summary()
+    assert "would write 18 files" in result.summary()
 
 
 def test_nothing_is_written_through_a_symlink_out_of_the_output_dir(tmp_path):
