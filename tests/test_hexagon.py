@@ -4,6 +4,7 @@ generated Makefile's Hexagon target (``make htp_v68``) with a stand-in of the SD
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from qnn_custom_ops.generator import generate
 from qnn_custom_ops.runtime.dtype_cases import dtype_cases
 from qnn_custom_ops.runtime.hexagon import hexagon_check
 
-from .conftest import DATA, FIXTURE_CONFIGS, OP_PACKAGES, shared_build
+from .conftest import DATA, FIXTURE_CONFIGS, OP_PACKAGES, REPO, opdef_xml, shared_build
 from .test_htp_build import STANDIN
 
 HEXAGON_CXX = Path(__file__).resolve().parent / "htp_standin" / "hexagon-clang++"
@@ -135,3 +136,45 @@ def test_an_hvx_rounding_shift_off_by_one_is_caught(tmp_path):
     assert results["FLOAT_32"].passed and results["UFIXED_POINT_16"].passed  # no HVX path there
     assert not results["UFIXED_POINT_8"].passed
     assert "MISMATCH output 0 index " in str(results["UFIXED_POINT_8"]), str(results["UFIXED_POINT_8"])
+
+
+TRIPLE_CONFIG = opdef_xml("""
+    <OpDef>
+      <Name>Triple</Name>
+      <Input><Name>x</Name><Mandatory>true</Mandatory><Datatype>QNN_DATATYPE_UFIXED_POINT_8</Datatype>
+        <Shape><Rank>ND</Rank></Shape></Input>
+      <Output><Name>y</Name><Mandatory>true</Mandatory><Datatype>QNN_DATATYPE_UFIXED_POINT_8</Datatype>
+        <Shape><Rank>ND</Rank></Shape></Output>
+      <SupportedBackend>HTP</SupportedBackend>
+    </OpDef>""", package="ReadmeHvxPackage")
+
+
+def readme_hvx_package(tmp_path: Path, edit=lambda code: code) -> Path:
+    """A package generated from TRIPLE_CONFIG whose kernel skeleton is replaced by the README's
+    worked HVX example (passed through ``edit``)."""
+    tmp_path.mkdir()
+    config = tmp_path / "triple.xml"
+    config.write_text(TRIPLE_CONFIG)
+    package_dir = generate(qco.load_package(config), tmp_path).package_dir
+    (example,) = re.findall(r"## An HVX path for your kernel.*?```cpp\n(.*?)```", (REPO / "README.md").read_text(),
+                            re.S)
+    kernel = package_dir / "kernels/Triple.h"
+    kernel.write_text(re.sub(r"inline qco::Status Triple\(.*?\n}\n", lambda _: edit(example), kernel.read_text(),
+                             flags=re.S))
+    return package_dir
+
+
+#: The README example's cases: 1000 codes (7 vectors and a tail of 104) and 395 (3 and a tail of 11).
+README_SHAPES = ["Triple:y=1x1x2x500,x=1x1x2x500", "Triple:y=395,x=395"]
+
+
+@pytest.mark.slow
+def test_the_readme_hvx_example_is_bit_exact_on_hexagon_and_a_changed_hvx_path_is_caught(tmp_path):
+    package_dir = readme_hvx_package(tmp_path / "readme")
+    package = qco.load_package(package_dir / "config/triple.xml")
+    results = hexagon_check(package_dir, dtype_cases(package, README_SHAPES))
+    assert len(results) == 2 and all(r.passed for r in results), [str(r) for r in results]
+    mutated_dir = readme_hvx_package(tmp_path / "mutated",
+                                     lambda code: code.replace("m, -out_offset)", "m, 1 - out_offset)"))
+    mutated = hexagon_check(mutated_dir, dtype_cases(package, README_SHAPES))
+    assert not any(r.passed for r in mutated)  # the HVX branch is what runs on Hexagon
