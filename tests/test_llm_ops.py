@@ -365,14 +365,25 @@ def quantized_tensor(real: torch.Tensor, dtype: KernelDType) -> tuple[KernelTens
     return KernelTensor(codes.numpy().astype(CODES[dtype][0]), dtype, scale, offset), scale * (codes + offset)
 
 
-QUANTIZED_OPS = {  # op: (qnn type, params, inputs of a hidden size, the reference on reals)
+def angles(g: torch.Generator, seq: int, half: int) -> tuple[torch.Tensor, torch.Tensor]:
+    theta = torch.rand(seq, half, generator=g) * 6.28
+    return torch.cos(theta), torch.sin(theta)
+
+
+QUANTIZED_OPS = {  # op: (qnn type, params, inputs of a hidden size, the reference on reals, static inputs)
     "rms_norm": ("RmsNorm", (), lambda g, n: (torch.randn(4, n, generator=g) * 3, torch.rand(n, generator=g) + 0.5),
-                 ref.rms_norm),
-    "silu_and_mul": ("SiluAndMul", (), lambda g, n: (torch.randn(4, 2 * n, generator=g) * 2,), ref.silu_and_mul),
-    "gelu_and_mul": ("GeluAndMul", (), lambda g, n: (torch.randn(4, 2 * n, generator=g) * 2,), ref.gelu_and_mul),
+                 ref.rms_norm, {1}),
+    "silu_and_mul": ("SiluAndMul", (), lambda g, n: (torch.randn(4, 2 * n, generator=g) * 2,), ref.silu_and_mul, set()),
+    "gelu_and_mul": ("GeluAndMul", (), lambda g, n: (torch.randn(4, 2 * n, generator=g) * 2,), ref.gelu_and_mul,
+                     set()),
     "gelu_and_mul tanh": ("GeluAndMul", (KernelTensor(np.array(1, np.uint32), KernelDType.UInt32),),
                           lambda g, n: (torch.randn(4, 2 * n, generator=g) * 2,),
-                          lambda x: ref.gelu_and_mul(x, "tanh")),
+                          lambda x: ref.gelu_and_mul(x, "tanh"), set()),
+    "rope": ("Rope", (), lambda g, n: (torch.randn(1, 2, n // 64, 128, generator=g) * 2, *angles(g, n // 64, 64)),
+             ref.rope, set()),
+    "rope gptj": ("Rope", (KernelTensor(np.array(1, np.uint32), KernelDType.UInt32),),
+                  lambda g, n: (torch.randn(1, 2, n // 64, 128, generator=g) * 2, *angles(g, n // 64, 64)),
+                  lambda x, c, s: ref.rope(x, c, s, "gptj"), set()),
 }
 U8, U16, S8, S16 = KernelDType.UFixed8, KernelDType.UFixed16, KernelDType.SFixed8, KernelDType.SFixed16
 
@@ -390,9 +401,10 @@ def test_quantized_kernels_are_within_one_step_of_the_float_reference_requantize
                                                                                   weight):
     """On the codes and encodings a calibrated model hands them, at odd hidden sizes: the
     reference on the reals the input codes stand for, requantized with round half to even."""
-    qnn_type, params, make, reference = QUANTIZED_OPS[op]
+    qnn_type, params, make, reference, static = QUANTIZED_OPS[op]
     reals = make(torch.Generator().manual_seed(hidden), hidden)
-    tensors, dequantized = zip(*(quantized_tensor(t, activation if i == 0 else weight) for i, t in enumerate(reals)))
+    tensors, dequantized = zip(*(quantized_tensor(t, weight if i in static else activation)
+                                 for i, t in enumerate(reals)))
     expected_real = reference(*dequantized)
     scale, offset = calibrated(expected_real, activation)
     out = KernelTensor.empty(expected_real.shape, activation, scale, offset)

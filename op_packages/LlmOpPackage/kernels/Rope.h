@@ -7,7 +7,11 @@
 // rotate_half(x) * [sin, sin]; gptj: pairs (x[2i], x[2i+1]) rotated by (cos[i], sin[i])
 #pragma once
 
+#include <cmath>
+#include <vector>
+
 #include "llm_access.h"
+#include "llm_fixed.h"
 
 namespace LlmOpPackage {
 
@@ -47,6 +51,76 @@ void rope_rows(qco::TensorView& y, const qco::TensorView& x, const qco::TensorVi
   }
 }
 
+// The same on codes (x, y of one unsigned fixed-point dtype, fixed-point cos and sin): each
+// output is (d_a d_c k_c - d_b d_s k_s) >> shift, rounded, with d the codes minus their zero points
+// and k_c, k_s the scale ratios x.scale cos.scale / y.scale and x.scale sin.scale / y.scale as
+// integers of at most 28 bits over one shift (int64 sums: 2^32 * 2^28 * 2 < 2^63).
+struct RopeScale {
+  int64_t cosine;
+  int64_t sine;
+  int32_t shift;
+};
+
+inline int64_t scaled_ratio(float ratio, int32_t shift) {
+  const float scaled = std::ldexp(ratio, shift);
+  const float limit = 268435456.0f;  // 2^28
+  return static_cast<int64_t>(std::nearbyint(scaled < limit ? scaled : limit));
+}
+
+inline RopeScale rope_scale(const qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos_table,
+                            const qco::TensorView& sin_table) {
+  const float ratio = x.scale * (1.0f / y.scale);
+  const float cosine = cos_table.scale * ratio, sine = sin_table.scale * ratio;
+  int exponent = 0;
+  std::frexp(cosine > sine ? cosine : sine, &exponent);  // both below 2^exponent
+  int32_t shift = 28 - exponent;
+  shift = shift < 1 ? 1 : (shift > 62 ? 62 : shift);
+  return {scaled_ratio(cosine, shift), scaled_ratio(sine, shift), shift};
+}
+
+// Every code of a table minus its zero point.
+inline std::vector<int32_t> centered_codes(const qco::TensorView& table) {
+  std::vector<int32_t> centered(static_cast<size_t>(table.numel()));
+  for (int64_t i = 0; i < table.numel(); ++i) centered[i] = centered_code(table, i);
+  return centered;
+}
+
+template <typename Code>
+void rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos_table,
+                const qco::TensorView& sin_table, RopeStyle style) {
+  const Code* in = x.as<const Code>();
+  Code* out = y.as<Code>();
+  const std::vector<int32_t> cosine = centered_codes(cos_table), sine = centered_codes(sin_table);
+  const RopeScale scale = rope_scale(y, x, cos_table, sin_table);
+  const FixedMultiplier shift{1, scale.shift};
+  const int64_t seq = x.dims[2], half = x.dims[3] / 2, rows = extent(x, 0, 3);
+  const int64_t stride = style == kRopeNeox ? half : 1;
+  const int64_t step = style == kRopeNeox ? 1 : 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t base = r * 2 * half, angles = (r % seq) * half;
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t c = cosine[angles + i] * scale.cosine, s = sine[angles + i] * scale.sine;
+      const int64_t a = in[base + i * step] + x.offset, b = in[base + i * step + stride] + x.offset;
+      out[base + i * step] = static_cast<Code>(saturate_code(apply(shift, a * c - b * s), y));
+      out[base + i * step + stride] = static_cast<Code>(saturate_code(apply(shift, b * c + a * s), y));
+    }
+  }
+}
+
+// Runs the integer branch when it applies; false otherwise.
+inline bool run_rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
+                           const qco::TensorView& sin, RopeStyle style) {
+  if (!is_unsigned_code(x.dtype) || y.dtype != x.dtype || !is_fixed_point(cos.dtype) || !is_fixed_point(sin.dtype)) {
+    return false;
+  }
+  if (x.dtype == qco::DType::kUFixed8) {
+    rope_codes<uint8_t>(y, x, cos, sin, style);
+  } else {
+    rope_codes<uint16_t>(y, x, cos, sin, style);
+  }
+  return true;
+}
+
 inline qco::Status Rope(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
                         const qco::TensorView& sin, const qco::TensorView& style) {
   if (x.rank != 4 || !y.same_shape(x) || x.dims[3] % 2 != 0 || !cos.same_shape(sin) || cos.rank != 2 ||
@@ -55,6 +129,7 @@ inline qco::Status Rope(qco::TensorView& y, const qco::TensorView& x, const qco:
   }
   const uint32_t mode = enum_or(style, kRopeNeox);
   if (mode != kRopeNeox && mode != kRopeGptj) return qco::Status::kInvalidArgument;
+  if (run_rope_codes(y, x, cos, sin, static_cast<RopeStyle>(mode))) return qco::Status::kOk;
   return dispatch({&y, &x, &cos, &sin}, [&](auto access) {
     rope_rows<decltype(access)>(y, x, cos, sin, static_cast<RopeStyle>(mode));
   });

@@ -91,9 +91,21 @@ inline void copy_elements(qco::TensorView& dst, int64_t dst_at, const qco::Tenso
   for (int64_t i = 0; i < count; ++i) qco::store_real(dst, dst_at + i, qco::load_real(src, src_at + i));
 }
 
-// Stores real 0 into `count` elements from `at` (a gather's out-of-range rows).
+// Stores real 0 into `count` elements from `at` (a gather's out-of-range rows): its code is
+// computed once, then copied as bytes, each copy doubling what is filled.
 inline void zero_elements(qco::TensorView& dst, int64_t at, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) qco::store_real(dst, at + i, 0.0f);
+  if (count <= 0) return;
+  qco::store_real(dst, at, 0.0f);
+  const int64_t bytes = element_bytes(dst.dtype);
+  if (bytes == 0) {  // a dtype copied per value (the fixed-point weights): no byte pattern to repeat
+    for (int64_t i = 1; i < count; ++i) qco::store_real(dst, at + i, 0.0f);
+    return;
+  }
+  char* first = static_cast<char*>(dst.data) + at * bytes;
+  for (int64_t filled = 1; filled < count; filled *= 2) {
+    const int64_t copied = filled < count - filled ? filled : count - filled;
+    std::memcpy(first + filled * bytes, first, static_cast<size_t>(copied * bytes));
+  }
 }
 
 }  // namespace LlmOpPackage
