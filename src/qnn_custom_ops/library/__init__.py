@@ -1,11 +1,15 @@
 """A ready library of LLM custom ops for the HTP: RMSNorm, gated SiLU/GELU, RoPE and a static
-KV cache (op package ``op_packages/LlmOpPackage``, torch namespace ``qco_llm``), and
-``swap_modules`` to put them into a model.
+KV cache (op package ``op_packages/LlmOpPackage``, torch namespace ``qco_llm``),
+``swap_modules`` to put them into a model, and ``export_llm`` / ``greedy`` to turn a Hugging Face
+causal LM into prefill and decode programs on them and generate with those.
 """
 
+from .generation import eager_step, greedy, host_step, quantize_llm
+from .hf import LlmExportError, export_llm
 from .llm import LLM_OPS, NAMESPACE, llm_binding, llm_ops, llm_package, llm_quant_overrides, package_dir
 from .reference import LlmOpInputError
 from .swap import SelectError, swap_modules
 
-__all__ = ["LLM_OPS", "NAMESPACE", "LlmOpInputError", "SelectError", "llm_binding", "llm_ops", "llm_package",
-           "llm_quant_overrides", "package_dir", "swap_modules"]
+__all__ = ["LLM_OPS", "NAMESPACE", "LlmExportError", "LlmOpInputError", "SelectError", "eager_step", "export_llm",
+           "greedy", "host_step", "llm_binding", "llm_ops", "llm_package", "llm_quant_overrides", "package_dir",
+           "quantize_llm", "swap_modules"]

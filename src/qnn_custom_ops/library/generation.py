@@ -1,0 +1,161 @@
+"""Greedy generation over the prefill and decode programs of ``export_llm``, the cache carried
+between calls: on the host ExecuTorch runtime (``host_step``) or eagerly (``eager_step``, which
+also gives PT2E its calibration inputs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from ..runtime import HostRunner
+from .hf import LlmExportError, LlmPrograms, LlmShape
+
+#: One call of a program: its inputs (tokens, position_ids, caches) -> its outputs.
+Step = Callable[[tuple], Sequence[torch.Tensor]]
+
+
+def eager_step(module: torch.nn.Module) -> Step:
+    """A program's module (float, or converted by PT2E) called in PyTorch."""
+
+    def step(inputs: tuple) -> list[torch.Tensor]:
+        with torch.no_grad():
+            return list(module(*inputs))
+
+    return step
+
+
+def host_step(runner: HostRunner, program: bytes) -> Step:
+    """A lowered program (``qco.lower(...).buffer``) run by ExecuTorch on the host."""
+    return lambda inputs: runner.run(program, [inputs])[0]
+
+
+@dataclass
+class KvCache:
+    """The caches the programs take, carried from call to call."""
+
+    shape: LlmShape
+    tensors: list[torch.Tensor] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.tensors = self.tensors or self.shape.empty_cache()
+
+    def carry(self, outputs: Sequence[torch.Tensor], start: int, count: int) -> None:
+        """Take a call's cache outputs: ``rows`` writes the ``count`` new rows at ``start`` in
+        place (the only bytes of the cache that change), ``scatter`` takes the new caches."""
+        if self.shape.cache == "scatter":
+            self.tensors = list(outputs)
+            return
+        for cache, rows in zip(self.tensors, outputs):
+            cache[:, :, start:start + count] = rows[:, :, :count]
+
+
+@dataclass
+class Generation:
+    """Tokens chosen, the logits each was chosen from, and (``record=True``) every call's inputs."""
+
+    tokens: list[int]
+    logits: list[torch.Tensor]
+    prefill_inputs: list[tuple]
+    decode_inputs: list[tuple]
+
+
+def _check(shape: LlmShape, prompt: Sequence[int], new_tokens: int, forced: Sequence[int] | None) -> None:
+    if not 0 < len(prompt) <= shape.prefill_len:
+        raise LlmExportError(f"greedy: a prompt of {len(prompt)} tokens; the prefill program takes 1 to "
+                             f"{shape.prefill_len} (export_llm's prefill_len)")
+    if len(prompt) + new_tokens - 1 > shape.ctx_len:
+        raise LlmExportError(f"greedy: {len(prompt)} prompt + {new_tokens} new tokens do not fit ctx_len "
+                             f"{shape.ctx_len}: ask for at most {shape.ctx_len - len(prompt) + 1} or export a "
+                             "longer ctx_len")
+    if forced is not None and len(forced) < new_tokens:
+        raise LlmExportError(f"greedy: forced has {len(forced)} tokens, fewer than new_tokens={new_tokens}")
+
+
+def _snapshot(inputs: tuple) -> tuple:
+    """Inputs kept for calibration: the caches are written in place afterwards."""
+    return tuple(t.clone() for t in inputs)
+
+
+def greedy(shape: LlmShape, prefill: Step, decode: Step, prompt: Sequence[int], new_tokens: int,
+           forced: Sequence[int] | None = None, record: bool = False) -> Generation:
+    """Prefill ``prompt`` (padded to ``prefill_len``), then decode one token per call, each the
+    argmax of the last logits -- or, teacher-forced, ``forced[i]`` (to compare a quantized
+    run's logits with float's on the same tokens)."""
+    prompt = [int(t) for t in prompt]
+    _check(shape, prompt, new_tokens, forced)
+    cache = KvCache(shape)
+    result = Generation([], [], [], [])
+    inputs = shape.inputs(prompt, 0, shape.prefill_len, cache.tensors)
+    outputs = prefill(inputs)
+    if record:
+        result.prefill_inputs.append(_snapshot(inputs))
+    cache.carry(outputs[1:], 0, len(prompt))
+    logits, position = outputs[0][0, len(prompt) - 1], len(prompt)
+    for step in range(new_tokens):
+        token = int(logits.argmax()) if forced is None else int(forced[step])
+        result.tokens.append(token)
+        result.logits.append(logits)
+        if step == new_tokens - 1:
+            break
+        inputs = shape.inputs([token], position, 1, cache.tensors)
+        if record:
+            result.decode_inputs.append(_snapshot(inputs))
+        outputs = decode(inputs)
+        cache.carry(outputs[1:], position, 1)
+        logits, position = outputs[0][0, -1], position + 1
+    return result
+
+
+#: The activation tensors of each op a calibration must observe over all its samples: every
+#: input and output but static weights, integer indices and what already shares the cache's.
+_ACTIVATIONS = {"RmsNorm": (0,), "SiluAndMul": (0,), "GeluAndMul": (0,), "Rope": (0, 1, 2),
+                "CtxScatter": (0,), "CtxGather": (0,), "CtxScatterCb": (0,), "CtxGatherCb": (0,)}
+
+
+def min_max_overrides(quant_dtype: str) -> dict:
+    """``llm_quant_overrides()`` with every other activation of the ops observed by min-max.
+    executorch's activation observers keep a moving average (1% per sample): calibrated on a few
+    generations they keep about the first sample's range and clip the rest (16a8w logits at
+    13 dB against float). Min-max keeps the range of every sample, as a static program needs."""
+    from executorch.backends.qualcomm.quantizer.quantizer import QUANT_CONFIG_DICT
+    from torchao.quantization.pt2e import MinMaxObserver
+
+    from ..quantizer.annotation import quant_dtype_of
+    from .llm import llm_quant_overrides
+
+    spec = QUANT_CONFIG_DICT[(quant_dtype_of(quant_dtype), False)][0](act_observer=MinMaxObserver).input_activation
+    overrides = llm_quant_overrides()
+    for op, inputs in _ACTIVATIONS.items():
+        own = {("input", i): spec for i in inputs}
+        if op not in overrides:
+            own[("output", 0)] = spec
+        overrides[op] = {**own, **overrides.get(op, {})}
+    return overrides
+
+
+def quantize_llm(programs: LlmPrograms, quant_dtype: str, prompts: Sequence[Sequence[int]],
+                 new_tokens: int) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The prefill and decode programs converted by PT2E (``make_quantizer``, min-max observers,
+    the KV-cache overrides), calibrated on the inputs float greedy generation from each prompt
+    gives them, so the caches they observe are the ones they will carry."""
+    from torchao.quantization.pt2e import MinMaxObserver
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from ..quantizer import make_quantizer
+    from .llm import llm_binding
+
+    float_step = eager_step(programs.prefill.module)  # one module computes both programs
+    runs = [greedy(programs.shape, float_step, float_step, prompt, new_tokens, record=True) for prompt in prompts]
+    converted = []
+    for program, samples in ((programs.prefill, [s for r in runs for s in r.prefill_inputs]),
+                             (programs.decode, [s for r in runs for s in r.decode_inputs])):
+        quantizer = make_quantizer(llm_binding(), quant_dtype, min_max_overrides(quant_dtype),
+                                   per_channel_linear=True, act_observer=MinMaxObserver)
+        prepared = prepare_pt2e(program.exported.module(), quantizer)
+        for sample in samples:
+            prepared(*sample)
+        converted.append(convert_pt2e(prepared))
+    return converted[0], converted[1]

@@ -1,0 +1,287 @@
+"""From a Hugging Face causal LM to prefill and decode programs on the library's ops.
+
+``export_llm`` keeps the model's own modules (embedding, projections, ``lm_head``), swaps the
+RMSNorms and MLPs (``swap_modules``) and replaces HF's attention and its growing cache by a
+static one: RoPE by ``qco_llm::rope``, the KV cache a fixed ``[1, kv_heads, ctx_len,
+head_dim]`` tensor per layer and K/V, passed in and out of the program (no state inside it,
+so the same graph runs on ExecuTorch's host runtime and in the QNN delegate).
+
+Two cache layouts:
+
+- ``"rows"`` (the default; ExecuTorch's static llama): the program reads the cache and returns
+  only the rows of this call ``[1, kv_heads, seq, head_dim]``; the caller writes them into its
+  cache at their positions (``KvCache.carry``). Attention is split over the cache and the new
+  rows, so nothing copies the cache: a decode step moves the rows it reads plus the new rows.
+- ``"scatter"`` (QEfficient's): ``ctx_scatter`` writes the new rows into the cache, the new
+  cache is an output, ``ctx_gather`` reads rows up to the newest position (the rest read 0).
+  Every decode step copies the whole cache (in the scatter and through the graph output).
+
+Inputs of both programs: ``tokens [1, seq] int32``, ``position_ids [1, seq] int32`` (padding
+at the end as -1: it writes nothing and attends to nothing), then the K caches of every layer,
+then the V caches. Outputs: ``logits [1, seq, vocab]``, then K and V as above.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import UsageError
+from .llm import llm_ops
+from .swap import Swap, swap_modules
+
+CACHE_LAYOUTS = ("rows", "scatter")
+#: ``model_type``s whose decoder layers compute exactly what the static layers below do.
+ARCHITECTURES = ("llama", "qwen2", "mistral", "gemma", "phi3")
+#: Masked scores are lowered by this much: exp(-255) underflows to 0 in float32, and a 16-bit
+#: encoding of the scores still resolves 0.004 (an -inf or finfo.min cannot be observed).
+MASK_DEPTH = 255.0
+_STATIC_ROPE = ("default", "linear", "llama3", "yarn")
+
+
+class LlmExportError(UsageError):
+    """A model or a shape ``export_llm`` cannot turn into static programs."""
+
+
+@dataclass(frozen=True)
+class LlmShape:
+    """The static shapes both programs share."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    ctx_len: int
+    prefill_len: int
+    cache: str
+
+    def empty_cache(self) -> list[torch.Tensor]:
+        """Zeroed K caches of every layer, then V caches, as the programs take them."""
+        return [torch.zeros(1, self.kv_heads, self.ctx_len, self.head_dim) for _ in range(2 * self.layers)]
+
+    def inputs(self, tokens: list[int], start: int, length: int, caches: list[torch.Tensor]) -> tuple:
+        """One call's inputs: ``tokens`` at positions ``start...``, padded to ``length`` with
+        token 0 at position -1."""
+        pad = length - len(tokens)
+        token_ids = torch.tensor([tokens + [0] * pad], dtype=torch.int32)
+        positions = torch.tensor([list(range(start, start + len(tokens))) + [-1] * pad], dtype=torch.int32)
+        return (token_ids, positions, *caches)
+
+
+class StaticAttention(torch.nn.Module):
+    """HF attention over a static cache: ``qco_llm::rope`` on q and k, grouped queries matched
+    to their KV head by a reshape (no ``repeat_kv`` copy of the cache)."""
+
+    def __init__(self, attention: torch.nn.Module, heads: int, kv_heads: int, rotary_dim: int, cache: str):
+        super().__init__()
+        self.attention = attention  # HF's module: its projections and scaling
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, attention.head_dim
+        self.rotary_dim, self.cache = rotary_dim, cache
+        self.ops = llm_ops()
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v as ``[1, heads, seq, head_dim]``; Phi-3 fuses the projections into ``qkv_proj``."""
+        sizes = (self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim)
+        if hasattr(self.attention, "qkv_proj"):
+            q, k, v = self.attention.qkv_proj(x).split(sizes, dim=-1)
+        else:
+            q, k, v = (self.attention.q_proj(x), self.attention.k_proj(x), self.attention.v_proj(x))
+        return tuple(t.view(1, -1, n, self.head_dim).transpose(1, 2)
+                     for t, n in zip((q, k, v), (self.heads, self.kv_heads, self.kv_heads)))
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """RoPE on the first ``rotary_dim`` channels (all of them but for partial rotary)."""
+        if self.rotary_dim == self.head_dim:
+            return self.ops["rope"](x, cos, sin)
+        rotated = self.ops["rope"](x[..., :self.rotary_dim], cos, sin)
+        return torch.cat((rotated, x[..., self.rotary_dim:]), dim=-1)
+
+    def _grouped(self, q: torch.Tensor) -> torch.Tensor:
+        """``[1, heads, seq, d]`` -> ``[1, kv_heads, group * seq, d]``: query head h uses KV head
+        h // group, as HF's ``repeat_kv`` orders them."""
+        return q.reshape(1, self.kv_heads, -1, self.head_dim)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_ids: torch.Tensor,
+                mask: torch.Tensor, ctx_indices: torch.Tensor, k_cache: torch.Tensor,
+                v_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v = self._project(x)
+        q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+        grouped = self._grouped(q)
+        group = self.heads // self.kv_heads
+        mask = mask.repeat(group, 1)
+        scaling = self.attention.scaling
+        if self.cache == "scatter":
+            k_cache = self.ops["ctx_scatter"](k_cache, position_ids, k)
+            v_cache = self.ops["ctx_scatter"](v_cache, position_ids, v)
+            keys, values = self.ops["ctx_gather"](k_cache, ctx_indices), self.ops["ctx_gather"](v_cache, ctx_indices)
+            probs = torch.softmax(grouped @ keys.transpose(-1, -2) * scaling + mask, dim=-1)
+            out, new = probs @ values, (k_cache, v_cache)
+        else:
+            scores = torch.cat((grouped @ k_cache.transpose(-1, -2), grouped @ k.transpose(-1, -2)), dim=-1)
+            probs = torch.softmax(scores * scaling + mask, dim=-1)
+            ctx_len = k_cache.shape[2]
+            out, new = probs[..., :ctx_len] @ v_cache + probs[..., ctx_len:] @ v, (k, v)
+        out = out.reshape(1, self.heads, -1, self.head_dim).transpose(1, 2).reshape(1, -1, self.heads * self.head_dim)
+        return self.attention.o_proj(out), *new
+
+
+class StaticLayer(torch.nn.Module):
+    """A pre-norm decoder layer (Llama, Qwen2, Mistral, Gemma, Phi-3: dropout is off in eval)."""
+
+    def __init__(self, layer: torch.nn.Module, attention: StaticAttention, window: int | None):
+        super().__init__()
+        self.input_layernorm = layer.input_layernorm
+        self.post_attention_layernorm = layer.post_attention_layernorm
+        self.mlp = layer.mlp
+        self.self_attn = attention
+        self.window = window
+
+    def forward(self, x: torch.Tensor, *args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        attended, k, v = self.self_attn(self.input_layernorm(x), *args)
+        x = x + attended
+        return x + self.mlp(self.post_attention_layernorm(x)), k, v
+
+
+class StaticCausalLM(torch.nn.Module):
+    """``forward(tokens, position_ids, *k_caches, *v_caches) -> (logits, *k, *v)`` over the HF
+    model's modules; see the module docstring for the layouts."""
+
+    def __init__(self, model: torch.nn.Module, shape: LlmShape, layers: list[StaticLayer], inv_freq: torch.Tensor,
+                 rope_scaling: float):
+        super().__init__()
+        decoder = model.model
+        self.embed_tokens, self.norm, self.lm_head = decoder.embed_tokens, decoder.norm, model.lm_head
+        self.layers = torch.nn.ModuleList(layers)
+        self.shape = shape
+        # cos/sin of every position as tables read by position (QEfficient and ExecuTorch's static
+        # llama do the same): a quantizer sees their [-1, 1] once, where cos(position * inv_freq)
+        # computed in the graph quantizes the angles over the positions calibration happened to see.
+        angles = torch.arange(shape.ctx_len, dtype=torch.float32)[:, None] * inv_freq.detach().float()[None, :]
+        self.register_buffer("cos_table", angles.cos() * rope_scaling, persistent=False)
+        self.register_buffer("sin_table", angles.sin() * rope_scaling, persistent=False)
+        self.register_buffer("key_positions", torch.arange(shape.ctx_len, dtype=torch.int32), persistent=False)
+
+    def _keys(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Key positions, which of them each query sees before windows, and ``ctx_indices``."""
+        queries = positions[:, None]
+        if self.shape.cache == "scatter":  # the cache holds every row written so far, these included
+            keys = self.key_positions
+            newest = positions.max()
+            ctx_indices = torch.where(keys <= newest, keys, torch.full_like(keys, -1))[None, :]
+            return keys, (keys[None, :] <= queries) & (queries >= 0), ctx_indices
+        keys = torch.cat((self.key_positions, positions))  # the cache, then this call's rows
+        cached = (self.key_positions[None, :] < positions[:1, None]) & (queries >= 0)
+        new = (positions[None, :] <= queries) & (positions[None, :] >= 0)
+        return keys, torch.cat((cached, new), dim=1), self.key_positions[None, :]
+
+    @staticmethod
+    def _mask(keys: torch.Tensor, positions: torch.Tensor, causal: torch.Tensor, window: int | None) -> torch.Tensor:
+        """0 where a query sees a key, -MASK_DEPTH elsewhere; a sliding window (HF's: a key is
+        seen while ``key > query - window``) hides the older keys too."""
+        if window is not None:
+            causal = causal & (keys[None, :] > positions[:, None] - window)
+        return (causal.float() - 1.0) * MASK_DEPTH
+
+    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor, *caches: torch.Tensor) -> tuple:
+        positions = position_ids[0]
+        rows = positions.clamp(min=0)  # padding (-1) reads row 0: it writes nothing and nothing attends to it
+        cos, sin = self.cos_table.index_select(0, rows), self.sin_table.index_select(0, rows)
+        keys, causal, ctx_indices = self._keys(positions)
+        masks = {}
+        for layer in self.layers:
+            if layer.window not in masks:
+                masks[layer.window] = self._mask(keys, positions, causal, layer.window)
+        x = self.embed_tokens(tokens)
+        count = self.shape.layers
+        new_k, new_v = [], []
+        for i, layer in enumerate(self.layers):
+            x, k, v = layer(x, cos, sin, position_ids, masks[layer.window], ctx_indices, caches[i], caches[count + i])
+            new_k.append(k)
+            new_v.append(v)
+        return (self.lm_head(self.norm(x)), *new_k, *new_v)
+
+
+@dataclass
+class LlmProgram:
+    """One static program: the module to quantize or lower, and example inputs of its shapes."""
+
+    name: str
+    module: StaticCausalLM
+    example_inputs: tuple
+    _exported: list = field(default_factory=list, repr=False)
+
+    @property
+    def exported(self) -> torch.export.ExportedProgram:
+        """``torch.export`` of the module, under ``no_grad`` (PT2E's quantizer fails on a graph
+        exported with autograd on), exported once."""
+        if not self._exported:
+            with torch.no_grad():
+                self._exported.append(torch.export.export(self.module, self.example_inputs))
+        return self._exported[0]
+
+
+@dataclass
+class LlmPrograms:
+    """What ``export_llm`` returns: the prefill and decode programs and what it swapped."""
+
+    prefill: LlmProgram
+    decode: LlmProgram
+    shape: LlmShape
+    swaps: list[Swap]
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise LlmExportError(f"export_llm: {message}")
+
+
+def _config_int(config: object, name: str, default: int | None = None) -> int:
+    value = getattr(config, name, None)
+    return default if value is None else int(value)
+
+
+def _rotary(model: torch.nn.Module) -> tuple[torch.Tensor, float]:
+    """The model's static RoPE frequencies and their cos/sin scaling (HF's ``attention_scaling``)."""
+    rotary = model.model.rotary_emb
+    rope_type = getattr(rotary, "rope_type", "default")
+    _require(rope_type in _STATIC_ROPE, f"rope_type {rope_type!r} changes its frequencies with the sequence "
+                                        f"length; static programs take one of {', '.join(_STATIC_ROPE)}")
+    return rotary.inv_freq, float(getattr(rotary, "attention_scaling", 1.0))
+
+
+def _window(attention: torch.nn.Module, config: object) -> int | None:
+    """The layer's sliding window: Qwen2 sets it per layer, Mistral and Phi-3 in the config."""
+    if hasattr(attention, "sliding_window"):
+        return attention.sliding_window
+    return getattr(config, "sliding_window", None)
+
+
+def export_llm(model: torch.nn.Module, prefill_len: int, ctx_len: int, cache: str = "rows",
+               select: str = "all") -> LlmPrograms:
+    """Prefill (``prefill_len`` tokens) and decode (one token) programs of an HF causal LM over a
+    static cache of ``ctx_len`` rows. The model's RMSNorms and MLPs are swapped in place
+    (``swap_modules(model, select)``; its own forward computes the same after)."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    _require(model_type in ARCHITECTURES, f"model_type {model_type!r} is not supported; supported: "
+                                          f"{', '.join(ARCHITECTURES)} (a transformers *ForCausalLM)")
+    _require(cache in CACHE_LAYOUTS, f"cache={cache!r}; use one of {', '.join(CACHE_LAYOUTS)}")
+    _require(0 < prefill_len <= ctx_len, f"prefill_len={prefill_len}, ctx_len={ctx_len}: need 0 < prefill_len "
+                                         "<= ctx_len")
+    config = model.config
+    model.eval()
+    heads = _config_int(config, "num_attention_heads")
+    kv_heads = _config_int(config, "num_key_value_heads", heads)
+    inv_freq, rope_scaling = _rotary(model)
+    swaps = swap_modules(model, select)
+    attentions = [layer.self_attn for layer in model.model.layers]
+    shape = LlmShape(len(attentions), kv_heads, attentions[0].head_dim, _config_int(config, "vocab_size"), ctx_len,
+                     prefill_len, cache)
+    layers = [StaticLayer(layer, StaticAttention(attention, heads, kv_heads, 2 * inv_freq.numel(), cache),
+                          _window(attention, config))
+              for layer, attention in zip(model.model.layers, attentions)]
+    module = StaticCausalLM(model, shape, layers, inv_freq, rope_scaling).eval()
+    caches = shape.empty_cache()
+    return LlmPrograms(LlmProgram("prefill", module, shape.inputs([0] * prefill_len, 0, prefill_len, caches)),
+                       LlmProgram("decode", module, shape.inputs([0], prefill_len, 1, caches)), shape, swaps)
+
