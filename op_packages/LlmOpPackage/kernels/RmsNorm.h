@@ -69,25 +69,41 @@ inline FixedMultiplier row_multiplier(const RmsNormCodes& norm, int64_t squares)
 }
 
 template <typename Code>
+int64_t sum_squares(const Code* row, int64_t hidden, int32_t offset) {
+  int64_t squares = 0;
+  for (int64_t c = 0; c < hidden; ++c) {
+    const int64_t d = row[c] + offset;
+    squares += d * d;
+  }
+  return squares;
+}
+
+template <typename Code>
+void scale_row(Code* out, const Code* row, const int32_t* gain, int64_t hidden, FixedMultiplier multiplier,
+               int32_t offset, const qco::TensorView& y) {
+  for (int64_t c = 0; c < hidden; ++c) {
+    const int64_t product = static_cast<int64_t>(row[c] + offset) * gain[c];
+    out[c] = static_cast<Code>(saturate_code(apply(multiplier, product), y));
+  }
+}
+
+// The weight minus its zero point, one int32 per element.
+inline std::vector<int32_t> centered_gain(const qco::TensorView& weight, int64_t hidden) {
+  std::vector<int32_t> gain(static_cast<size_t>(hidden));
+  for (int64_t c = 0; c < hidden; ++c) gain[c] = centered_code(weight, c);
+  return gain;
+}
+
+template <typename Code>
 void rms_norm_codes(qco::TensorView& y, const qco::TensorView& weight, const RmsNormCodes& norm) {
   const Code* in = norm.x.as<const Code>();
   Code* out = y.as<Code>();
   const int64_t hidden = norm.hidden, rows = hidden == 0 ? 0 : norm.x.numel() / hidden;
-  const int32_t offset = norm.x.offset;
-  std::vector<int32_t> gain(static_cast<size_t>(hidden));
-  for (int64_t c = 0; c < hidden; ++c) gain[c] = centered_code(weight, c);
+  const std::vector<int32_t> gain = centered_gain(weight, hidden);
   for (int64_t r = 0; r < rows; ++r) {
     const Code* row = in + r * hidden;
-    int64_t squares = 0;
-    for (int64_t c = 0; c < hidden; ++c) {
-      const int64_t d = row[c] + offset;
-      squares += d * d;
-    }
-    const FixedMultiplier multiplier = row_multiplier(norm, squares);
-    for (int64_t c = 0; c < hidden; ++c) {
-      const int64_t product = static_cast<int64_t>(row[c] + offset) * gain[c];
-      out[r * hidden + c] = static_cast<Code>(saturate_code(apply(multiplier, product), y));
-    }
+    const FixedMultiplier multiplier = row_multiplier(norm, sum_squares(row, hidden, norm.x.offset));
+    scale_row(out + r * hidden, row, gain.data(), hidden, multiplier, norm.x.offset, y);
   }
 }
 
@@ -108,16 +124,17 @@ inline int64_t sum_squares_hvx(const uint8_t* row, int64_t hidden, int32_t offse
   return qco::hvx::sum_words(squares) + 2 * o * qco::hvx::sum_words(sums) + hidden * o * o;
 }
 
-// The weight minus its zero point as int16, each block of 128 split into its even and odd
-// elements (the layout vzxt gives the codes).
-inline std::vector<int16_t> even_odd_gain(const qco::TensorView& weight, int64_t hidden) {
-  const int64_t blocks = (hidden + qco::hvx::kBytes - 1) / qco::hvx::kBytes;
-  std::vector<int16_t> gain(static_cast<size_t>(blocks * qco::hvx::kBytes), 0);
+// The weight minus its zero point in lanes of `Lane` (int16 for 8-bit codes, int32 for 16-bit),
+// each block of two vectors split into its even and odd elements: the layout vzxt gives codes.
+template <typename Lane>
+std::vector<Lane> even_odd_gain(const std::vector<int32_t>& gain) {
+  const int64_t block = 2 * qco::hvx::kBytes / static_cast<int64_t>(sizeof(Lane));
+  const int64_t hidden = static_cast<int64_t>(gain.size());
+  std::vector<Lane> lanes(static_cast<size_t>((hidden + block - 1) / block * block), 0);
   for (int64_t c = 0; c < hidden; ++c) {
-    const int64_t block = c / qco::hvx::kBytes * qco::hvx::kBytes, lane = c % qco::hvx::kBytes;
-    gain[block + lane / 2 + (lane % 2) * (qco::hvx::kBytes / 2)] = static_cast<int16_t>(centered_code(weight, c));
+    lanes[c / block * block + (c % 2) * (block / 2) + c % block / 2] = static_cast<Lane>(gain[c]);
   }
-  return gain;
+  return lanes;
 }
 
 inline void scale_row_hvx(uint8_t* out, const uint8_t* row, const int16_t* gain, int64_t hidden,
@@ -134,12 +151,78 @@ inline void rms_norm_u8_hvx(qco::TensorView& y, const qco::TensorView& weight, c
   const uint8_t* in = norm.x.as<const uint8_t>();
   uint8_t* out = y.as<uint8_t>();
   const int64_t hidden = norm.hidden, rows = hidden == 0 ? 0 : norm.x.numel() / hidden;
-  const std::vector<int16_t> gain = even_odd_gain(weight, hidden);
+  const std::vector<int16_t> gain = even_odd_gain<int16_t>(centered_gain(weight, hidden));
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* row = in + r * hidden;
     const FixedMultiplier multiplier = row_multiplier(norm, sum_squares_hvx(row, hidden, norm.x.offset));
     scale_row_hvx(out + r * hidden, row, gain.data(), hidden, multiplier, norm.x.offset, -y.offset);
   }
+}
+
+// 16-bit codes on HVX, 64 per vector. The sum of squares stays exact in 32-bit lanes by splitting
+// each code into bytes, q = 256 h + l: vrmpy sums l^2 + h^2, h^2, h l, l and h per lane, and
+// sum q^2 = 65536 sum h^2 + 512 sum h l + sum l^2. Per element (q + o) * (w - zp_w) fits int32
+// (a weight of at most 16 bits); its product with the 31-bit mantissa is taken whole (vmpye,
+// vmpyo) when the shift is at least 33, else the row runs the portable loop.
+inline int64_t sum_squares_u16_hvx(const uint16_t* row, int64_t hidden, int32_t offset) {
+  HVX_Vector both = Q6_V_vzero(), highs = Q6_V_vzero(), cross = Q6_V_vzero(), lows = Q6_V_vzero(),
+             high_sum = Q6_V_vzero();
+  for (int64_t c = 0; c < hidden; c += qco::hvx::kBytes / 2) {
+    const HVX_Vector q = qco::hvx::load_bytes(row + c, 2 * (hidden - c));
+    const HVX_Vector h = Q6_Vuh_vlsr_VuhR(q, 8);  // bytes (h, 0) per code
+    both = Q6_Vuw_vrmpyacc_VuwVubVub(both, q, q);
+    highs = Q6_Vuw_vrmpyacc_VuwVubVub(highs, h, h);
+    cross = Q6_Vuw_vrmpyacc_VuwVubVub(cross, h, q);
+    lows = Q6_Vuw_vrmpyacc_VuwVubRub(lows, q, 0x00010001);
+    high_sum = Q6_Vuw_vrmpyacc_VuwVubRub(high_sum, h, 0x00010001);
+  }
+  const int64_t high_squares = qco::hvx::sum_words(highs);
+  const int64_t low_squares = qco::hvx::sum_words(both) - high_squares;
+  const int64_t square_sum = 65536 * high_squares + 512 * qco::hvx::sum_words(cross) + low_squares;
+  const int64_t sum = qco::hvx::sum_words(lows) + 256 * qco::hvx::sum_words(high_sum);
+  const int64_t o = offset;
+  return square_sum + 2 * o * sum + hidden * o * o;
+}
+
+inline void scale_row_u16_hvx(uint16_t* out, const uint16_t* row, const int32_t* gain, int64_t hidden,
+                              FixedMultiplier multiplier, int32_t in_offset, int32_t zero_point) {
+  const int64_t block = qco::hvx::kBytes / 2;
+  for (int64_t c = 0; c < hidden; c += block) {
+    const HVX_VectorPair d = qco::hvx::centered_words(qco::hvx::load_bytes(row + c, 2 * (hidden - c)), in_offset);
+    const HVX_Vector* g = reinterpret_cast<const HVX_Vector*>(gain + c);
+    const HVX_Vector even = Q6_Vw_vmpyieacc_VwVwVh(Q6_V_vzero(), Q6_V_lo_W(d), qco::hvx::load(g));
+    const HVX_Vector odd = Q6_Vw_vmpyieacc_VwVwVh(Q6_V_vzero(), Q6_V_hi_W(d), qco::hvx::load(g + 1));
+    const HVX_Vector codes = qco::hvx::saturate_u16(qco::hvx::requantize_words_wide(even, multiplier, zero_point),
+                                                    qco::hvx::requantize_words_wide(odd, multiplier, zero_point));
+    qco::hvx::store_bytes(out + c, codes, 2 * (hidden - c));
+  }
+}
+
+inline void rms_norm_u16_hvx(qco::TensorView& y, const qco::TensorView& weight, const RmsNormCodes& norm) {
+  const uint16_t* in = norm.x.as<const uint16_t>();
+  uint16_t* out = y.as<uint16_t>();
+  const int64_t hidden = norm.hidden, rows = hidden == 0 ? 0 : norm.x.numel() / hidden;
+  const std::vector<int32_t> gain = centered_gain(weight, hidden);
+  const std::vector<int32_t> words = even_odd_gain<int32_t>(gain);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* row = in + r * hidden;
+    const FixedMultiplier multiplier = row_multiplier(norm, sum_squares_u16_hvx(row, hidden, norm.x.offset));
+    if (multiplier.shift >= 33) {
+      scale_row_u16_hvx(out + r * hidden, row, words.data(), hidden, multiplier, norm.x.offset, -y.offset);
+    } else {
+      scale_row(out + r * hidden, row, gain.data(), hidden, multiplier, norm.x.offset, y);
+    }
+  }
+}
+#endif
+
+#if defined(__HVX__)
+// The HVX paths keep (q + o) * (w - zp_w) in 32-bit lanes for an 8-bit weight with 8-bit codes
+// and any weight but UFIXED_POINT_16 with 16-bit codes; rows below 2^20 keep the lane sums exact.
+inline bool fits_hvx_lanes(const qco::TensorView& x, const qco::TensorView& weight, int64_t hidden) {
+  if (hidden >= (int64_t{1} << 20)) return false;
+  if (x.dtype == qco::DType::kUFixed16) return weight.dtype != qco::DType::kUFixed16;
+  return weight.dtype == qco::DType::kUFixed8 || weight.dtype == qco::DType::kSFixed8;
 }
 #endif
 
@@ -149,17 +232,21 @@ inline bool run_rms_norm_codes(qco::TensorView& y, const qco::TensorView& x, con
                                float eps) {
   if (!is_unsigned_code(x.dtype) || y.dtype != x.dtype || !is_fixed_point(weight.dtype)) return false;
   const RmsNormCodes norm = rms_norm_codes_of(y, x, weight, eps);
-  if (x.dtype == qco::DType::kUFixed16) {
-    rms_norm_codes<uint16_t>(y, weight, norm);
-    return true;
-  }
 #if defined(__HVX__)
-  if (weight.dtype == qco::DType::kUFixed8 || weight.dtype == qco::DType::kSFixed8) {
-    rms_norm_u8_hvx(y, weight, norm);
+  if (fits_hvx_lanes(x, weight, norm.hidden)) {
+    if (x.dtype == qco::DType::kUFixed8) {
+      rms_norm_u8_hvx(y, weight, norm);
+    } else {
+      rms_norm_u16_hvx(y, weight, norm);
+    }
     return true;
   }
 #endif
-  rms_norm_codes<uint8_t>(y, weight, norm);
+  if (x.dtype == qco::DType::kUFixed16) {
+    rms_norm_codes<uint16_t>(y, weight, norm);
+  } else {
+    rms_norm_codes<uint8_t>(y, weight, norm);
+  }
   return true;
 }
 

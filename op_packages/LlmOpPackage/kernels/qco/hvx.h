@@ -113,6 +113,30 @@ inline HVX_Vector requantize_words(HVX_Vector words, FixedMultiplier multiplier,
   return rounding_shift_words(scaled, multiplier.shift, add);
 }
 
+// apply(multiplier, w) + add on 32 int32 lanes for a 31-bit multiplier (fixed_multiplier(real,
+// 31, 62)) whose shift is at least 33: the high words of the 64-bit products (vmpye, vmpyo),
+// floor(w * m / 2^32), then the rest of the shift, as (w * m) >> (shift - 1) = high >> (shift - 33).
+inline HVX_Vector requantize_words_wide(HVX_Vector words, FixedMultiplier multiplier, int32_t add) {
+  const HVX_Vector mantissa = Q6_V_vsplat_R(static_cast<int32_t>(multiplier.mantissa));
+  const HVX_VectorPair product = Q6_W_vmpyoacc_WVwVh(Q6_W_vmpye_VwVuh(words, mantissa), words, mantissa);
+  return rounding_shift_words(Q6_V_hi_W(product), multiplier.shift - 32, add);
+}
+
+// 64 uint16 codes widened to int32 and centered (code + offset): lo holds the even elements, hi
+// the odd ones (vzxt), as saturate_u16 takes them back.
+inline HVX_VectorPair centered_words(HVX_Vector codes, int32_t offset) {
+  const HVX_VectorPair wide = Q6_Wuw_vzxt_Vuh(codes);
+  const HVX_Vector add = Q6_V_vsplat_R(offset);
+  return Q6_W_vcombine_VV(Q6_Vw_vadd_VwVw(Q6_V_hi_W(wide), add), Q6_Vw_vadd_VwVw(Q6_V_lo_W(wide), add));
+}
+
+// 64 uint16 codes, each int32 lane saturated to [0, 65535], from the even and odd lanes.
+inline HVX_Vector saturate_u16(HVX_Vector even, HVX_Vector odd) {
+  const HVX_Vector zero = Q6_V_vzero(), top = Q6_V_vsplat_R(65535);
+  return Q6_Vh_vshuffe_VhVh(Q6_Vw_vmin_VwVw(Q6_Vw_vmax_VwVw(odd, zero), top),
+                            Q6_Vw_vmin_VwVw(Q6_Vw_vmax_VwVw(even, zero), top));
+}
+
 // 128 codes widened to int16 and centered (code + offset), as the pair vzxt gives: lo holds the
 // even elements, hi the odd ones. Every 16-bit helper below keeps this even/odd layout.
 inline HVX_VectorPair centered_halves(HVX_Vector codes, int32_t offset) {
