@@ -97,7 +97,8 @@ CODES = {KernelDType.UFixed8: (np.uint8, 0, 255), KernelDType.UFixed16: (np.uint
          KernelDType.SFixed8: (np.int8, -127, 127), KernelDType.SFixed16: (np.int16, -32767, 32767)}
 #: quant_dtype: (activations, static weights), as make_quantizer encodes them.
 QUANT_DTYPES = {"8a8w": (KernelDType.UFixed8, KernelDType.SFixed8), "16a16w": (KernelDType.UFixed16, KernelDType.SFixed16)}
-QUANTIZED_OPS = ("rms_norm", "silu_and_mul", "gelu_and_mul")
+QUANTIZED_OPS = ("rms_norm", "silu_and_mul", "gelu_and_mul", "rope")
+STATIC_INPUTS = {"rms_norm": {1}}  # per op, the inputs a model holds as weights
 
 
 def quantized(real: torch.Tensor, dtype: KernelDType) -> KernelTensor:
@@ -126,7 +127,8 @@ def sqnr_db(got: torch.Tensor, want: torch.Tensor) -> float:
 def quantized_case(case: LlmCase, quant_dtype: str) -> tuple[KernelCase, torch.Tensor]:
     """The prefill case in codes (weights in the weight encoding), and its float reference."""
     activation, weight = QUANT_DTYPES[quant_dtype]
-    inputs = tuple(quantized(a, activation if i == 0 else weight) for i, a in enumerate(case.args))
+    static = STATIC_INPUTS.get(case.op, set())
+    inputs = tuple(quantized(a, weight if i in static else activation) for i, a in enumerate(case.args))
     expected = getattr(ref, case.op)(*case.args)
     out = quantized(expected, activation)
     out.array[...] = 0
