@@ -12,12 +12,13 @@ import math
 import os
 import sys
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .errors import ReportedError, UsageError
-from .quiet import native_noise_filtered, quiet_third_party
 from .opdef import OpDefError, OpDefWarning, OpPackage, load_package
+from .quiet import native_noise_filtered, quiet_third_party
 
 if TYPE_CHECKING:
     from .runtime.raw_io import TensorSpec
@@ -77,8 +78,10 @@ def _import_user_module(module: str, where: str) -> None:
     except Exception as exc:  # the user's module failed while importing: their code, their error
         raise UsageError(f"{where}: importing {module} raised {type(exc).__name__}: {exc}") from exc
     except SystemExit as exc:  # would end the command with no word of what it did not do
-        raise UsageError(f"{where}: importing {module} called sys.exit({exc.code!r}): a module given here must "
-                         "only register ops (put its script part under if __name__ == '__main__':)") from exc
+        raise UsageError(
+            f"{where}: importing {module} called sys.exit({exc.code!r}): a module given here must "
+            "only register ops (put its script part under if __name__ == '__main__':)"
+        ) from exc
 
 
 def _torch_overload(name: str, where: str, hint: str):
@@ -103,8 +106,10 @@ def _cmd_opdef_from_torch(args: argparse.Namespace) -> int:
         qnn_type, overload = _resolve_op(spec)
         qnn_type = qnn_type or qnn_type_for(overload)
         if qnn_type in ops:
-            raise UsageError(f"{spec!r}: QNN op type {qnn_type} is already {ops[qnn_type]}'s: "
-                             f"give one of them another with ={qnn_type}2")
+            raise UsageError(
+                f"{spec!r}: QNN op type {qnn_type} is already {ops[qnn_type]}'s: "
+                f"give one of them another with ={qnn_type}2"
+            )
         ops[qnn_type] = overload
     enums = {}
     for item in args.enum:
@@ -124,7 +129,7 @@ def _cmd_opdef_from_torch(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _load_tensors(paths: Sequence[str], specs: Sequence["TensorSpec"], what: str) -> list:
+def _load_tensors(paths: Sequence[str], specs: Sequence[TensorSpec], what: str) -> list:
     """Tensors from .pt files (torch.save) or .raw files shaped by the program's metadata."""
     import torch
 
@@ -139,26 +144,32 @@ def _load_tensors(paths: Sequence[str], specs: Sequence["TensorSpec"], what: str
             continue
         data = path.read_bytes()
         if len(data) != spec.nbytes:
-            raise UsageError(f"{path}: {len(data)} bytes, the program's {what} needs {spec.nbytes} "
-                             f"({spec.dtype}, shape {list(spec.shape)})")
+            raise UsageError(
+                f"{path}: {len(data)} bytes, the program's {what} needs {spec.nbytes} "
+                f"({spec.dtype}, shape {list(spec.shape)})"
+            )
         tensors.append(torch.frombuffer(bytearray(data), dtype=spec.dtype).reshape(spec.shape))
     return tensors
 
 
-def _load_pt(path: Path, spec: "TensorSpec", what: str):
+def _load_pt(path: Path, spec: TensorSpec, what: str):
     """One tensor saved with torch.save, checked against the program's metadata."""
     import torch
 
     try:
         value = torch.load(path, weights_only=True)
     except Exception as exc:  # torch raises many kinds for a file that is not a tensor
-        raise UsageError(f"{path}: not a tensor saved with torch.save ({type(exc).__name__}); save the {what} "
-                         "with torch.save(tensor, path)") from None
+        raise UsageError(
+            f"{path}: not a tensor saved with torch.save ({type(exc).__name__}); save the {what} "
+            "with torch.save(tensor, path)"
+        ) from None
     if not isinstance(value, torch.Tensor):
         raise UsageError(f"{path}: holds a {type(value).__name__}, not a tensor; save the {what} itself")
     if tuple(value.shape) != tuple(spec.shape) or value.dtype != spec.dtype:
-        raise UsageError(f"{path}: {str(value.dtype).replace('torch.', '')} {list(value.shape)}, the program's "
-                         f"{what} is {str(spec.dtype).replace('torch.', '')} {list(spec.shape)}")
+        raise UsageError(
+            f"{path}: {str(value.dtype).replace('torch.', '')} {list(value.shape)}, the program's "
+            f"{what} is {str(spec.dtype).replace('torch.', '')} {list(spec.shape)}"
+        )
     return value.contiguous()
 
 
@@ -211,29 +222,39 @@ def _cmd_cost(args: argparse.Namespace) -> int:
     elif own is not None:
         cases = own.cost(package)
     else:
-        raise UsageError(f"{args.package_dir}: say what to measure with --shape OP:TENSOR=DIMS,... "
-                         "(every input and output of the op, e.g. --shape MyOp:x=1x4096,y=1x4096)")
-    measured = measure_package(build_host_kernels(args.package_dir), package.name, cases, args.min_seconds,
-                               isolated=args.isolated)
+        raise UsageError(
+            f"{args.package_dir}: say what to measure with --shape OP:TENSOR=DIMS,... "
+            "(every input and output of the op, e.g. --shape MyOp:x=1x4096,y=1x4096)"
+        )
+    measured = measure_package(
+        build_host_kernels(args.package_dir), package.name, cases, args.min_seconds, isolated=args.isolated
+    )
     packets = [""] * len(cases)
     if args.hexagon:
         from .runtime.hexagon import hexagon_packets
 
         packets = [f"{count:>14}" for count in hexagon_packets(args.package_dir, cases)]
-    print(f"{package.name} on one core (cpu {measured.core}); copy bandwidth {measured.copy_bandwidth / 1e9:.2f} GB/s"
-          + ("; Hexagon: executed VLIW packets per call on qemu-hexagon (a functional emulator: not cycles)"
-             if args.hexagon else ""))
+    print(
+        f"{package.name} on one core (cpu {measured.core}); copy bandwidth {measured.copy_bandwidth / 1e9:.2f} GB/s"
+        + (
+            "; Hexagon: executed VLIW packets per call on qemu-hexagon (a functional emulator: not cycles)"
+            if args.hexagon
+            else ""
+        )
+    )
     print(f"{'op':<16}{'input shapes':<36}{'time':>12}{'bytes':>12}{'GB/s':>8}" + (f"{'packets':>14}" * args.hexagon))
     for cost, count in zip(measured.costs, packets):
-        print(f"{cost.op:<16}{cost.label:<36}{cost.seconds * 1e6:>10.1f}us{cost.nbytes:>12}"
-              f"{cost.bandwidth / 1e9:>8.2f}{count}")
+        print(
+            f"{cost.op:<16}{cost.label:<36}{cost.seconds * 1e6:>10.1f}us{cost.nbytes:>12}"
+            f"{cost.bandwidth / 1e9:>8.2f}{count}"
+        )
     return EXIT_OK
 
 
 def _cmd_hexagon_check(args: argparse.Namespace) -> int:
     """Each op and datatype: host and Hexagon (emulated) outputs bit for bit, executed packets."""
     from .runtime.dtype_cases import dtype_cases
-    from .runtime.hexagon import QEMU_CPU, HEXAGON_CPU, hexagon_check
+    from .runtime.hexagon import HEXAGON_CPU, QEMU_CPU, hexagon_check
 
     package = _load([str(c) for c in _package_configs(args.package_dir)])
     own = None if args.shape else _shipped_cases(package)
@@ -242,8 +263,10 @@ def _cmd_hexagon_check(args: argparse.Namespace) -> int:
     for result in results:
         print(result)
     failed = sum(not r.passed for r in results)
-    print(f"{len(results) - failed} of {len(results)} case(s) bit-exact between the host and Hexagon ({HEXAGON_CPU}, "
-          f"qemu-hexagon -cpu {QEMU_CPU}); packets are executed VLIW packets on a functional emulator, not cycles")
+    print(
+        f"{len(results) - failed} of {len(results)} case(s) bit-exact between the host and Hexagon ({HEXAGON_CPU}, "
+        f"qemu-hexagon -cpu {QEMU_CPU}); packets are executed VLIW packets on a functional emulator, not cycles"
+    )
     return EXIT_OK if not failed else EXIT_MISMATCH
 
 
@@ -289,10 +312,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     goldens = _load_tensors(args.golden, output_specs, "golden")
     encodings = read_output_encodings(pte_path)
     if encodings is None:
-        print(f"note: no {encodings_file(pte_path).name} beside the program (written by lower(output=...)): "
-              "errors are compared in absolute terms only", file=sys.stderr)
-    reports = compare_outputs(outputs, goldens, Tolerance(args.atol, args.min_sqnr, args.lsb),
-                              encodings=encodings)
+        print(
+            f"note: no {encodings_file(pte_path).name} beside the program (written by lower(output=...)): "
+            "errors are compared in absolute terms only",
+            file=sys.stderr,
+        )
+    reports = compare_outputs(outputs, goldens, Tolerance(args.atol, args.min_sqnr, args.lsb), encodings=encodings)
     for report in reports:
         print(report)
     return EXIT_OK if all(r.passed for r in reports) else EXIT_MISMATCH
@@ -300,19 +325,36 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("configs", nargs="+", metavar="CONFIG", help="OpDef XML config(s) of one package")
-    parser.add_argument("-o", "--output", default=".", metavar="OUT",
-                        help="directory that receives <PackageName>/ (default: current directory)")
-    parser.add_argument("--force", action="store_true",
-                        help="overwrite src/ops/*.cpp and kernels/*.h even if you edited them")
+    parser.add_argument(
+        "-o",
+        "--output",
+        default=".",
+        metavar="OUT",
+        help="directory that receives <PackageName>/ (default: current directory)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="overwrite src/ops/*.cpp and kernels/*.h even if you edited them"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     parser.set_defaults(handler=_cmd_generate)
 
 
 def _add_binding_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bind", action="append", default=[], metavar="QnnOp=NS::OP",
-                        help="bind a QNN op of the package to a torch op (repeatable)")
-    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                        help="module that registers the torch ops (repeatable; the current directory is searched)")
+    parser.add_argument(
+        "--bind",
+        action="append",
+        default=[],
+        metavar="QnnOp=NS::OP",
+        help="bind a QNN op of the package to a torch op (repeatable)",
+    )
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="module that registers the torch ops (repeatable; the current directory is searched)",
+    )
 
 
 def _timing_seconds(text: str) -> float:
@@ -335,17 +377,36 @@ def build_parser() -> argparse.ArgumentParser:
     validate.set_defaults(handler=_cmd_validate)
     _add_generate_arguments(commands.add_parser("generate", help="generate the HTP op package"))
     from_torch = commands.add_parser("opdef-from-torch", help="write an OpDef config for existing torch ops")
-    from_torch.add_argument("ops", nargs="+", metavar="MODULE:OP[=QnnOpType]",
-                            help="module that registers the op, and the op, e.g. my_model.ops:my_ops.mul3.default")
+    from_torch.add_argument(
+        "ops",
+        nargs="+",
+        metavar="MODULE:OP[=QnnOpType]",
+        help="module that registers the op, and the op, e.g. my_model.ops:my_ops.mul3.default",
+    )
     from_torch.add_argument("--package", required=True, help="PackageName of the config")
-    from_torch.add_argument("--enum", action="append", default=[], metavar="ARG=V1,V2",
-                            help="allowed values of a str argument (repeatable)")
-    from_torch.add_argument("--dtype", action="append", default=[], metavar="ARG=DT[,DT]",
-                            help="datatypes of a tensor argument or output, e.g. indices=INT_32 (repeatable)")
-    from_torch.add_argument("--static", action="append", default=[], metavar="ARG",
-                            help="a weight input: IsStaticTensor, with each quant_dtype's weight datatypes")
-    from_torch.add_argument("--activations", default="8", metavar="8,16",
-                            help="fixed-point widths of the other tensors besides FLOAT_32 (default 8)")
+    from_torch.add_argument(
+        "--enum", action="append", default=[], metavar="ARG=V1,V2", help="allowed values of a str argument (repeatable)"
+    )
+    from_torch.add_argument(
+        "--dtype",
+        action="append",
+        default=[],
+        metavar="ARG=DT[,DT]",
+        help="datatypes of a tensor argument or output, e.g. indices=INT_32 (repeatable)",
+    )
+    from_torch.add_argument(
+        "--static",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="a weight input: IsStaticTensor, with each quant_dtype's weight datatypes",
+    )
+    from_torch.add_argument(
+        "--activations",
+        default="8",
+        metavar="8,16",
+        help="fixed-point widths of the other tensors besides FLOAT_32 (default 8)",
+    )
     from_torch.add_argument("-o", "--output", help="config file to write (default: standard output)")
     from_torch.set_defaults(handler=_cmd_opdef_from_torch)
     run = commands.add_parser("run", help="run a .pte on the host, the QNN x86 simulator or a device; compare")
@@ -355,43 +416,82 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--golden", nargs="+", default=[], metavar="FILE", help="expected outputs, .pt or .raw")
     run.add_argument("--atol", type=float, default=1e-4, help="pass when max abs error <= ATOL (default 1e-4)")
     run.add_argument("--min-sqnr", type=float, default=float("inf"), help="... or SQNR >= this many dB")
-    run.add_argument("--lsb", type=float, default=1.0,
-                     help="... or, for a quantized output, within LSB steps of its scale (default 1)")
+    run.add_argument(
+        "--lsb",
+        type=float,
+        default=1.0,
+        help="... or, for a quantized output, within LSB steps of its scale (default 1)",
+    )
     run.add_argument("--library", action="append", default=[], help="host kernel library to load (host target)")
     run.add_argument("--build-folder", help="ExecuTorch build with the QNN backend (x86 and device targets)")
     run.add_argument("--device", help="adb serial (device target)")
     run.add_argument("--adb-host", help="adb server host (adb -H)")
     run.add_argument("--soc", help="SoC of the device, e.g. SM8650 (device target)")
-    run.add_argument("--op-package-lib", action="append", default=[], metavar="DEVICE_PATH=LOCAL",
-                     help="op package library to push (device target); the device path the compile spec baked in")
-    run.add_argument("--package", metavar="PACKAGE_DIR", help="build this package's host library and load it (host target)")
-    run.add_argument("--isolated", action="store_true",
-                     help="run in a child process: a kernel that crashes is reported, not fatal (host target)")
+    run.add_argument(
+        "--op-package-lib",
+        action="append",
+        default=[],
+        metavar="DEVICE_PATH=LOCAL",
+        help="op package library to push (device target); the device path the compile spec baked in",
+    )
+    run.add_argument(
+        "--package", metavar="PACKAGE_DIR", help="build this package's host library and load it (host target)"
+    )
+    run.add_argument(
+        "--isolated",
+        action="store_true",
+        help="run in a child process: a kernel that crashes is reported, not fatal (host target)",
+    )
     _add_binding_arguments(run)
     run.set_defaults(handler=_cmd_run)
-    build_host = commands.add_parser("build-host", help="build (cached) a package's host kernel library; print its path")
+    build_host = commands.add_parser(
+        "build-host", help="build (cached) a package's host kernel library; print its path"
+    )
     build_host.add_argument("package_dir", metavar="PACKAGE_DIR")
     _add_binding_arguments(build_host)
     build_host.set_defaults(handler=_cmd_build_host)
     cost = commands.add_parser("cost", help="time each op's host kernel per shape; bytes moved and GB/s")
     cost.add_argument("package_dir", metavar="PACKAGE_DIR")
-    cost.add_argument("--shape", action="append", default=[], metavar="OP:TENSOR=DIMS,...",
-                      help="an op and the shape of each of its inputs and outputs, e.g. "
-                           "MyOp:x=1x4096,y=1x4096 (repeatable; a shipped package such as LlmOpPackage brings its own)")
-    cost.add_argument("--min-seconds", type=_timing_seconds, default=0.2,
-                      help="length of each timing round (0 < S <= 60, default 0.2)")
-    cost.add_argument("--isolated", action="store_true",
-                      help="measure in a child process: a kernel that crashes is reported, not fatal")
-    cost.add_argument("--hexagon", action="store_true",
-                      help="also count each call's executed packets on Hexagon (qemu-hexagon; slow for big shapes)")
+    cost.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="OP:TENSOR=DIMS,...",
+        help="an op and the shape of each of its inputs and outputs, e.g. "
+        "MyOp:x=1x4096,y=1x4096 (repeatable; a shipped package such as LlmOpPackage brings its own)",
+    )
+    cost.add_argument(
+        "--min-seconds",
+        type=_timing_seconds,
+        default=0.2,
+        help="length of each timing round (0 < S <= 60, default 0.2)",
+    )
+    cost.add_argument(
+        "--isolated",
+        action="store_true",
+        help="measure in a child process: a kernel that crashes is reported, not fatal",
+    )
+    cost.add_argument(
+        "--hexagon",
+        action="store_true",
+        help="also count each call's executed packets on Hexagon (qemu-hexagon; slow for big shapes)",
+    )
     cost.set_defaults(handler=_cmd_cost)
-    hexagon = commands.add_parser("hexagon-check", help="run each op's kernel for Hexagon under qemu-hexagon; compare "
-                                                        "with the host bit for bit; count executed packets")
+    hexagon = commands.add_parser(
+        "hexagon-check",
+        help="run each op's kernel for Hexagon under qemu-hexagon; compare "
+        "with the host bit for bit; count executed packets",
+    )
     hexagon.add_argument("package_dir", metavar="PACKAGE_DIR")
-    hexagon.add_argument("--shape", action="append", default=[], metavar="OP:TENSOR=DIMS,...",
-                         help="an op and the shape of each of its inputs and outputs, checked at every datatype "
-                              "it declares (repeatable; default: each op with dims 2x3x5x9 cut to each rank; "
-                              "a shipped package such as LlmOpPackage brings its own)")
+    hexagon.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="OP:TENSOR=DIMS,...",
+        help="an op and the shape of each of its inputs and outputs, checked at every datatype "
+        "it declares (repeatable; default: each op with dims 2x3x5x9 cut to each rank; "
+        "a shipped package such as LlmOpPackage brings its own)",
+    )
     hexagon.set_defaults(handler=_cmd_hexagon_check)
     return parser
 
@@ -412,8 +512,7 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
     except Exception as exc:  # the last line of defence: one line, not a traceback
         if os.environ.get("QCO_DEBUG"):
             raise
-        print(f"internal error: {type(exc).__name__}: {exc} (rerun with QCO_DEBUG=1 and report it)",
-              file=sys.stderr)
+        print(f"internal error: {type(exc).__name__}: {exc} (rerun with QCO_DEBUG=1 and report it)", file=sys.stderr)
         return EXIT_INTERNAL
 
 
@@ -424,8 +523,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def generate_op_package_main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="generate-op-package",
-                                     description="Generate an HTP op package from OpDef XML.")
+    parser = argparse.ArgumentParser(
+        prog="generate-op-package", description="Generate an HTP op package from OpDef XML."
+    )
     _add_generate_arguments(parser)
     args = parser.parse_args(argv)
     return _run(args.handler, args)

@@ -4,8 +4,9 @@ calling a kernel) never pays for torch and executorch it does not use."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Mapping
 from importlib import import_module
-from typing import Any, Callable, Mapping
+from typing import Any
 
 
 def lazy_getattr(package: str, sources: Mapping[str, str]) -> Callable[[str], Any]:

@@ -40,7 +40,8 @@ def require_sdk(step: str) -> Path:
         raise QnnSdkMissingError(
             f"{step} needs the QNN SDK: {REQUIRED_HOST_LIBRARY} not found under "
             f"QNN_SDK_ROOT/{HOST_LIBRARY_DIR} ({_describe_root()}); set QNN_SDK_ROOT to your "
-            "QNN SDK, or use the host target, which needs no SDK")
+            "QNN SDK, or use the host target, which needs no SDK"
+        )
     return root
 
 

@@ -13,7 +13,8 @@ import re
 import sys
 import tempfile
 import warnings
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 # Lines the ExecuTorch runtime's C++ prints on the process's stderr while loading.
 _NATIVE_NOISE = re.compile(r"^\[cpuinfo_utils\.cpp:\d+\]")
@@ -52,8 +53,11 @@ def native_noise_filtered(verbose: bool = False) -> Iterator[None]:
             os.dup2(saved, 2)
             os.close(saved)
             capture.seek(0)
-            kept = [line for line in capture.read().decode("utf-8", "replace").splitlines(keepends=True)
-                    if not _NATIVE_NOISE.match(line)]
+            kept = [
+                line
+                for line in capture.read().decode("utf-8", "replace").splitlines(keepends=True)
+                if not _NATIVE_NOISE.match(line)
+            ]
             sys.stderr.write("".join(kept))
 
 

@@ -13,9 +13,24 @@ from .alignment import (  # noqa: E402
     bind_ops,
     target_op_name,
 )
-from .spec import OpMappingError, QnnOpSpec, QnnOutput, QnnParam, node_arguments, output_carrier, qnn_op_spec  # noqa: E402
 from .binding import OpPackageBinding, bind  # noqa: E402
+from .spec import OpMappingError, QnnOpSpec, QnnOutput, QnnParam, node_arguments, output_carrier, qnn_op_spec  # noqa: E402
 
-__all__ = ["AlignmentError", "AlignmentProblem", "ArgBinding", "ArgKind", "OpBinding", "OpMappingError",
-           "OpPackageBinding", "QnnOpSpec", "bind", "QnnOutput", "QnnParam", "bind_ops", "node_arguments", "output_carrier", "qnn_op_spec",
-           "target_op_name"]
+__all__ = [
+    "AlignmentError",
+    "AlignmentProblem",
+    "ArgBinding",
+    "ArgKind",
+    "OpBinding",
+    "OpMappingError",
+    "OpPackageBinding",
+    "QnnOpSpec",
+    "bind",
+    "QnnOutput",
+    "QnnParam",
+    "bind_ops",
+    "node_arguments",
+    "output_carrier",
+    "qnn_op_spec",
+    "target_op_name",
+]

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
 from ..errors import ReportedError
 from ..opdef import Datatype, OpDef, OpPackage, TensorDef
 from .op_name import OperatorName
-
 
 
 class ArgKind(enum.Enum):
@@ -33,8 +33,14 @@ class ArgKind(enum.Enum):
     UNSUPPORTED = "unsupported"
 
 
-_SCALAR_KINDS = {"IntType": ArgKind.INT, "SymIntType": ArgKind.INT, "FloatType": ArgKind.FLOAT,
-                 "BoolType": ArgKind.BOOL, "StringType": ArgKind.STR, "TensorType": ArgKind.TENSOR}
+_SCALAR_KINDS = {
+    "IntType": ArgKind.INT,
+    "SymIntType": ArgKind.INT,
+    "FloatType": ArgKind.FLOAT,
+    "BoolType": ArgKind.BOOL,
+    "StringType": ArgKind.STR,
+    "TensorType": ArgKind.TENSOR,
+}
 _LIST_KINDS = {ArgKind.INT: ArgKind.INT_LIST, ArgKind.FLOAT: ArgKind.FLOAT_LIST}
 
 
@@ -97,8 +103,9 @@ class AlignmentError(ReportedError, ValueError):
 
     def __init__(self, problems: list[AlignmentProblem]):
         self.problems = tuple(problems)
-        super().__init__(f"{len(problems)} mismatch(es) between OpDef and torch schema:\n"
-                         + "\n".join(f"  {p}" for p in problems))
+        super().__init__(
+            f"{len(problems)} mismatch(es) between OpDef and torch schema:\n" + "\n".join(f"  {p}" for p in problems)
+        )
 
 
 def op_name(overload: torch._ops.OpOverload) -> str:
@@ -125,22 +132,45 @@ def bind_ops(package: OpPackage, mapping: Mapping[str, Any]) -> dict[str, OpBind
     for qnn_type, overload in mapping.items():
         op = package.ops.get(qnn_type)
         if op is None:
-            problems.append(AlignmentProblem(qnn_type, "op", "nothing (no such OpDef)", overload_name(overload),
-                                             f"use one of {', '.join(package.ops)}"))
+            problems.append(
+                AlignmentProblem(
+                    qnn_type,
+                    "op",
+                    "nothing (no such OpDef)",
+                    overload_name(overload),
+                    f"use one of {', '.join(package.ops)}",
+                )
+            )
             continue
         if isinstance(overload, torch._ops.OpOverloadPacket):
             overloads = ", ".join(f"{overload_name(overload)}.{name}" for name in overload.overloads())
-            problems.append(AlignmentProblem(qnn_type, "op", f"QNN op {qnn_type}", f"{overload_name(overload)} "
-                                             "(an OpOverloadPacket)", f"bind an overload: {overloads}"))
+            problems.append(
+                AlignmentProblem(
+                    qnn_type,
+                    "op",
+                    f"QNN op {qnn_type}",
+                    f"{overload_name(overload)} (an OpOverloadPacket)",
+                    f"bind an overload: {overloads}",
+                )
+            )
             continue
         if not isinstance(overload, torch._ops.OpOverload):
-            problems.append(AlignmentProblem(qnn_type, "op", f"QNN op {qnn_type}", repr(overload),
-                                             "bind a torch.ops.<namespace>.<op>.<overload>"))
+            problems.append(
+                AlignmentProblem(
+                    qnn_type, "op", f"QNN op {qnn_type}", repr(overload), "bind a torch.ops.<namespace>.<op>.<overload>"
+                )
+            )
             continue
         if overload in seen:
-            problems.append(AlignmentProblem(qnn_type, "op", f"QNN op {qnn_type}",
-                                             f"{overload} already bound to {seen[overload]}",
-                                             "bind each torch overload to one QNN op"))
+            problems.append(
+                AlignmentProblem(
+                    qnn_type,
+                    "op",
+                    f"QNN op {qnn_type}",
+                    f"{overload} already bound to {seen[overload]}",
+                    "bind each torch overload to one QNN op",
+                )
+            )
             continue
         seen[overload] = qnn_type
         binding = _align(op, package.name, overload, problems)
@@ -151,8 +181,9 @@ def bind_ops(package: OpPackage, mapping: Mapping[str, Any]) -> dict[str, OpBind
     return bindings
 
 
-def _align(op: OpDef, package_name: str, overload: torch._ops.OpOverload,
-           problems: list[AlignmentProblem]) -> OpBinding | None:
+def _align(
+    op: OpDef, package_name: str, overload: torch._ops.OpOverload, problems: list[AlignmentProblem]
+) -> OpBinding | None:
     schema = overload._schema
     before = len(problems)
 
@@ -160,44 +191,66 @@ def _align(op: OpDef, package_name: str, overload: torch._ops.OpOverload,
         problems.append(AlignmentProblem(op.name, argument, xml, schema_says, fix))
 
     arguments = list(enumerate(schema.arguments))
-    for index, arg in arguments:
+    for _, arg in arguments:
         if arg.alias_info is not None and arg.alias_info.is_write:
-            problem(arg.name, "an input", f"{arg.type}(a!) (mutated)", "bind the functional overload, not an "
-                    "in-place or out= variant")
+            problem(
+                arg.name,
+                "an input",
+                f"{arg.type}(a!) (mutated)",
+                "bind the functional overload, not an in-place or out= variant",
+            )
     kinds = {index: arg_kind(arg.type) for index, arg in arguments}
     tensor_args = [(i, a) for i, a in arguments if kinds[i][0] is ArgKind.TENSOR]
     other_args = {a.name: (i, a) for i, a in arguments if kinds[i][0] is not ArgKind.TENSOR}
 
     if len(tensor_args) != len(op.inputs):
-        problem("inputs", f"{len(op.inputs)} input(s) ({', '.join(t.name for t in op.inputs)})",
-                f"{len(tensor_args)} Tensor argument(s) ({', '.join(a.name for _, a in tensor_args)})",
-                "declare one <Input> per Tensor argument, in schema order")
+        problem(
+            "inputs",
+            f"{len(op.inputs)} input(s) ({', '.join(t.name for t in op.inputs)})",
+            f"{len(tensor_args)} Tensor argument(s) ({', '.join(a.name for _, a in tensor_args)})",
+            "declare one <Input> per Tensor argument, in schema order",
+        )
     inputs = []
     for tensor, (index, arg) in zip(op.inputs, tensor_args):
         optional = kinds[index][1]
         if optional == tensor.mandatory:
-            problem(f"input {tensor.name} (schema {arg.name})",
-                    f"Mandatory={str(tensor.mandatory).lower()}", str(arg.type),
-                    "make the input <Mandatory>false</Mandatory> exactly when the schema says Tensor?")
+            problem(
+                f"input {tensor.name} (schema {arg.name})",
+                f"Mandatory={str(tensor.mandatory).lower()}",
+                str(arg.type),
+                "make the input <Mandatory>false</Mandatory> exactly when the schema says Tensor?",
+            )
         inputs.append(_arg_binding(tensor, index, arg, kinds[index]))
 
     params = []
     for tensor in op.params:
         if tensor.c_name not in other_args:
-            problem(f"param {tensor.name}", "a parameter", "no argument of that name",
-                    f"add '{tensor.c_name}' to the schema or remove the <Parameter>")
+            problem(
+                f"param {tensor.name}",
+                "a parameter",
+                "no argument of that name",
+                f"add '{tensor.c_name}' to the schema or remove the <Parameter>",
+            )
             continue
         index, arg = other_args.pop(tensor.c_name)
         _check_param(op, tensor, arg, kinds[index], problem)
         params.append(_arg_binding(tensor, index, arg, kinds[index]))
-    for index, arg in other_args.values():
-        problem(f"argument {arg.name}", "no parameter of that name", str(arg.type),
-                f"add <Parameter><Name>{arg.name}</Name> to {op.name} or remove it from the schema")
+    for _, arg in other_args.values():
+        problem(
+            f"argument {arg.name}",
+            "no parameter of that name",
+            str(arg.type),
+            f"add <Parameter><Name>{arg.name}</Name> to {op.name} or remove it from the schema",
+        )
 
     returns = schema.returns
     if len(returns) != len(op.outputs):
-        problem("outputs", f"{len(op.outputs)} output(s)", f"{len(returns)} return(s)",
-                "declare one <Output> per returned Tensor")
+        problem(
+            "outputs",
+            f"{len(op.outputs)} output(s)",
+            f"{len(returns)} return(s)",
+            "declare one <Output> per returned Tensor",
+        )
     for ret in returns:
         if arg_kind(ret.type) != (ArgKind.TENSOR, False):
             problem("outputs", "a tensor output", f"returns {ret.type}", "return Tensors only")
@@ -244,15 +297,22 @@ def _check_param(op: OpDef, tensor: TensorDef, arg: Any, kind: tuple[ArgKind, bo
         problem(where, f"rank {rank}", str(arg.type), "a scalar argument needs <Rank>SCALAR</Rank>")
     has_default = arg.has_default_value()
     if (optional or has_default) == tensor.mandatory:
-        problem(where, f"Mandatory={str(tensor.mandatory).lower()}",
-                f"{arg.type}{' = ' + repr(arg.default_value) if has_default else ''}",
-                "a parameter is <Mandatory>false</Mandatory> exactly when the schema gives a default or allows None")
+        problem(
+            where,
+            f"Mandatory={str(tensor.mandatory).lower()}",
+            f"{arg.type}{' = ' + repr(arg.default_value) if has_default else ''}",
+            "a parameter is <Mandatory>false</Mandatory> exactly when the schema gives a default or allows None",
+        )
     if has_default and arg.default_value is not None and tensor.default is not None:
         xml_value = tensor.default.value
         schema_value = _comparable_default(arg.default_value, tensor)
         if xml_value is None or not _defaults_equal(xml_value, schema_value):
-            problem(where, f"Default {tensor.default.text!r}", f"default {arg.default_value!r}",
-                    "make the two defaults equal")
+            problem(
+                where,
+                f"Default {tensor.default.text!r}",
+                f"default {arg.default_value!r}",
+                "make the two defaults equal",
+            )
 
 
 def _comparable_default(value: Any, tensor: TensorDef) -> Any:

@@ -9,9 +9,10 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -62,9 +63,13 @@ def bind(package: OpPackage, mapping: Mapping[str, Any]) -> OpPackageBinding:
     for op in ops.values():
         if not has_out_variant(op.overload):
             name = OperatorName.of(op.overload)
-            warnings.warn(MissingOutVariantWarning(
-                f"{name.qualified} has no .out overload, which the host target (to_executorch) needs: "
-                f"qnn_custom_ops.register_out_variant({name.python})"), stacklevel=2)
+            warnings.warn(
+                MissingOutVariantWarning(
+                    f"{name.qualified} has no .out overload, which the host target (to_executorch) needs: "
+                    f"qnn_custom_ops.register_out_variant({name.python})"
+                ),
+                stacklevel=2,
+            )
     return OpPackageBinding(package, MappingProxyType(ops))
 
 

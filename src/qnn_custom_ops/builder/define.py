@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
-from ..opdef import Datatype, OpDef, OpPackage, TensorDef
 from ..errors import UsageError
+from ..opdef import Datatype, OpDef, OpPackage, TensorDef
 from .op_name import OperatorName
 
 _LIBRARIES: list[torch.library.Library] = []  # a Library deregisters its ops when collected
@@ -29,8 +30,10 @@ def _param_type(tensor: TensorDef) -> str:
     elif all(d.is_float for d in tensor.datatypes):
         base = "float"
     else:
-        raise UsageError(f"param '{tensor.name}' has datatypes {', '.join(d.short_name for d in tensor.datatypes)}, "
-                         "which map to no single torch type (use integer, float or BOOL_8 datatypes)")
+        raise UsageError(
+            f"param '{tensor.name}' has datatypes {', '.join(d.short_name for d in tensor.datatypes)}, "
+            "which map to no single torch type (use integer, float or BOOL_8 datatypes)"
+        )
     if tensor.shape.rank == 1 and base in ("int", "float"):
         base += "[]"
     return base
@@ -75,9 +78,14 @@ def out_arguments(outputs: int) -> str:
     return ", ".join(f"Tensor({chr(ord('a') + i)}!) out{i}" for i in range(outputs))
 
 
-def define_torch_ops(package: OpPackage, namespace: str, impls: Mapping[str, Callable[..., Any]], *,
-                     names: Mapping[str, str] | None = None,
-                     fakes: Mapping[str, Callable[..., Any]] | None = None) -> dict[str, torch._ops.OpOverload]:
+def define_torch_ops(
+    package: OpPackage,
+    namespace: str,
+    impls: Mapping[str, Callable[..., Any]],
+    *,
+    names: Mapping[str, str] | None = None,
+    fakes: Mapping[str, Callable[..., Any]] | None = None,
+) -> dict[str, torch._ops.OpOverload]:
     """Define ``namespace::<op>`` (and ``.out``) for each QNN op type in ``impls``.
 
     ``impls`` maps a QNN op type to its Python reference implementation; the torch name is
@@ -100,15 +108,23 @@ def define_torch_ops(package: OpPackage, namespace: str, impls: Mapping[str, Cal
     return overloads
 
 
-def _define(library: torch.library.Library, namespace: str, name: str, op: OpDef, impl: Callable[..., Any],
-            fake: Callable[..., Any]) -> torch._ops.OpOverload:
+def _define(
+    library: torch.library.Library,
+    namespace: str,
+    name: str,
+    op: OpDef,
+    impl: Callable[..., Any],
+    fake: Callable[..., Any],
+) -> torch._ops.OpOverload:
     outputs = len(op.outputs)
     functional = f"{name}({schema_arguments(op)}) -> {returns_schema(outputs, out=False)}"
     existing = getattr(getattr(torch.ops, namespace), name, None) if hasattr(torch.ops, namespace) else None
     if existing is not None and hasattr(existing, "default"):
         if str(existing.default._schema) != f"{namespace}::{functional}":
-            raise UsageError(f"{namespace}::{name} is already defined as {existing.default._schema}, "
-                             f"not {namespace}::{functional}: pick another namespace or name")
+            raise UsageError(
+                f"{namespace}::{name} is already defined as {existing.default._schema}, "
+                f"not {namespace}::{functional}: pick another namespace or name"
+            )
         return existing.default
     library.define(functional)
     library.impl(name, impl, "CompositeExplicitAutograd")
@@ -146,7 +162,7 @@ def register_out_variant(overload: torch._ops.OpOverload) -> torch._ops.OpOverlo
 def schema_argument_text(schema: Any) -> tuple[str, bool]:
     """The argument list of ``schema`` as text, and whether it has keyword-only arguments."""
     text = str(schema)
-    return text[text.index("(") + 1:text.rindex(") ->")], any(arg.kwarg_only for arg in schema.arguments)
+    return text[text.index("(") + 1 : text.rindex(") ->")], any(arg.kwarg_only for arg in schema.arguments)
 
 
 def out_kernel_of(impl: Callable[..., Any], outputs: int) -> Callable[..., Any]:

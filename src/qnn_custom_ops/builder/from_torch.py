@@ -4,26 +4,36 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 from lxml import etree
 
 from ..errors import UsageError
 from ..opdef import Datatype, OpDefError, OpDefWarning, parse_package
-from .op_name import OperatorName
 from ..opdef.identifiers import identifier_problem, scope_name_problem
 from .alignment import AlignmentError, ArgKind, arg_kind, bind_ops, op_name
+from .op_name import OperatorName
 
 #: A static (weight) input: float, and the weight datatype of each quant_dtype
 #: (8a8w int8 symmetric, 16a8w uint8, 16a16w int16 symmetric).
-STATIC_DATATYPES = (Datatype.FLOAT_32.value, Datatype.SFIXED_POINT_8.value, Datatype.UFIXED_POINT_8.value,
-                    Datatype.SFIXED_POINT_16.value)
-_INT_32_RANGE = range(-2**31, 2**31)
-_PARAM_DATATYPE = {ArgKind.INT: Datatype.INT_32.value, ArgKind.INT_LIST: Datatype.INT_32.value,
-                   ArgKind.FLOAT: Datatype.FLOAT_32.value, ArgKind.FLOAT_LIST: Datatype.FLOAT_32.value,
-                   ArgKind.BOOL: Datatype.BOOL_8.value, ArgKind.STR: Datatype.UINT_32.value}
+STATIC_DATATYPES = (
+    Datatype.FLOAT_32.value,
+    Datatype.SFIXED_POINT_8.value,
+    Datatype.UFIXED_POINT_8.value,
+    Datatype.SFIXED_POINT_16.value,
+)
+_INT_32_RANGE = range(-(2**31), 2**31)
+_PARAM_DATATYPE = {
+    ArgKind.INT: Datatype.INT_32.value,
+    ArgKind.INT_LIST: Datatype.INT_32.value,
+    ArgKind.FLOAT: Datatype.FLOAT_32.value,
+    ArgKind.FLOAT_LIST: Datatype.FLOAT_32.value,
+    ArgKind.BOOL: Datatype.BOOL_8.value,
+    ArgKind.STR: Datatype.UINT_32.value,
+}
 
 
 def qnn_type_for(overload: torch._ops.OpOverload) -> str:
@@ -32,17 +42,28 @@ def qnn_type_for(overload: torch._ops.OpOverload) -> str:
     return "".join(part[:1].upper() + part[1:] for part in re.split(r"_+", name) if part)
 
 
-def opdef_from_torch(op_overload: Any, *, package: str, qnn_op_type: str | None = None,
-                     enums: Mapping[str, Sequence[str]] | None = None, domain: str = "custom",
-                     version: str = "1.0") -> str:
+def opdef_from_torch(
+    op_overload: Any,
+    *,
+    package: str,
+    qnn_op_type: str | None = None,
+    enums: Mapping[str, Sequence[str]] | None = None,
+    domain: str = "custom",
+    version: str = "1.0",
+) -> str:
     """An OpDef XML config for an existing torch op, ready for ``generate-op-package`` and ``bind``.
 
     Tensor arguments become inputs and returns outputs, with FLOAT_32 and UFIXED_POINT_8 (the
     HTP's activations); other arguments become parameters named as in the schema. A ``str``
     argument needs its values in ``enums`` ({"mode": ["mean", "rms"]}).
     """
-    return opdefs_from_torch({qnn_op_type or qnn_type_for(op_overload): op_overload}, package=package,
-                             enums=enums, domain=domain, version=version)
+    return opdefs_from_torch(
+        {qnn_op_type or qnn_type_for(op_overload): op_overload},
+        package=package,
+        enums=enums,
+        domain=domain,
+        version=version,
+    )
 
 
 @dataclass(frozen=True)
@@ -79,11 +100,20 @@ def tensor_choices(dtypes: Sequence[str] = (), static: Sequence[str] = (), activ
     return TensorChoices(parsed, frozenset(static), widths)
 
 
-def opdefs_from_torch(ops: Mapping[str, Any], *, package: str, enums: Mapping[str, Sequence[str]] | None = None,
-                      tensors: TensorChoices = TensorChoices(), domain: str = "custom", version: str = "1.0") -> str:
+def opdefs_from_torch(
+    ops: Mapping[str, Any],
+    *,
+    package: str,
+    enums: Mapping[str, Sequence[str]] | None = None,
+    tensors: TensorChoices = TensorChoices(),
+    domain: str = "custom",
+    version: str = "1.0",
+) -> str:
     """One config holding an OpDef per ``{qnn_op_type: overload}``."""
-    for what, name, problem in (("package", package, scope_name_problem(package)),
-                                *(("op", op, identifier_problem(op)) for op in ops)):
+    for what, name, problem in (
+        ("package", package, scope_name_problem(package)),
+        *(("op", op, identifier_problem(op)) for op in ops),
+    ):
         if problem:
             raise UsageError(f"{name!r} cannot name a QNN {what}: {problem}")
     root = etree.Element("OpDefCollection", PackageName=package, Domain=domain, Version=version)
@@ -108,15 +138,18 @@ def _check_round_trip(xml: str, ops: Mapping[str, torch._ops.OpOverload]) -> Non
             package = parse_package(xml.encode(), "<config for " + names + ">")
         bind_ops(package, ops)
     except (OpDefError, AlignmentError) as exc:
-        raise UsageError(f"{names}: the config would not load and bind as written, so nothing is written:\n{exc}") \
-            from exc
+        raise UsageError(
+            f"{names}: the config would not load and bind as written, so nothing is written:\n{exc}"
+        ) from exc
     if package.warnings:
-        raise UsageError(f"{names}: the config would load with warnings, so nothing is written:\n"
-                         + "\n".join(package.warnings))
+        raise UsageError(
+            f"{names}: the config would load with warnings, so nothing is written:\n" + "\n".join(package.warnings)
+        )
 
 
-def _opdef(qnn_type: str, overload: torch._ops.OpOverload, enums: Mapping[str, Sequence[str]],
-           tensors: TensorChoices) -> etree._Element:
+def _opdef(
+    qnn_type: str, overload: torch._ops.OpOverload, enums: Mapping[str, Sequence[str]], tensors: TensorChoices
+) -> etree._Element:
     _check_functional(overload)
     schema = overload._schema
     opdef = etree.Element("OpDef")
@@ -129,8 +162,10 @@ def _opdef(qnn_type: str, overload: torch._ops.OpOverload, enums: Mapping[str, S
         if kind is ArgKind.TENSOR:
             opdef.append(_tensor("Input", arg.name, not optional, tensors))
         elif kind is ArgKind.UNSUPPORTED:
-            raise UsageError(f"{op_name(overload)}: argument '{arg.name}' of type {arg.type} has no QNN "
-                             "equivalent (use Tensor, int, float, bool, str, int[] or float[])")
+            raise UsageError(
+                f"{op_name(overload)}: argument '{arg.name}' of type {arg.type} has no QNN "
+                "equivalent (use Tensor, int, float, bool, str, int[] or float[])"
+            )
         else:
             params.append(_param(overload, arg, kind, optional, enums, tensors.dtypes.get(arg.name)))
     returns = schema.returns
@@ -149,8 +184,10 @@ def _check_functional(overload: torch._ops.OpOverload) -> None:
     schema, name = overload._schema, op_name(overload)
     for arg in schema.arguments:
         if arg.alias_info is not None and arg.alias_info.is_write:
-            raise UsageError(f"{name}: argument '{arg.name}' is mutated ({arg.type}(a!)); QNN ops are functional: "
-                             "write the config for the functional op that returns its result")
+            raise UsageError(
+                f"{name}: argument '{arg.name}' is mutated ({arg.type}(a!)); QNN ops are functional: "
+                "write the config for the functional op that returns its result"
+            )
     if not any(arg_kind(arg.type)[0] is ArgKind.TENSOR for arg in schema.arguments):
         raise UsageError(f"{name}: has no Tensor argument; a QNN op takes at least one input tensor")
     if not schema.returns:
@@ -170,8 +207,14 @@ def _tensor(tag: str, name: str, mandatory: bool, tensors: TensorChoices) -> etr
     return element
 
 
-def _param(overload: torch._ops.OpOverload, arg: Any, kind: ArgKind, optional: bool,
-           enums: Mapping[str, Sequence[str]], dtypes: Sequence[str] | None) -> etree._Element:
+def _param(
+    overload: torch._ops.OpOverload,
+    arg: Any,
+    kind: ArgKind,
+    optional: bool,
+    enums: Mapping[str, Sequence[str]],
+    dtypes: Sequence[str] | None,
+) -> etree._Element:
     element = etree.Element("Parameter")
     etree.SubElement(element, "Name").text = arg.name
     has_default = arg.has_default_value()
@@ -186,25 +229,34 @@ def _param(overload: torch._ops.OpOverload, arg: Any, kind: ArgKind, optional: b
     if kind is ArgKind.STR:
         values = enums.get(arg.name)
         if not values:
-            raise UsageError(f"{op_name(overload)}: str argument '{arg.name}' needs its allowed values: "
-                             f"pass enums={{'{arg.name}': [...]}}")
+            raise UsageError(
+                f"{op_name(overload)}: str argument '{arg.name}' needs its allowed values: "
+                f"pass enums={{'{arg.name}': [...]}}"
+            )
         enumeration = etree.SubElement(element, "Enumeration")
         for value in values:
             etree.SubElement(enumeration, "Enum").text = value
     return element
 
 
-def _check_default(overload: torch._ops.OpOverload, arg: Any, kind: ArgKind, enums: Mapping[str, Sequence[str]],
-                   dtypes: Sequence[str] | None) -> None:
+def _check_default(
+    overload: torch._ops.OpOverload,
+    arg: Any,
+    kind: ArgKind,
+    enums: Mapping[str, Sequence[str]],
+    dtypes: Sequence[str] | None,
+) -> None:
     """A schema default the written parameter cannot hold, refused with the option that fixes it."""
     default = arg.default_value if arg.has_default_value() else None
     where = f"{op_name(overload)}: default {default!r} of '{arg.name}'"
     if kind is ArgKind.STR and default is not None and default not in enums.get(arg.name, (default,)):
-        raise UsageError(f"{where} is not one of its values {list(enums[arg.name])}: "
-                         f"add it to --enum {arg.name}=...")
+        raise UsageError(f"{where} is not one of its values {list(enums[arg.name])}: add it to --enum {arg.name}=...")
     values = default if isinstance(default, (list, tuple)) else [default]
-    if kind in (ArgKind.INT, ArgKind.INT_LIST) and dtypes is None and \
-            any(v is not None and v not in _INT_32_RANGE for v in values):
+    if (
+        kind in (ArgKind.INT, ArgKind.INT_LIST)
+        and dtypes is None
+        and any(v is not None and v not in _INT_32_RANGE for v in values)
+    ):
         raise UsageError(f"{where} does not fit INT_32: pass --dtype {arg.name}=INT_64")
 
 

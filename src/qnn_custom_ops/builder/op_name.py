@@ -16,7 +16,7 @@ class OperatorName:
     overload: str  # "default" for the unnamed overload, as torch.ops spells it
 
     @classmethod
-    def of(cls, overload: torch._ops.OpOverload) -> "OperatorName":
+    def of(cls, overload: torch._ops.OpOverload) -> OperatorName:
         namespace, name = overload._schema.name.split("::")
         return cls(namespace, name, overload._overloadname)
 

@@ -13,8 +13,9 @@ an encoding off a PT2E dequantize/quantize node the way executorch's QNN lowerin
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -22,8 +23,8 @@ from ..errors import ReportedError
 from ..opdef import Datatype
 from ..opdef.datatypes import DATATYPES, kernel_rows, plain_datatype
 from .alignment import ArgKind, OpBinding, target_op_name
-from .op_name import OperatorName
 from .define import out_arguments, out_fake_of, out_kernel_of, returns_schema, schema_argument_text
+from .op_name import OperatorName
 
 NAMESPACE = "qco_quantized"
 
@@ -108,12 +109,16 @@ def quantized_datatype(node: torch.fx.Node) -> Datatype:
 def encoding_of(node: torch.fx.Node) -> Encoding:
     """The encoding of a PT2E (de)quantize node ``(x, scale, zero_point, min, max, dtype)``."""
     if "per_tensor" not in _target_name(node):
-        raise QuantizedEmulationError(f"node {node.name} ({_target_name(node)}) is not per-tensor: a kernel "
-                                      "takes one scale and offset per tensor (quantize it per tensor)")
+        raise QuantizedEmulationError(
+            f"node {node.name} ({_target_name(node)}) is not per-tensor: a kernel "
+            "takes one scale and offset per tensor (quantize it per tensor)"
+        )
     scale, zero_point, low, high = (node.args[i] for i in range(1, 5))
     if not isinstance(scale, (int, float)) or not isinstance(zero_point, (int, float)):
-        raise QuantizedEmulationError(f"node {node.name}: its scale or zero point is computed in the graph, "
-                                      "not a constant (convert the model with convert_pt2e)")
+        raise QuantizedEmulationError(
+            f"node {node.name}: its scale or zero point is computed in the graph, "
+            "not a constant (convert the model with convert_pt2e)"
+        )
     assert isinstance(low, int) and isinstance(high, int), f"{node.name}: quant_min/quant_max are not ints"
     return Encoding(Datatype.fixed_point(low, high), float(scale), -int(zero_point))
 
@@ -145,8 +150,10 @@ def quantized_variant(binding: OpBinding) -> torch._ops.OpOverload:
     outputs = len(binding.opdef.outputs)
     star = "" if has_kwarg_only else "*, "
     library.define(f"{name}({_ENCODING_SCHEMA}, {arguments}) -> {returns_schema(outputs, out=False)}")
-    library.define(f"{name}.out({_ENCODING_SCHEMA}, {arguments}, {star}{out_arguments(outputs)}) -> "
-                   f"{returns_schema(outputs, out=True)}")
+    library.define(
+        f"{name}.out({_ENCODING_SCHEMA}, {arguments}, {star}{out_arguments(outputs)}) -> "
+        f"{returns_schema(outputs, out=True)}"
+    )
     reference = _reference(binding)
     library.impl(name, reference, "CompositeExplicitAutograd")
     library.impl(f"{name}.out", out_kernel_of(reference, outputs), "CompositeExplicitAutograd")
@@ -163,9 +170,11 @@ def _reference(binding: OpBinding):
 
 def _fake(binding: OpBinding):
     """Shapes and storage dtypes, from the op's own fake kernel on float stand-ins."""
-    return _around_the_op(binding, lambda value, encoding: torch.empty_like(value, dtype=torch.float32)
-                          if encoding.is_quantized else value,
-                          lambda result, encoding: torch.empty_like(result, dtype=storage_dtype(encoding, result.dtype)))
+    return _around_the_op(
+        binding,
+        lambda value, encoding: torch.empty_like(value, dtype=torch.float32) if encoding.is_quantized else value,
+        lambda result, encoding: torch.empty_like(result, dtype=storage_dtype(encoding, result.dtype)),
+    )
 
 
 def _around_the_op(binding: OpBinding, into_float, out_of_float):
@@ -175,14 +184,14 @@ def _around_the_op(binding: OpBinding, into_float, out_of_float):
     outputs = len(binding.opdef.outputs)
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
-        encodings = _encodings(*args[:len(ENCODING_ARGUMENTS)])
-        values = list(args[len(ENCODING_ARGUMENTS):])
+        encodings = _encodings(*args[: len(ENCODING_ARGUMENTS)])
+        values = list(args[len(ENCODING_ARGUMENTS) :])
         for index, arg in enumerate(op_inputs):
             if arg.schema_index < len(values) and values[arg.schema_index] is not None:
                 values[arg.schema_index] = into_float(values[arg.schema_index], encodings[index])
         results = binding.overload(*values, **kwargs)
         results = (results,) if outputs == 1 else tuple(results)
-        converted = tuple(out_of_float(r, e) for r, e in zip(results, encodings[len(op_inputs):]))
+        converted = tuple(out_of_float(r, e) for r, e in zip(results, encodings[len(op_inputs) :]))
         return converted[0] if outputs == 1 else converted
 
     return kernel

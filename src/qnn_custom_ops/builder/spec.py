@@ -17,14 +17,16 @@ import numpy as np
 import torch
 
 from ..errors import ReportedError
+from ..opdef import HTP, Datatype, TensorDef
 from ..opdef.datatypes import DATATYPES
-from ..opdef import Datatype, HTP, TensorDef
 from .alignment import ArgBinding, ArgKind, OpBinding
 
 # QNN datatype -> numpy scalar type of a param value, for every datatype a param can have.
-NUMPY_DTYPE: dict[Datatype, type] = {r.datatype: np.dtype(r.numpy).type for r in DATATYPES.values()
-                                     if r.numpy is not None and not r.datatype.is_fixed_point}
-
+NUMPY_DTYPE: dict[Datatype, type] = {
+    r.datatype: np.dtype(r.numpy).type
+    for r in DATATYPES.values()
+    if r.numpy is not None and not r.datatype.is_fixed_point
+}
 
 
 class OpMappingError(ReportedError, ValueError):
@@ -71,12 +73,14 @@ def node_arguments(binding: OpBinding, node: torch.fx.Node) -> list[Any]:
         elif arg.has_default_value():
             values.append(arg.default_value)
         else:
-            raise OpMappingError(f"node {node.name} ({binding.custom_op_name}): argument '{arg.name}' is "
-                                 "missing and has no default")
+            raise OpMappingError(
+                f"node {node.name} ({binding.custom_op_name}): argument '{arg.name}' is missing and has no default"
+            )
     extra = len(node.args) - len(values)
     if extra > 0:
-        raise OpMappingError(f"node {node.name} ({binding.custom_op_name}): {extra} positional argument(s) "
-                             "more than the schema has")
+        raise OpMappingError(
+            f"node {node.name} ({binding.custom_op_name}): {extra} positional argument(s) more than the schema has"
+        )
     return values
 
 
@@ -88,8 +92,9 @@ def qnn_op_spec(binding: OpBinding, node: torch.fx.Node) -> QnnOpSpec:
         package_name=binding.package_name,
         type_name=binding.qnn_op_type,
         inputs=_inputs(binding, values, where),
-        params=tuple(p for p in (_param(b, values[b.schema_index], binding, where) for b in binding.params)
-                     if p is not None),
+        params=tuple(
+            p for p in (_param(b, values[b.schema_index], binding, where) for b in binding.params) if p is not None
+        ),
         outputs=_outputs(binding, node, where),
     )
 
@@ -108,9 +113,11 @@ def _inputs(binding: OpBinding, values: list[Any], where: str) -> tuple[torch.fx
         if not isinstance(value, torch.fx.Node):
             raise OpMappingError(f"{where}: input '{arg.tensor.name}' is {value!r}, not a tensor of the graph")
         if omitted is not None:
-            raise OpMappingError(f"{where}: input '{omitted.tensor.name}' is None but a later input "
-                                 f"'{arg.tensor.name}' is given; QNN inputs are positional, so only trailing "
-                                 "optional inputs can be left out (pass a tensor, or reorder the inputs)")
+            raise OpMappingError(
+                f"{where}: input '{omitted.tensor.name}' is None but a later input "
+                f"'{arg.tensor.name}' is given; QNN inputs are positional, so only trailing "
+                "optional inputs can be left out (pass a tensor, or reorder the inputs)"
+            )
         inputs.append(value)
     return tuple(inputs)
 
@@ -122,16 +129,19 @@ def _param(arg: ArgBinding, value: Any, binding: OpBinding, where: str) -> QnnPa
             raise OpMappingError(f"{where}: param '{tensor.name}' is None but the OpDef makes it mandatory")
         return None
     if isinstance(value, torch.fx.Node):
-        raise OpMappingError(f"{where}: param '{tensor.name}' is computed in the graph ({value.name}); "
-                             "QNN params must be constants at export time")
+        raise OpMappingError(
+            f"{where}: param '{tensor.name}' is computed in the graph ({value.name}); "
+            "QNN params must be constants at export time"
+        )
     datatypes = binding.opdef.datatypes(tensor, HTP)
     if arg.kind is ArgKind.STR:
         return _enum_param(tensor, value, datatypes, where)
     if arg.kind in (ArgKind.INT_LIST, ArgKind.FLOAT_LIST):
         items = list(value)
         if not items:
-            raise OpMappingError(f"{where}: param '{tensor.name}' is an empty list; a QNN tensor param needs "
-                                 "at least one element")
+            raise OpMappingError(
+                f"{where}: param '{tensor.name}' is an empty list; a QNN tensor param needs at least one element"
+            )
         datatype = _fitting_datatype(tensor, items, datatypes, where)
         return QnnParam(tensor.name, datatype.value, np.asarray(items, dtype=NUMPY_DTYPE[datatype]))
     datatype = _fitting_datatype(tensor, [value], datatypes, where)
@@ -140,22 +150,24 @@ def _param(arg: ArgBinding, value: Any, binding: OpBinding, where: str) -> QnnPa
 
 def _enum_param(tensor: TensorDef, value: Any, datatypes: tuple[Datatype, ...], where: str) -> QnnParam:
     if value not in tensor.enum_values:
-        raise OpMappingError(f"{where}: param '{tensor.name}' is {value!r}, not one of its enum values "
-                             f"{', '.join(tensor.enum_values)}")
+        raise OpMappingError(
+            f"{where}: param '{tensor.name}' is {value!r}, not one of its enum values {', '.join(tensor.enum_values)}"
+        )
     index = tensor.enum_values.index(value)
     datatype = _fitting_datatype(tensor, [index], datatypes, where)
     return QnnParam(tensor.name, datatype.value, NUMPY_DTYPE[datatype](index))
 
 
-def _fitting_datatype(tensor: TensorDef, values: list[Any], datatypes: tuple[Datatype, ...],
-                      where: str) -> Datatype:
+def _fitting_datatype(tensor: TensorDef, values: list[Any], datatypes: tuple[Datatype, ...], where: str) -> Datatype:
     """The first declared datatype that holds every value exactly."""
     for datatype in datatypes:
         if datatype in NUMPY_DTYPE and all(_fits(v, datatype) for v in values):
             return datatype
     shown = values[0] if len(values) == 1 else values
-    raise OpMappingError(f"{where}: param '{tensor.name}' = {shown!r} fits none of its datatypes "
-                         f"{', '.join(d.short_name for d in datatypes)} (widen the <Datatype> or change the value)")
+    raise OpMappingError(
+        f"{where}: param '{tensor.name}' = {shown!r} fits none of its datatypes "
+        f"{', '.join(d.short_name for d in datatypes)} (widen the <Datatype> or change the value)"
+    )
 
 
 def _fits(value: Any, datatype: Datatype) -> bool:
@@ -184,12 +196,15 @@ def _outputs(binding: OpBinding, node: torch.fx.Node, where: str) -> tuple[QnnOu
     value = node.meta.get("val")
     values = value if isinstance(value, (tuple, list)) else (value,)
     if value is None or len(values) != len(binding.opdef.outputs):
-        raise OpMappingError(f"{where}: the node carries {0 if value is None else len(values)} output value(s) "
-                             f"in meta['val'], the OpDef declares {len(binding.opdef.outputs)} (export the model "
-                             "with torch.export so outputs are known)")
-    return tuple(QnnOutput(i, out.name, v.dtype, tuple(int(d) for d in v.shape))
-                 for i, (out, v) in enumerate(zip(binding.opdef.outputs, values)))
-
+        raise OpMappingError(
+            f"{where}: the node carries {0 if value is None else len(values)} output value(s) "
+            f"in meta['val'], the OpDef declares {len(binding.opdef.outputs)} (export the model "
+            "with torch.export so outputs are known)"
+        )
+    return tuple(
+        QnnOutput(i, out.name, v.dtype, tuple(int(d) for d in v.shape))
+        for i, (out, v) in enumerate(zip(binding.opdef.outputs, values))
+    )
 
 
 def output_carrier(node: torch.fx.Node, index: int, multi: bool) -> torch.fx.Node | None:

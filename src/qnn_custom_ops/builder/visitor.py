@@ -9,8 +9,9 @@ any other custom op to executorch's own visitor; the original is restored afterw
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator
+from typing import Any
 
 import executorch.backends.qualcomm.python.PyQnnManagerAdaptor as PyQnnManager
 import torch
@@ -42,19 +43,23 @@ class BoundOpVisitor(NodeVisitor):
         self.binding = binding
         self.target = [binding.custom_op_name]
 
-    def define_node(self, node: torch.fx.Node,
-                    nodes_to_wrappers: Dict[str, Dict[int, Any]]) -> PyQnnManager.PyQnnOpWrapper:
+    def define_node(
+        self, node: torch.fx.Node, nodes_to_wrappers: dict[str, dict[int, Any]]
+    ) -> PyQnnManager.PyQnnOpWrapper:
         spec = qnn_op_spec(self.binding, node)
         op = PyQnnManager.PyQnnOpWrapper(spec.name, spec.package_name, spec.type_name)
-        inputs = [self.define_tensor(source, node, self.get_tensor(source, node), NATIVE, nodes_to_wrappers)
-                  for source in spec.inputs]
+        inputs = [
+            self.define_tensor(source, node, self.get_tensor(source, node), NATIVE, nodes_to_wrappers)
+            for source in spec.inputs
+        ]
         _add_params(op, spec)
         op.AddInputTensors(inputs)
         op.AddOutputTensors(self.define_outputs(node, spec, nodes_to_wrappers))
         return op
 
-    def define_outputs(self, node: torch.fx.Node, spec: QnnOpSpec,
-                       nodes_to_wrappers: Dict[str, Dict[int, Any]]) -> list[Any]:
+    def define_outputs(
+        self, node: torch.fx.Node, spec: QnnOpSpec, nodes_to_wrappers: dict[str, dict[int, Any]]
+    ) -> list[Any]:
         """One tensor per output, each with its own encoding.
 
         executorch's AnnotateQuantAttrs pass copies each ``getitem``'s quant attrs onto the
@@ -71,8 +76,16 @@ class BoundOpVisitor(NodeVisitor):
                 carrier = output_carrier(node, out.index, multi=True)
                 own_attrs = carrier.meta.get(QCOM_QUANT_ATTRS) if carrier is not None else None
                 _set_meta(node, QCOM_QUANT_ATTRS, own_attrs)
-                wrappers.append(self.define_tensor(node, node, self.get_tensor(node, node, out.index), NATIVE,
-                                                   nodes_to_wrappers, wrapper_idx=out.index))
+                wrappers.append(
+                    self.define_tensor(
+                        node,
+                        node,
+                        self.get_tensor(node, node, out.index),
+                        NATIVE,
+                        nodes_to_wrappers,
+                        wrapper_idx=out.index,
+                    )
+                )
         finally:
             _set_meta(node, QCOM_QUANT_ATTRS, shared_attrs)
         return wrappers
@@ -88,8 +101,9 @@ def _set_meta(node: torch.fx.Node, key: str, value: Any) -> None:
 def _add_params(op: PyQnnManager.PyQnnOpWrapper, spec: QnnOpSpec) -> None:
     for param in spec.params:
         if param.is_tensor:
-            op.AddTensorParam(param.name, qnn_datatype(param.datatype), param.value.ndim,
-                              list(param.value.shape), param.value, True)
+            op.AddTensorParam(
+                param.name, qnn_datatype(param.datatype), param.value.ndim, list(param.value.shape), param.value, True
+            )
         else:
             op.AddScalarParam(param.name, qnn_datatype(param.datatype), {QCOM_DATA: param.value.item()})
 
@@ -113,11 +127,14 @@ def bound_visitors(package_binding: OpPackageBinding) -> Iterator[None]:
     added = []
     for binding in package_binding.ops.values():
         active = _ACTIVE.get(binding.custom_op_name)
-        if active is not None and (active.package_name, active.qnn_op_type) != (binding.package_name,
-                                                                               binding.qnn_op_type):
+        if active is not None and (active.package_name, active.qnn_op_type) != (
+            binding.package_name,
+            binding.qnn_op_type,
+        ):
             raise BindingConflictError(
                 f"{binding.custom_op_name} is bound to {active.package_name}::{active.qnn_op_type} and to "
-                f"{binding.package_name}::{binding.qnn_op_type} in one lowering (bind each torch op to one OpDef)")
+                f"{binding.package_name}::{binding.qnn_op_type} in one lowering (bind each torch op to one OpDef)"
+            )
         if active is None:
             _ACTIVE[binding.custom_op_name] = binding
             added.append(binding.custom_op_name)

@@ -5,6 +5,19 @@ from .model import HTP, Datatype, Default, Layout, OpDef, OpPackage, Role, Shape
 from .parser import load_package, parse_package
 
 __all__ = [
-    "HTP", "Datatype", "Default", "Diagnostic", "Layout", "OpDef", "OpDefError", "OpDefWarning",
-    "OpPackage", "Role", "Shape", "Supplement", "TensorDef", "load_package", "parse_package",
+    "HTP",
+    "Datatype",
+    "Default",
+    "Diagnostic",
+    "Layout",
+    "OpDef",
+    "OpDefError",
+    "OpDefWarning",
+    "OpPackage",
+    "Role",
+    "Shape",
+    "Supplement",
+    "TensorDef",
+    "load_package",
+    "parse_package",
 ]

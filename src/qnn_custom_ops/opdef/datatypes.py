@@ -8,15 +8,27 @@ datatype is adding one row here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from .model import Datatype
 
 #: The HTP core's ``enum class DType`` (``HTP/core/dtype_enum.h``), in enumerator order.
-HTP_DTYPES = ("UNKNOWN", "QUInt8", "QUInt16", "QInt16", "Float32", "Int32", "QInt32", "QInt8",
-              "Float16", "Int64", "BFloat16")
+HTP_DTYPES = (
+    "UNKNOWN",
+    "QUInt8",
+    "QUInt16",
+    "QInt16",
+    "Float32",
+    "Int32",
+    "QInt32",
+    "QInt8",
+    "Float16",
+    "Int64",
+    "BFloat16",
+)
 
 
 @dataclass(frozen=True)
@@ -63,18 +75,47 @@ _ROWS = (
     DatatypeRow(Datatype.INT_32, "Int32", 6, "Int32", "int32_t", "int32", "int32", "int32Value", ("Int", 3)),
     DatatypeRow(Datatype.INT_64, "Int64", 8, "Int64", "int64_t", "int64", "int64", "int64Value", ("Long", 4)),
     DatatypeRow(Datatype.UINT_8, "UInt8", 11, "QUInt8", "uint8_t", "uint8", "uint8", "uint8Value", ("Byte", 0)),
-    DatatypeRow(Datatype.UINT_16, "UInt16", 13, "QUInt16", "uint16_t", "uint16", "uint16", "uint16Value",
-                ("UInt16", 27)),
-    DatatypeRow(Datatype.UINT_32, "UInt32", 7, "Int32", "uint32_t", "uint32", "uint32", "uint32Value",
-                ("UInt32", 28)),
-    DatatypeRow(Datatype.UINT_64, "UInt64", 17, "Int64", "uint64_t", "uint64", "uint64", "uint64Value",
-                ("UInt64", 29)),
-    DatatypeRow(Datatype.FLOAT_16, "Float16", 1, "Float16", None, "float16", "float16", "floatValue",
-                ("Half", 5), float_max=65504.0),
-    DatatypeRow(Datatype.FLOAT_32, "Float32", 0, "Float32", "float", "float32", "float32", "floatValue",
-                ("Float", 6), float_max=3.4028234663852886e38),
-    DatatypeRow(Datatype.FLOAT_64, "Float64", 16, None, "double", "float64", "float64", "doubleValue",
-                ("Double", 7), float_max=1.7976931348623157e308),
+    DatatypeRow(
+        Datatype.UINT_16, "UInt16", 13, "QUInt16", "uint16_t", "uint16", "uint16", "uint16Value", ("UInt16", 27)
+    ),
+    DatatypeRow(Datatype.UINT_32, "UInt32", 7, "Int32", "uint32_t", "uint32", "uint32", "uint32Value", ("UInt32", 28)),
+    DatatypeRow(Datatype.UINT_64, "UInt64", 17, "Int64", "uint64_t", "uint64", "uint64", "uint64Value", ("UInt64", 29)),
+    DatatypeRow(
+        Datatype.FLOAT_16,
+        "Float16",
+        1,
+        "Float16",
+        None,
+        "float16",
+        "float16",
+        "floatValue",
+        ("Half", 5),
+        float_max=65504.0,
+    ),
+    DatatypeRow(
+        Datatype.FLOAT_32,
+        "Float32",
+        0,
+        "Float32",
+        "float",
+        "float32",
+        "float32",
+        "floatValue",
+        ("Float", 6),
+        float_max=3.4028234663852886e38,
+    ),
+    DatatypeRow(
+        Datatype.FLOAT_64,
+        "Float64",
+        16,
+        None,
+        "double",
+        "float64",
+        "float64",
+        "doubleValue",
+        ("Double", 7),
+        float_max=1.7976931348623157e308,
+    ),
     DatatypeRow(Datatype.SFIXED_POINT_4),
     DatatypeRow(Datatype.SFIXED_POINT_8, "SFixed8", 3, "QInt8", "int8_t", "int8", "int8", pt2e_storage="int8"),
     DatatypeRow(Datatype.SFIXED_POINT_16, "SFixed16", 5, "QInt16", "int16_t", "int16", "int16", pt2e_storage="int16"),
@@ -82,8 +123,9 @@ _ROWS = (
     DatatypeRow(Datatype.UFIXED_POINT_4),
     DatatypeRow(Datatype.UFIXED_POINT_8, "UFixed8", 2, "QUInt8", "uint8_t", "uint8", "uint8", pt2e_storage="uint8"),
     # PT2E keeps 16-bit activations in int32 with a uint16 range
-    DatatypeRow(Datatype.UFIXED_POINT_16, "UFixed16", 4, "QUInt16", "uint16_t", "uint16", "uint16",
-                pt2e_storage="int32"),
+    DatatypeRow(
+        Datatype.UFIXED_POINT_16, "UFixed16", 4, "QUInt16", "uint16_t", "uint16", "uint16", pt2e_storage="int32"
+    ),
     DatatypeRow(Datatype.UFIXED_POINT_32, "UFixed32", 15, None, "uint32_t", "uint32", "uint32"),
     DatatypeRow(Datatype.BOOL_8, "Bool", 9, "QUInt8", "bool", "bool_", "bool", "bool8Value", ("Bool", 11)),
     DatatypeRow(Datatype.STRING),

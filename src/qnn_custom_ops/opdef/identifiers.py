@@ -22,8 +22,10 @@ C_MACROS = frozenset(
     """NULL EOF NAN INFINITY HUGE_VAL HUGE_VALF BUFSIZ FILENAME_MAX errno assert offsetof
     stdin stdout stderr EXIT_SUCCESS EXIT_FAILURE RAND_MAX CHAR_BIT MB_LEN_MAX""".split()
 )
-_LIMIT_MACRO = re.compile(r"U?INT(8|16|32|64|MAX|PTR)_(MIN|MAX|C)\Z|SIZE_MAX\Z|(CHAR|SCHAR|UCHAR|SHRT|USHRT|INT|UINT|"
-                          r"LONG|ULONG|LLONG|ULLONG|FLT|DBL|LDBL)_(MIN|MAX|EPSILON|TRUE_MIN)\Z")
+_LIMIT_MACRO = re.compile(
+    r"U?INT(8|16|32|64|MAX|PTR)_(MIN|MAX|C)\Z|SIZE_MAX\Z|(CHAR|SCHAR|UCHAR|SHRT|USHRT|INT|UINT|"
+    r"LONG|ULONG|LLONG|ULLONG|FLT|DBL|LDBL)_(MIN|MAX|EPSILON|TRUE_MIN)\Z"
+)
 # Names the generated C++ itself uses in the scope of an op's arguments.
 GENERATED_NAMES = frozenset({"Tensor", "TensorType", "GraphStatus", "Op", "qco", "std", "op"})
 

@@ -7,10 +7,11 @@ the config passed the schema and every semantic check.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping, Union
+from typing import TypeAlias
 
 DATATYPE_PREFIX = "QNN_DATATYPE_"
 
@@ -42,15 +43,15 @@ class Datatype(str, enum.Enum):
     BACKEND_SPECIFIC = "QNN_DATATYPE_BACKEND_SPECIFIC"
 
     @classmethod
-    def parse(cls, text: str) -> "Datatype | None":
+    def parse(cls, text: str) -> Datatype | None:
         """Accept ``QNN_DATATYPE_FLOAT_32`` and ``FLOAT_32``; None if neither."""
         name = text.strip().upper()
         if name.startswith(DATATYPE_PREFIX):
-            name = name[len(DATATYPE_PREFIX):]
+            name = name[len(DATATYPE_PREFIX) :]
         return cls.__members__.get(name)
 
     @classmethod
-    def fixed_point(cls, low: int, high: int) -> "Datatype":
+    def fixed_point(cls, low: int, high: int) -> Datatype:
         """The fixed-point datatype of an integer range: (0, 255) -> UFIXED_POINT_8, (-8, 7) -> SFIXED_POINT_4."""
         bits = max(high - low, 1).bit_length()
         width = next(w for w in (4, 8, 16, 32) if bits <= w)
@@ -104,7 +105,7 @@ HTP_BACKENDS = (HTP, "HTP_FP16")
 KNOWN_BACKENDS = ("CPU", "GPU", "DSP", *HTP_BACKENDS, "LPAI")
 
 #: A parsed default: bool, int, float, str (STRING params), or a tuple for rank-1 params.
-DefaultValue = Union[bool, int, float, str, tuple]
+DefaultValue: TypeAlias = bool | int | float | str | tuple
 
 
 @dataclass(frozen=True)
@@ -200,9 +201,7 @@ class OpDef:
     use_default_translation: bool = False
     references: tuple[tuple[str, str], ...] = ()
     # backend -> tensor name -> supplement
-    supplements: Mapping[str, Mapping[str, Supplement]] = field(
-        default_factory=lambda: MappingProxyType({})
-    )
+    supplements: Mapping[str, Mapping[str, Supplement]] = field(default_factory=lambda: MappingProxyType({}))
     file: str = field(default="", compare=False)
     line: int = field(default=0, compare=False)
 

@@ -16,7 +16,6 @@ from .datatypes import DATATYPES
 from .diagnostics import Reporter
 from .identifiers import identifier_problem, is_argument_name, sanitize_identifier, scope_name_problem
 from .model import (
-    Role,
     KNOWN_BACKENDS,
     Constraint,
     Datatype,
@@ -25,6 +24,7 @@ from .model import (
     Layout,
     OpDef,
     OpPackage,
+    Role,
     Shape,
     Supplement,
     TensorDef,
@@ -120,8 +120,9 @@ def _read_config(path: Path, reporter: Reporter) -> _ConfigFile | None:
         reporter.error(path, 0, f"cannot read config: {exc.strerror or exc}", "check the path")
         return None
     if data is None:
-        reporter.error(path, 1, f"config is over the {MAX_FILE_BYTES} byte limit",
-                       "split the package into several configs")
+        reporter.error(
+            path, 1, f"config is over the {MAX_FILE_BYTES} byte limit", "split the package into several configs"
+        )
         return None
     return _config_from(path, data, reporter)
 
@@ -145,8 +146,9 @@ def _config_from(path: Path, data: bytes, reporter: Reporter) -> _ConfigFile | N
         line=root.sourceline or 1,
         ops=ops,
         supplements=supplements,
-        supported_ops=tuple((_text(name), name.sourceline or 0)
-                            for name in root.iterfind("SupplementalOpDefList/SupportedOps/OpName")),
+        supported_ops=tuple(
+            (_text(name), name.sourceline or 0) for name in root.iterfind("SupplementalOpDefList/SupportedOps/OpName")
+        ),
     )
 
 
@@ -171,18 +173,27 @@ def _parse_tree(path: Path, data: bytes, reporter: Reporter) -> etree._Element |
         return None
     tree = root.getroottree()
     if tree.docinfo.doctype or tree.docinfo.internalDTD is not None:
-        reporter.error(path, 1, "DOCTYPE declarations are not allowed in an OpDef config",
-                       "remove the <!DOCTYPE ...> and any entity declarations")
+        reporter.error(
+            path,
+            1,
+            "DOCTYPE declarations are not allowed in an OpDef config",
+            "remove the <!DOCTYPE ...> and any entity declarations",
+        )
         return None
     if sum(1 for _ in root.iter()) > MAX_ELEMENTS:
-        reporter.error(path, 1, f"config has more than {MAX_ELEMENTS} elements",
-                       "split the package into several configs")
+        reporter.error(
+            path, 1, f"config has more than {MAX_ELEMENTS} elements", "split the package into several configs"
+        )
         return None
     schema = _schema()
     if not schema.validate(root):
         for entry in schema.error_log:
-            reporter.error(path, entry.line, _schema_message(entry.message),
-                           "follow the element order and counts of the QNN OpDef schema")
+            reporter.error(
+                path,
+                entry.line,
+                _schema_message(entry.message),
+                "follow the element order and counts of the QNN OpDef schema",
+            )
         return None
     return root
 
@@ -212,8 +223,9 @@ def _read_op(el: etree._Element, path: Path, reporter: Reporter) -> OpDef:
     line = el.find("Name").sourceline
     problem = identifier_problem(name)
     if problem:
-        reporter.error(path, line, f"op name {name!r} cannot become a C++ identifier or file name: {problem}",
-                       "rename the op")
+        reporter.error(
+            path, line, f"op name {name!r} cannot become a C++ identifier or file name: {problem}", "rename the op"
+        )
     backends = tuple(_read_backend(b, path, reporter) for b in el.iterfind("SupportedBackend"))
     return OpDef(
         name=name,
@@ -232,8 +244,9 @@ def _read_op(el: etree._Element, path: Path, reporter: Reporter) -> OpDef:
 def _read_backend(el: etree._Element, path: Path, reporter: Reporter) -> str:
     backend = _text(el).upper()
     if backend not in KNOWN_BACKENDS:
-        reporter.error(path, el.sourceline, f"unknown SupportedBackend {_text(el)!r}",
-                       f"use one of {', '.join(KNOWN_BACKENDS)}")
+        reporter.error(
+            path, el.sourceline, f"unknown SupportedBackend {_text(el)!r}", f"use one of {', '.join(KNOWN_BACKENDS)}"
+        )
     return backend
 
 
@@ -242,11 +255,19 @@ def _read_datatypes(el: etree._Element, op: str, path: Path, reporter: Reporter)
     for dt_el in el.iterfind("Datatype"):
         datatype = Datatype.parse(_text(dt_el))
         if datatype is None:
-            reporter.error(path, dt_el.sourceline, f"op {op}: unknown datatype {_text(dt_el)!r}",
-                           "use a QNN_DATATYPE_* name such as QNN_DATATYPE_FLOAT_32")
+            reporter.error(
+                path,
+                dt_el.sourceline,
+                f"op {op}: unknown datatype {_text(dt_el)!r}",
+                "use a QNN_DATATYPE_* name such as QNN_DATATYPE_FLOAT_32",
+            )
         elif datatype in found:
-            reporter.warning(path, dt_el.sourceline, f"op {op}: datatype {datatype.value} listed twice",
-                             "remove the repeated <Datatype>")
+            reporter.warning(
+                path,
+                dt_el.sourceline,
+                f"op {op}: datatype {datatype.value} listed twice",
+                "remove the repeated <Datatype>",
+            )
         else:
             found.append(datatype)
     return tuple(found)
@@ -258,8 +279,12 @@ def _read_layout(el: etree._Element | None, op: str, path: Path, reporter: Repor
     try:
         return Layout(_text(el).upper())
     except ValueError:
-        reporter.error(path, el.sourceline, f"op {op}: unknown layout {_text(el)!r}",
-                       f"use one of {', '.join(layout.value for layout in Layout)}")
+        reporter.error(
+            path,
+            el.sourceline,
+            f"op {op}: unknown layout {_text(el)!r}",
+            f"use one of {', '.join(layout.value for layout in Layout)}",
+        )
         return None
 
 
@@ -272,8 +297,12 @@ def _read_shape(el: etree._Element, op: str, path: Path, reporter: Reporter) -> 
     elif rank_text != "ND":
         match = _RANK.match(rank_text)
         if match is None:
-            reporter.error(path, rank_el.sourceline, f"op {op}: unknown rank {_text(rank_el)!r}",
-                           "use SCALAR, 0D..5D, ND or a number of dimensions")
+            reporter.error(
+                path,
+                rank_el.sourceline,
+                f"op {op}: unknown rank {_text(rank_el)!r}",
+                "use SCALAR, 0D..5D, ND or a number of dimensions",
+            )
         else:
             rank = int(match.group(1))
     layout = _read_layout(el.find("Layout"), op, path, reporter) or Layout.UNDEFINED
@@ -289,9 +318,13 @@ def _read_tensor(el: etree._Element, kind: Role, op: str, path: Path, reporter: 
     name = _text(name_el)
     c_name = name if is_argument_name(name) else sanitize_identifier(name)
     if c_name != name:
-        reporter.warning(path, name_el.sourceline,
-                         f"op {op}: {kind} name {name!r} cannot be a C++ identifier ({scope_name_problem(name)}); "
-                         f"generated code uses {c_name!r}", "rename it")
+        reporter.warning(
+            path,
+            name_el.sourceline,
+            f"op {op}: {kind} name {name!r} cannot be a C++ identifier ({scope_name_problem(name)}); "
+            f"generated code uses {c_name!r}",
+            "rename it",
+        )
     datatypes = _read_datatypes(el, op, path, reporter)
     shape = _read_shape(el.find("Shape"), op, path, reporter)
     enum_values = tuple(_text(e) for e in el.iterfind("Enumeration/Enum"))
@@ -315,16 +348,22 @@ def _read_tensor(el: etree._Element, kind: Role, op: str, path: Path, reporter: 
     default = Default(_text(default_el), _parse_default(_text(default_el), tensor))
     out_of_range = _out_of_range(default.text, tensor) if default.value is None else None
     if out_of_range:
-        reporter.error(path, default_el.sourceline,
-                       f"op {op}: default {default.text!r} of {kind} {name!r} does not fit "
-                       f"{'/'.join(d.short_name for d in datatypes)}: {out_of_range}",
-                       "write a default the datatype can hold, or widen the <Datatype>")
+        reporter.error(
+            path,
+            default_el.sourceline,
+            f"op {op}: default {default.text!r} of {kind} {name!r} does not fit "
+            f"{'/'.join(d.short_name for d in datatypes)}: {out_of_range}",
+            "write a default the datatype can hold, or widen the <Datatype>",
+        )
     elif default.value is None:
-        reporter.warning(path, default_el.sourceline,
-                         f"op {op}: default {default.text!r} of {kind} {name!r} is not a "
-                         f"{'/'.join(d.short_name for d in datatypes) or 'known'} value; "
-                         "it is kept for documentation and never emitted into generated code",
-                         "write the default as a literal value")
+        reporter.warning(
+            path,
+            default_el.sourceline,
+            f"op {op}: default {default.text!r} of {kind} {name!r} is not a "
+            f"{'/'.join(d.short_name for d in datatypes) or 'known'} value; "
+            "it is kept for documentation and never emitted into generated code",
+            "write the default as a literal value",
+        )
     return replace(tensor, default=default)
 
 
@@ -401,9 +440,12 @@ def _read_supplement_list(el: etree._Element, path: Path, reporter: Reporter) ->
             backend=backend,
             op_name=_text(op_el.find("Name")),
             tensors=tuple(
-                _SupplementalTensor(kind, _text(t_el.find("Name")),
-                                    _read_supplement(t_el, _text(op_el.find("Name")), path, reporter),
-                                    t_el.sourceline or 0)
+                _SupplementalTensor(
+                    kind,
+                    _text(t_el.find("Name")),
+                    _read_supplement(t_el, _text(op_el.find("Name")), path, reporter),
+                    t_el.sourceline or 0,
+                )
                 for kind in Role
                 for t_el in op_el.iterfind(kind.xml_tag)
             ),
@@ -435,15 +477,20 @@ def _merge(configs: list[_ConfigFile], reporter: Reporter) -> OpPackage:
     for config in configs[1:]:
         for attr, xml_name in (("package", "PackageName"), ("domain", "Domain"), ("version", "Version")):
             if getattr(config, attr) != getattr(first, attr):
-                reporter.error(config.path, config.line,
-                               f"{xml_name} {getattr(config, attr)!r} differs from {getattr(first, attr)!r} "
-                               f"in {first.path}",
-                               "configs merged into one package must share PackageName, Domain and Version")
+                reporter.error(
+                    config.path,
+                    config.line,
+                    f"{xml_name} {getattr(config, attr)!r} differs from {getattr(first, attr)!r} in {first.path}",
+                    "configs merged into one package must share PackageName, Domain and Version",
+                )
     problem = scope_name_problem(first.package)
     if problem:
-        reporter.error(first.path, first.line,
-                       f"PackageName {first.package!r} cannot become a C++ namespace and file name: {problem}",
-                       "rename the package")
+        reporter.error(
+            first.path,
+            first.line,
+            f"PackageName {first.package!r} cannot become a C++ namespace and file name: {problem}",
+            "rename the package",
+        )
     ops = [op for config in configs for op in config.ops]
     check_package_ops(ops, reporter)
     by_name = {op.name: op for op in ops}
@@ -451,8 +498,12 @@ def _merge(configs: list[_ConfigFile], reporter: Reporter) -> OpPackage:
     for entry in (e for config in configs for e in config.supplements):
         op = by_name.get(entry.op_name)
         if op is None:
-            reporter.error(entry.file, entry.line, f"SupplementalOpDef names unknown op {entry.op_name!r}",
-                           "use the Name of an OpDef in this package")
+            reporter.error(
+                entry.file,
+                entry.line,
+                f"SupplementalOpDef names unknown op {entry.op_name!r}",
+                "use the Name of an OpDef in this package",
+            )
             continue
         per_op = supplements.setdefault(entry.op_name, {}).setdefault(entry.backend, {})
         for tensor in entry.tensors:
@@ -461,8 +512,12 @@ def _merge(configs: list[_ConfigFile], reporter: Reporter) -> OpPackage:
     for config in configs:
         for name, line in config.supported_ops:
             if name not in by_name:
-                reporter.error(config.path, line, f"SupportedOps names unknown op {name!r}",
-                               "use the Name of an OpDef in this package")
+                reporter.error(
+                    config.path,
+                    line,
+                    f"SupportedOps names unknown op {name!r}",
+                    "use the Name of an OpDef in this package",
+                )
     merged: dict[str, OpDef] = {}
     for op in ops:
         frozen = {b: MappingProxyType(t) for b, t in supplements.get(op.name, {}).items()}

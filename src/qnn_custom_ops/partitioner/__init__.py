@@ -20,6 +20,19 @@ from .lowering import lower  # noqa: E402
 from .partitioner import QnnCustomOpPartitioner  # noqa: E402
 from .preflight import PreflightError, preflight  # noqa: E402
 
-__all__ = ["DEVICE_WORKSPACE", "CompileSpecError", "OpPackageBuild", "Platform", "PreflightError",
-           "QnnCustomOpPartitioner", "Target", "compile_spec", "device_libraries", "device_library_path", "lower",
-           "makefile_builds", "op_package_options", "preflight"]
+__all__ = [
+    "DEVICE_WORKSPACE",
+    "CompileSpecError",
+    "OpPackageBuild",
+    "Platform",
+    "PreflightError",
+    "QnnCustomOpPartitioner",
+    "Target",
+    "compile_spec",
+    "device_libraries",
+    "device_library_path",
+    "lower",
+    "makefile_builds",
+    "op_package_options",
+    "preflight",
+]

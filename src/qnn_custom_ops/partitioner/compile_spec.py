@@ -10,9 +10,9 @@ from __future__ import annotations
 import enum
 import shutil
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from executorch.backends.qualcomm.serialization.qc_schema import (
     QcomChipset,
@@ -24,7 +24,6 @@ from executorch.backends.qualcomm.serialization.qc_schema import (
 
 from ..builder import OpPackageBinding
 from ..errors import ReportedError
-
 
 DEVICE_WORKSPACE = "/data/local/tmp/qnn_custom_ops"
 
@@ -40,8 +39,10 @@ class Platform(str, enum.Enum):
 
 
 _TARGETS = {Target.HTP: QnnExecuTorchOpPackageTarget.HTP, Target.CPU: QnnExecuTorchOpPackageTarget.CPU}
-_PLATFORMS = {Platform.X86_64: QnnExecuTorchOpPackagePlatform.X86_64,
-              Platform.AARCH64_ANDROID: QnnExecuTorchOpPackagePlatform.AARCH64_ANDROID}
+_PLATFORMS = {
+    Platform.X86_64: QnnExecuTorchOpPackagePlatform.X86_64,
+    Platform.AARCH64_ANDROID: QnnExecuTorchOpPackagePlatform.AARCH64_ANDROID,
+}
 
 
 class CompileSpecError(ReportedError, ValueError):
@@ -80,9 +81,11 @@ def makefile_builds(package_dir: str | Path, package_name: str, htp_arch: int) -
     ``make htp_v<arch>`` (HTP, device), ``make htp_aarch64`` (CPU, device), ``make htp_x86``."""
     build = Path(package_dir) / "build"
     library = f"libQnn{package_name}.so"
-    return [OpPackageBuild(Target.HTP, Platform.AARCH64_ANDROID, build / f"hexagon-v{htp_arch}" / library),
-            OpPackageBuild(Target.CPU, Platform.AARCH64_ANDROID, build / "aarch64-android" / library),
-            OpPackageBuild(Target.HTP, Platform.X86_64, build / "x86_64-linux-clang" / library)]
+    return [
+        OpPackageBuild(Target.HTP, Platform.AARCH64_ANDROID, build / f"hexagon-v{htp_arch}" / library),
+        OpPackageBuild(Target.CPU, Platform.AARCH64_ANDROID, build / "aarch64-android" / library),
+        OpPackageBuild(Target.HTP, Platform.X86_64, build / "x86_64-linux-clang" / library),
+    ]
 
 
 def device_libraries(package_name: str, builds: Iterable[OpPackageBuild]) -> dict[str, Path]:
@@ -127,8 +130,10 @@ def op_package_options(binding: OpPackageBinding, builds: Iterable[OpPackageBuil
 def _check_builds(package_name: str, builds: list[OpPackageBuild]) -> list[str]:
     problems = []
     if not any(b.target is Target.HTP for b in builds):
-        problems.append("no HTP build: add OpPackageBuild('HTP', ...) for the library made by `make htp_vNN` "
-                        "(device) or `make htp_x86` (simulator)")
+        problems.append(
+            "no HTP build: add OpPackageBuild('HTP', ...) for the library made by `make htp_vNN` "
+            "(device) or `make htp_x86` (simulator)"
+        )
     seen = set()
     for build in builds:
         key = (build.target, build.platform)
@@ -155,8 +160,10 @@ def _missing_symbol(library: Path, symbol: str) -> str | None:
     if result.returncode != 0:
         return f"{library}: not a shared library nm can read ({result.stderr.strip()})"
     if not any(line.split()[-1:] == [symbol] for line in result.stdout.splitlines()):
-        return (f"{library}: does not export {symbol} (is it this package's library? "
-                "THIS_PKG_NAME must be the config's PackageName)")
+        return (
+            f"{library}: does not export {symbol} (is it this package's library? "
+            "THIS_PKG_NAME must be the config's PackageName)"
+        )
     return None
 
 
@@ -170,8 +177,13 @@ def chipset(soc: str | QcomChipset) -> QcomChipset:
         raise CompileSpecError(f"unknown SoC {soc!r}: use one of {known}") from None
 
 
-def compile_spec(soc: str | QcomChipset, binding: OpPackageBinding, builds: Iterable[OpPackageBuild],
-                 quant: bool = True, **options: object) -> list:
+def compile_spec(
+    soc: str | QcomChipset,
+    binding: OpPackageBinding,
+    builds: Iterable[OpPackageBuild],
+    quant: bool = True,
+    **options: object,
+) -> list:
     """The full QNN HTP compile spec for ``to_edge_transform_and_lower``, op packages included.
 
     ``quant=False`` compiles for the HTP's fp16 precision. Extra ``options`` go to

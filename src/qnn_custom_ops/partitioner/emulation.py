@@ -21,15 +21,14 @@ from ..builder.quantized import (
     Encoding,
     QuantizedEmulationError,
     assert_finite,
+    encoding_lists,
     encoding_of,
     is_dequantize,
     is_quantize,
     plain_encoding,
-    encoding_lists,
     quantized_variant,
     storage_dtype,
 )
-
 
 
 @dataclass(frozen=True)
@@ -56,8 +55,11 @@ def cast_int64_inputs(program: torch.export.ExportedProgram, binding: OpPackageB
             continue
         for source in list(node.all_input_nodes):
             value = source.meta.get("val")
-            if source.op in ("placeholder", "get_attr") and isinstance(value, torch.Tensor) \
-                    and value.dtype == torch.int64:
+            if (
+                source.op in ("placeholder", "get_attr")
+                and isinstance(value, torch.Tensor)
+                and value.dtype == torch.int64
+            ):
                 with graph.inserting_before(node):
                     cast = graph.call_function(torch.ops.aten._to_copy.default, (source,), {"dtype": torch.int32})
                 cast.meta["val"] = value.to(torch.int32)
@@ -99,8 +101,10 @@ def _fold(graph: torch.fx.Graph, node: torch.fx.Node, binding: OpBinding) -> Emu
     multi = len(binding.opdef.outputs) > 1
     carriers = [output_carrier(node, i, multi) for i in range(len(binding.opdef.outputs))]
     quantizers = [_quantizer_of(carrier) for carrier in carriers]
-    output_encodings = [encoding_of(q) if q is not None else plain_encoding(_value(node, i, multi).dtype)
-                        for i, q in enumerate(quantizers)]
+    output_encodings = [
+        encoding_of(q) if q is not None else plain_encoding(_value(node, i, multi).dtype)
+        for i, q in enumerate(quantizers)
+    ]
     encodings = input_encodings + output_encodings
     if not any(e.is_quantized for e in encodings):
         return None
@@ -121,8 +125,10 @@ def _quantizer_of(carrier: torch.fx.Node | None) -> torch.fx.Node | None:
     if not all(is_quantize(u) for u in users):
         return None
     if len({encoding_of(u) for u in users}) > 1:
-        raise QuantizedEmulationError(f"node {carrier.name} is quantized with {len(users)} different encodings; "
-                                      "a kernel writes one (share one quantize node)")
+        raise QuantizedEmulationError(
+            f"node {carrier.name} is quantized with {len(users)} different encodings; "
+            "a kernel writes one (share one quantize node)"
+        )
     return users[0]
 
 
@@ -130,8 +136,16 @@ def _value(node: torch.fx.Node, index: int, multi: bool) -> Any:
     return node.meta["val"][index] if multi else node.meta["val"]
 
 
-def _insert(graph: torch.fx.Graph, node: torch.fx.Node, binding: OpBinding, values: list[Any],
-            encodings: list[Encoding], quantizers: list, carriers: list, multi: bool) -> list[torch.fx.Node]:
+def _insert(
+    graph: torch.fx.Graph,
+    node: torch.fx.Node,
+    binding: OpBinding,
+    values: list[Any],
+    encodings: list[Encoding],
+    quantizers: list,
+    carriers: list,
+    multi: bool,
+) -> list[torch.fx.Node]:
     """The quantized variant's node (and its getitems); returns the node of each output."""
     variant = quantized_variant(binding)
     schema_args = binding.overload._schema.arguments
@@ -139,12 +153,14 @@ def _insert(graph: torch.fx.Graph, node: torch.fx.Node, binding: OpBinding, valu
     keywords = {a.name: v for v, a in zip(values, schema_args) if a.kwarg_only}
     lists = encoding_lists(encodings)
     output_values = []
-    for index, (quantizer, encoding) in enumerate(zip(quantizers, encodings[len(binding.inputs):])):
+    for index, (quantizer, encoding) in enumerate(zip(quantizers, encodings[len(binding.inputs) :])):
         value = quantizer.meta["val"] if quantizer is not None else _value(node, index, multi)
         if value.dtype != storage_dtype(encoding, value.dtype):
-            raise QuantizedEmulationError(f"node {node.name}: output {index} is stored as {value.dtype}, "
-                                          f"not {storage_dtype(encoding, value.dtype)} as PT2E stores "
-                                          f"{encoding.datatype.short_name}")
+            raise QuantizedEmulationError(
+                f"node {node.name}: output {index} is stored as {value.dtype}, "
+                f"not {storage_dtype(encoding, value.dtype)} as PT2E stores "
+                f"{encoding.datatype.short_name}"
+            )
         output_values.append(value)
     with graph.inserting_before(node):
         call = graph.call_function(variant, (*lists, *positional), keywords)
@@ -160,8 +176,14 @@ def _insert(graph: torch.fx.Graph, node: torch.fx.Node, binding: OpBinding, valu
         return outputs
 
 
-def _remove_folded(graph: torch.fx.Graph, node: torch.fx.Node, quantizers: list, carriers: list, multi: bool,
-                   outputs: list[torch.fx.Node]) -> None:
+def _remove_folded(
+    graph: torch.fx.Graph,
+    node: torch.fx.Node,
+    quantizers: list,
+    carriers: list,
+    multi: bool,
+    outputs: list[torch.fx.Node],
+) -> None:
     """Route every use to the new outputs, then drop the op, its quantize nodes and any
     dequantize node left without users."""
     dequantized = [s for s in node.all_input_nodes if is_dequantize(s)]

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from executorch.backends.qualcomm._passes.qnn_pass_manager import get_qnn_pass_manager_cls
@@ -17,13 +18,12 @@ from executorch.exir import EdgeCompileConfig, ExecutorchProgramManager, to_edge
 from ..builder import OpPackageBinding
 from ..builder.quantized import Encoding, encoding_of, is_dequantize
 from ..builder.visitor import bound_visitors
+from ..errors import ReportedError, UsageError
 from ..generator.writer import write_atomic
+from ..opdef import Datatype
 from .emulation import EmulatedOp, cast_int64_inputs, emulate_quantized
 from .partitioner import QnnCustomOpPartitioner
 from .preflight import PreflightError, preflight
-from ..errors import ReportedError, UsageError
-from ..opdef import Datatype
-
 
 TARGETS = ("host", "qnn")
 EMULATIONS = ("quantized", "float")
@@ -56,8 +56,9 @@ def is_quantized(program: torch.export.ExportedProgram) -> bool:
     return any("quantized_decomposed" in str(n.target) for n in program.graph.nodes if n.op == "call_function")
 
 
-def _lower_host(exported: torch.export.ExportedProgram, binding: OpPackageBinding,
-                emulate: str) -> tuple[Any, list[EmulatedOp]]:
+def _lower_host(
+    exported: torch.export.ExportedProgram, binding: OpPackageBinding, emulate: str
+) -> tuple[Any, list[EmulatedOp]]:
     """The program QNN would run, for the host's kernels.
 
     int64 inputs of bound ops are cast to int32 as QNN's lowering does; every bound op is
@@ -80,8 +81,9 @@ def _lower_host(exported: torch.export.ExportedProgram, binding: OpPackageBindin
             emulated = emulate_quantized(exported, binding)
     else:
         partitioners.append(XnnpackPartitioner())
-    edge = to_edge_transform_and_lower(exported, partitioner=partitioners,
-                                       compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    edge = to_edge_transform_and_lower(
+        exported, partitioner=partitioners, compile_config=EdgeCompileConfig(_check_ir_validity=False)
+    )
     return edge, emulated
 
 
@@ -91,14 +93,24 @@ def _lower_qnn(exported: torch.export.ExportedProgram, binding: OpPackageBinding
     pass_manager = get_qnn_pass_manager_cls(QnnExecuTorchBackendType.kHtpBackend)()
     aten = pass_manager.transform_for_export_pipeline(exported)
     with bound_visitors(binding):
-        return to_edge_transform_and_lower(aten, transform_passes=pass_manager.get_to_edge_transform_passes(exported),
-                                           partitioner=[QnnCustomOpPartitioner(compile_spec, binding)],
-                                           compile_config=qnn_edge_config())
+        return to_edge_transform_and_lower(
+            aten,
+            transform_passes=pass_manager.get_to_edge_transform_passes(exported),
+            partitioner=[QnnCustomOpPartitioner(compile_spec, binding)],
+            compile_config=qnn_edge_config(),
+        )
 
 
-def lower(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], binding: OpPackageBinding,
-          target: str = "host", *, compile_spec: list | None = None, emulate: str = "quantized",
-          output: str | Path | None = None) -> LoweredProgram:
+def lower(
+    model: torch.nn.Module,
+    example_inputs: Sequence[torch.Tensor],
+    binding: OpPackageBinding,
+    target: str = "host",
+    *,
+    compile_spec: list | None = None,
+    emulate: str = "quantized",
+    output: str | Path | None = None,
+) -> LoweredProgram:
     """Export and lower ``model`` (float, or converted by PT2E) and return the program manager.
 
     ``target="host"``: standard ops to XNNPACK (float models only), the custom ops to the
@@ -127,9 +139,19 @@ def lower(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], bindin
     if output is not None:
         write_atomic(Path(output), program.buffer)
         if Path(output).is_file():  # not for a stream such as /dev/stdout
-            write_atomic(encodings_file(Path(output)), json.dumps({"output_encodings": [
-                None if e is None else {"datatype": e.datatype.short_name, "scale": e.scale, "offset": e.offset}
-                for e in encodings]}).encode())
+            write_atomic(
+                encodings_file(Path(output)),
+                json.dumps(
+                    {
+                        "output_encodings": [
+                            None
+                            if e is None
+                            else {"datatype": e.datatype.short_name, "scale": e.scale, "offset": e.offset}
+                            for e in encodings
+                        ]
+                    }
+                ).encode(),
+            )
     return program
 
 
@@ -149,9 +171,13 @@ def read_output_encodings(pte: Path) -> tuple[Encoding | None, ...] | None:
     if not path.is_file():
         return None
     try:
-        return tuple(None if e is None else Encoding(Datatype[e["datatype"]], float(e["scale"]), int(e["offset"]))
-                     for e in json.loads(path.read_text())["output_encodings"])
+        return tuple(
+            None if e is None else Encoding(Datatype[e["datatype"]], float(e["scale"]), int(e["offset"]))
+            for e in json.loads(path.read_text())["output_encodings"]
+        )
     except (ValueError, KeyError, TypeError) as exc:
-        raise EncodingsFileError(f"{path}: not an encodings file written by lower(output=...) "
-                                 f"({type(exc).__name__}: {exc}); write it again, or remove it to compare "
-                                 "in absolute terms") from None
+        raise EncodingsFileError(
+            f"{path}: not an encodings file written by lower(output=...) "
+            f"({type(exc).__name__}: {exc}); write it again, or remove it to compare "
+            "in absolute terms"
+        ) from None

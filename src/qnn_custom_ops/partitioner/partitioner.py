@@ -16,7 +16,6 @@ from ..builder.visitor import bound_visitors
 from ..qnn_sdk import require_sdk
 from .preflight import PreflightError, preflight
 
-
 _BACKENDS = {QnnExecuTorchBackendType.kHtpBackend: "HTP", QnnExecuTorchBackendType.kGpuBackend: "GPU"}
 
 

@@ -17,8 +17,6 @@ from ..opdef import Datatype
 from ..opdef.datatypes import plain_datatype
 
 
-
-
 class PreflightError(ReportedError, ValueError):
     """Every problem the preflight found in the graph."""
 
@@ -73,8 +71,10 @@ def preflight(graph_module: torch.fx.GraphModule, binding: OpPackageBinding, bac
             continue
         binding_of_node = binding.op_for(node)
         if binding_of_node is None:
-            problems.append(f"node {node.name} calls custom op {name}, which has no binding (bind it to a QNN op "
-                            f"of {binding.package.name}: bind(package, {{'<QnnOpType>': torch.ops.{name}}}))")
+            problems.append(
+                f"node {node.name} calls custom op {name}, which has no binding (bind it to a QNN op "
+                f"of {binding.package.name}: bind(package, {{'<QnnOpType>': torch.ops.{name}}}))"
+            )
             continue
         try:
             spec = binding.qnn_op_spec(node)
@@ -85,8 +85,9 @@ def preflight(graph_module: torch.fx.GraphModule, binding: OpPackageBinding, bac
     return problems
 
 
-def _datatype_problems(node: torch.fx.Node, binding_of_node: OpBinding, inputs: tuple[torch.fx.Node, ...],
-                       backend: str) -> list[str]:
+def _datatype_problems(
+    node: torch.fx.Node, binding_of_node: OpBinding, inputs: tuple[torch.fx.Node, ...], backend: str
+) -> list[str]:
     op = binding_of_node.opdef
     found = [(arg.tensor, input_datatype(source)) for arg, source in zip(binding_of_node.inputs, inputs)]
     multi = len(op.outputs) > 1
@@ -99,5 +100,6 @@ def _datatype_problems(node: torch.fx.Node, binding_of_node: OpBinding, inputs: 
                 f"node {node.name} ({binding_of_node.custom_op_name}): {tensor.kind} '{tensor.name}' is "
                 f"{datatype.short_name}, but {binding_of_node.package_name}::{op.name} allows only "
                 f"{', '.join(d.short_name for d in allowed)} on {backend} (quantize the model to one of those, or "
-                "add the datatype to the OpDef and the kernel)")
+                "add the datatype to the OpDef and the kernel)"
+            )
     return problems

@@ -16,5 +16,15 @@ from .annotation import (  # noqa: E402
 )
 from .factory import BoundOpsQnnQuantizer, make_quantizer  # noqa: E402
 
-__all__ = ["BoundOpsQnnQuantizer", "FLOAT_TENSORS_KEY", "QUANT_DTYPES", "QuantAnnotationError", "Share", "make_annotation",
-           "make_quantizer", "quant_annotation", "quant_dtype_of", "spec_datatype"]
+__all__ = [
+    "BoundOpsQnnQuantizer",
+    "FLOAT_TENSORS_KEY",
+    "QUANT_DTYPES",
+    "QuantAnnotationError",
+    "Share",
+    "make_annotation",
+    "make_quantizer",
+    "quant_annotation",
+    "quant_dtype_of",
+    "spec_datatype",
+]

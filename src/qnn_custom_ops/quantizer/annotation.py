@@ -10,8 +10,9 @@ raises ``QuantAnnotationError`` -- never a silent fallback.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Union
+from typing import Any, TypeAlias
 
 import torch
 from executorch.backends.qualcomm.quantizer.quantizer import QUANT_CONFIG_DICT, QuantDtype
@@ -25,7 +26,7 @@ from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
 
 from ..builder import OpBinding, OpPackageBinding, node_arguments, output_carrier, target_op_name
 from ..errors import ReportedError, UsageError
-from ..opdef import Datatype, HTP, Role, TensorDef
+from ..opdef import HTP, Datatype, Role, TensorDef
 
 QUANT_DTYPES = {
     "8a8w": QuantDtype.use_8a8w,
@@ -50,9 +51,9 @@ class Share:
 
 
 #: Override values: a spec, a ``Share``, or None to keep the tensor float.
-Override = Union[QuantizationSpecBase, Share, None]
+Override: TypeAlias = QuantizationSpecBase | Share | None
 #: Per QNN op type: {(Role.INPUT | Role.OUTPUT, index) or tensor name: Override} ("input"/"output" too).
-Overrides = Mapping[str, Mapping[Union[tuple, str], Override]]
+Overrides = Mapping[str, Mapping[tuple | str, Override]]
 
 
 def quant_dtype_of(name: str) -> QuantDtype:
@@ -99,9 +100,11 @@ class OpAnnotator:
         valid |= {t.name for t in op.inputs + op.outputs}
         unknown = [k for k in self.overrides if k not in valid]
         if unknown:
-            raise QuantAnnotationError(f"{op.name}: override keys {unknown} name no input or output "
-                                       f"(use ('input', i), ('output', i) or one of "
-                                       f"{', '.join(t.name for t in op.inputs + op.outputs)})")
+            raise QuantAnnotationError(
+                f"{op.name}: override keys {unknown} name no input or output "
+                f"(use ('input', i), ('output', i) or one of "
+                f"{', '.join(t.name for t in op.inputs + op.outputs)})"
+            )
         for key, value in self.overrides.items():
             problem = self._override_value_problem(value)
             if problem:
@@ -143,7 +146,8 @@ class OpAnnotator:
                     f"{self.binding.package_name}::{self.binding.opdef.name}: {tensor.kind} '{tensor.name}' would be "
                     f"{produced.short_name} under {self.quant_dtype}, but the OpDef allows only "
                     f"{', '.join(d.short_name for d in allowed)} on {HTP} (add {produced.value} to its "
-                    "<Datatype>s and the kernel, choose another quant_dtype, or override this tensor)")
+                    "<Datatype>s and the kernel, choose another quant_dtype, or override this tensor)"
+                )
         return spec
 
     def _tensor_spec(self, kind: Role, index: int) -> Override:
@@ -165,8 +169,9 @@ class OpAnnotator:
         carrier = output_carrier(node, share.index, len(self.binding.opdef.outputs) > 1)
         if share.kind == Role.OUTPUT and carrier is not None:
             return SharedQuantizationSpec(carrier)
-        raise QuantAnnotationError(f"{self.binding.opdef.name}: node {node.name} has no {share.kind} {share.index} "
-                                   "to share an encoding with")
+        raise QuantAnnotationError(
+            f"{self.binding.opdef.name}: node {node.name} has no {share.kind} {share.index} to share an encoding with"
+        )
 
     def _input_nodes(self, node: torch.fx.Node) -> list[torch.fx.Node | None]:
         values = node_arguments(self.binding, node)
@@ -189,7 +194,8 @@ class OpAnnotator:
         output_specs = [self.spec_for(Role.OUTPUT, i, node) for i in range(len(outputs))]
         float_tensors += [out.name for out, spec in zip(outputs, output_specs) if spec is None]
         node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(
-            input_qspec_map=input_map, output_qspec=None if multi else output_specs[0], _annotated=True)
+            input_qspec_map=input_map, output_qspec=None if multi else output_specs[0], _annotated=True
+        )
         node.meta[FLOAT_TENSORS_KEY] = tuple(float_tensors)
         if multi:
             for index, spec in enumerate(output_specs):
@@ -198,15 +204,17 @@ class OpAnnotator:
                     carrier.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(output_qspec=spec, _annotated=True)
 
 
-def quant_annotation(binding: OpPackageBinding, quant_dtype: str = "8a8w",
-                     overrides: Overrides | None = None) -> Callable[[torch.fx.GraphModule], None]:
+def quant_annotation(
+    binding: OpPackageBinding, quant_dtype: str = "8a8w", overrides: Overrides | None = None
+) -> Callable[[torch.fx.GraphModule], None]:
     """``(GraphModule) -> None`` for ``QnnQuantizer.add_custom_quant_annotations``: annotates
     every node of the binding's ops as its OpDef allows."""
     return make_annotation(binding.ops, quant_dtype, overrides)
 
 
-def make_annotation(bindings: Mapping[str, OpBinding], quant_dtype: str = "8a8w",
-                    overrides: Overrides | None = None) -> Callable[[torch.fx.GraphModule], None]:
+def make_annotation(
+    bindings: Mapping[str, OpBinding], quant_dtype: str = "8a8w", overrides: Overrides | None = None
+) -> Callable[[torch.fx.GraphModule], None]:
     """The custom annotation function for ``QnnQuantizer.add_custom_quant_annotations``."""
     overrides = overrides or {}
     unknown = [t for t in overrides if t not in bindings]

@@ -26,9 +26,15 @@ class BoundOpsQnnQuantizer(QnnQuantizer):
         return super().annotate(model)
 
 
-def make_quantizer(binding: OpPackageBinding, quant_dtype: str = "8a8w", overrides: Overrides | None = None,
-                   soc_model: str = "SM8750", per_channel_conv: bool = True, per_channel_linear: bool = False,
-                   **default_config: Any) -> QnnQuantizer:
+def make_quantizer(
+    binding: OpPackageBinding,
+    quant_dtype: str = "8a8w",
+    overrides: Overrides | None = None,
+    soc_model: str = "SM8750",
+    per_channel_conv: bool = True,
+    per_channel_linear: bool = False,
+    **default_config: Any,
+) -> QnnQuantizer:
     """A ``QnnQuantizer`` for ``quant_dtype`` whose custom annotation covers the bound ops.
 
     Configured as executorch's ``export_utils.make_quantizer`` does (which also accepts
@@ -38,6 +44,10 @@ def make_quantizer(binding: OpPackageBinding, quant_dtype: str = "8a8w", overrid
     annotation = quant_annotation(binding, quant_dtype, overrides)
     quantizer = BoundOpsQnnQuantizer(binding, soc_model=QcomChipset[soc_model])
     quantizer.add_custom_quant_annotations((annotation,))
-    quantizer.set_default_quant_config(quant_dtype_of(quant_dtype), is_conv_per_channel=per_channel_conv,
-                                       is_linear_per_channel=per_channel_linear, **default_config)
+    quantizer.set_default_quant_config(
+        quant_dtype_of(quant_dtype),
+        is_conv_per_channel=per_channel_conv,
+        is_linear_per_channel=per_channel_linear,
+        **default_config,
+    )
     return quantizer

@@ -12,8 +12,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from filelock import FileLock
 
@@ -40,7 +40,7 @@ def cache_root() -> Path:
     return base / "qnn_custom_ops"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def host_cpu() -> str:
     """This machine's CPU model and instruction-set flags, hashed: host builds use
     ``-march=native``, so a cache shared with another kind of CPU must not hand its builds over."""
@@ -72,12 +72,20 @@ def work_dir(root: Path, name: str, source: Path, options: Mapping[str, str]) ->
 
 def files_under(*directories: Path) -> list[Path]:
     """Every regular file below the directories, build outputs excluded."""
-    return [p for d in directories for p in sorted(d.rglob("*"))
-            if p.is_file() and "build" not in p.relative_to(d).parts]
+    return [
+        p for d in directories for p in sorted(d.rglob("*")) if p.is_file() and "build" not in p.relative_to(d).parts
+    ]
 
 
-def cached_build(project: Path | Mapping[str, str], build_dir: Path, work_dir: Path, library_name: str,
-                 options: Mapping[str, str], what: str, keyed: Path) -> Path:
+def cached_build(
+    project: Path | Mapping[str, str],
+    build_dir: Path,
+    work_dir: Path,
+    library_name: str,
+    options: Mapping[str, str],
+    what: str,
+    keyed: Path,
+) -> Path:
     """``build_dir/library_name``, built from ``project`` (a CMake source directory, or the
     files of one, relative path -> text) unless a valid, current copy is there already.
 
@@ -95,13 +103,22 @@ def cached_build(project: Path | Mapping[str, str], build_dir: Path, work_dir: P
     try:
         return _build_locked(project, build_dir, work_dir, library_name, options, what, keyed)
     except OSError as exc:  # the compiler's failures are HostBuildError; this is the cache directory
-        raise HostBuildError(f"{what}: cannot build in the cache {build_dir.parent}: {exc.strerror or exc}"
-                             f"{f' ({exc.filename})' if exc.filename else ''} (set QCO_CACHE_DIR to a writable "
-                             "directory)") from exc
+        raise HostBuildError(
+            f"{what}: cannot build in the cache {build_dir.parent}: {exc.strerror or exc}"
+            f"{f' ({exc.filename})' if exc.filename else ''} (set QCO_CACHE_DIR to a writable "
+            "directory)"
+        ) from exc
 
 
-def _build_locked(project: Path | Mapping[str, str], build_dir: Path, work_dir: Path, library_name: str,
-                  options: Mapping[str, str], what: str, keyed: Path) -> Path:
+def _build_locked(
+    project: Path | Mapping[str, str],
+    build_dir: Path,
+    work_dir: Path,
+    library_name: str,
+    options: Mapping[str, str],
+    what: str,
+    keyed: Path,
+) -> Path:
     library = build_dir / library_name
     work_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(work_dir) + ".lock"):
@@ -116,15 +133,31 @@ def _build_locked(project: Path | Mapping[str, str], build_dir: Path, work_dir: 
     return library
 
 
-def _build_in(project: Path | Mapping[str, str], work_dir: Path, library_name: str, options: Mapping[str, str],
-              what: str, keyed: Path) -> tuple[Path, list[Path]]:
+def _build_in(
+    project: Path | Mapping[str, str],
+    work_dir: Path,
+    library_name: str,
+    options: Mapping[str, str],
+    what: str,
+    keyed: Path,
+) -> tuple[Path, list[Path]]:
     """Configure (once) and build in ``work_dir``: the library, and the headers it read from
     outside the directories the cache key covers."""
     source_dir = project if isinstance(project, Path) else _write_sources(work_dir / "src", project)
     binary_dir = work_dir / "build"
     if not (binary_dir / "CMakeCache.txt").is_file():
-        _run(["cmake", "-S", str(source_dir), "-B", str(binary_dir), "-DCMAKE_BUILD_TYPE=Release",
-              *(f"-D{k}={v}" for k, v in options.items())], what)
+        _run(
+            [
+                "cmake",
+                "-S",
+                str(source_dir),
+                "-B",
+                str(binary_dir),
+                "-DCMAKE_BUILD_TYPE=Release",
+                *(f"-D{k}={v}" for k, v in options.items()),
+            ],
+            what,
+        )
     _run(["cmake", "--build", str(binary_dir), "--parallel", str(os.cpu_count() or 1)], what)
     covered = (keyed.resolve(), work_dir.resolve(), *_INSTALLED)
     return binary_dir / library_name, [p for p in _compiled_headers(binary_dir) if not _is_under(p, covered)]
@@ -151,8 +184,11 @@ def _compiled_headers(binary_dir: Path) -> list[Path]:
     found: set[Path] = set()
     for depfile in binary_dir.rglob("*.o.d"):
         _, _, prerequisites = depfile.read_text(errors="replace").replace("\\\n", " ").partition(": ")
-        found.update(Path(token.replace("\\ ", " ")).resolve()
-                     for token in re.split(r"(?<!\\)\s+", prerequisites.strip()) if token)
+        found.update(
+            Path(token.replace("\\ ", " ")).resolve()
+            for token in re.split(r"(?<!\\)\s+", prerequisites.strip())
+            if token
+        )
     return sorted(found)
 
 
@@ -197,8 +233,9 @@ def _publish(built: Path, build_dir: Path, dependencies: list[str]) -> None:
 def _interrupted(result: subprocess.CompletedProcess) -> bool:
     """The step died of Ctrl-C (SIGINT reaches the whole foreground group: make reports it and
     exits 2, before Python's own KeyboardInterrupt may be raised)."""
-    return (result.returncode in (-signal.SIGINT, 128 + signal.SIGINT)
-            or (result.returncode != 0 and "Interrupt" in result.stdout + result.stderr))
+    return result.returncode in (-signal.SIGINT, 128 + signal.SIGINT) or (
+        result.returncode != 0 and "Interrupt" in result.stdout + result.stderr
+    )
 
 
 def _run(command: list[str], what: str) -> str:
@@ -210,7 +247,10 @@ def _run(command: list[str], what: str) -> str:
         raise KeyboardInterrupt
     if result.returncode != 0:
         output = (result.stdout + result.stderr).splitlines()
-        errors = [line for line in output if ("error" in line.lower() or "undefined reference" in line)
-                  and "make" not in line.split(":")[0]]
+        errors = [
+            line
+            for line in output
+            if ("error" in line.lower() or "undefined reference" in line) and "make" not in line.split(":")[0]
+        ]
         raise HostBuildError(f"{what} failed:\n" + "\n".join(errors or output[-20:]))
     return result.stdout

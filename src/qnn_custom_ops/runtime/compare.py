@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -48,8 +48,10 @@ class OutputReport:
         verdict = "ok" if self.passed else "FAIL"
         plural = "" if self.steps == 1 else "s"
         steps = "" if self.steps is None else f" ({self.steps} step{plural} of {self.scale:.4g})"
-        detail = self.problem or (f"max abs {self.max_abs:.4g}{steps}  mean abs {self.mean_abs:.4g}  "
-                                  f"cosine {self.cosine:.6f}  SQNR {self.sqnr_db:.1f} dB")
+        detail = self.problem or (
+            f"max abs {self.max_abs:.4g}{steps}  mean abs {self.mean_abs:.4g}  "
+            f"cosine {self.cosine:.6f}  SQNR {self.sqnr_db:.1f} dB"
+        )
         return f"output {self.index}: {list(self.shape)} {str(self.dtype).replace('torch.', '')}  {detail}  {verdict}"
 
 
@@ -73,16 +75,34 @@ def _max_code_difference(got: torch.Tensor, want: torch.Tensor, encoding: Encodi
     return int((codes(got, encoding) - codes(want, encoding)).abs().max()) if got.numel() else 0
 
 
-def compare_output(index: int, output: torch.Tensor, golden: torch.Tensor, tolerance: Tolerance,
-                   encoding: Encoding | None = None) -> OutputReport:
+def compare_output(
+    index: int, output: torch.Tensor, golden: torch.Tensor, tolerance: Tolerance, encoding: Encoding | None = None
+) -> OutputReport:
     shape, dtype = tuple(output.shape), output.dtype
     if tuple(golden.shape) != shape:
-        return OutputReport(index, shape, dtype, math.inf, math.inf, 0.0, -math.inf, False,
-                            f"shape {list(shape)} but the golden is {list(golden.shape)}")
+        return OutputReport(
+            index,
+            shape,
+            dtype,
+            math.inf,
+            math.inf,
+            0.0,
+            -math.inf,
+            False,
+            f"shape {list(shape)} but the golden is {list(golden.shape)}",
+        )
     if golden.dtype != dtype:
-        return OutputReport(index, shape, dtype, math.inf, math.inf, 0.0, -math.inf, False,
-                            f"dtype {str(dtype).replace('torch.', '')} but the golden is "
-                            f"{str(golden.dtype).replace('torch.', '')}")
+        return OutputReport(
+            index,
+            shape,
+            dtype,
+            math.inf,
+            math.inf,
+            0.0,
+            -math.inf,
+            False,
+            f"dtype {str(dtype).replace('torch.', '')} but the golden is {str(golden.dtype).replace('torch.', '')}",
+        )
     got, want = output.detach().double().flatten(), golden.detach().double().flatten()
     error = got - want
     max_abs = float(error.abs().max()) if error.numel() else 0.0
@@ -96,9 +116,12 @@ def compare_output(index: int, output: torch.Tensor, golden: torch.Tensor, toler
     return OutputReport(index, shape, dtype, max_abs, mean_abs, cosine, sqnr, passed, encoding=encoding, steps=steps)
 
 
-def compare_outputs(outputs: Sequence[torch.Tensor], goldens: Sequence[torch.Tensor],
-                    tolerance: Tolerance = Tolerance(),
-                    encodings: Sequence[Encoding | None] | None = None) -> list[OutputReport]:
+def compare_outputs(
+    outputs: Sequence[torch.Tensor],
+    goldens: Sequence[torch.Tensor],
+    tolerance: Tolerance = Tolerance(),
+    encodings: Sequence[Encoding | None] | None = None,
+) -> list[OutputReport]:
     """One report per output; a count mismatch is an error, not a partial pass.
 
     ``encodings`` gives each output's quantization (``LoweredProgram.output_encodings``): such

@@ -8,17 +8,17 @@ import math
 import os
 import statistics
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from ..errors import UsageError
+from ..generator.abi import KernelDType
 from ..opdef import Datatype, OpDef, OpPackage, TensorDef
 from ..opdef.datatypes import DATATYPES
-from ..generator.abi import KernelDType
 from .isolation import call_isolated
 from .kernel_abi import KernelLibrary, KernelTensor
 
@@ -110,13 +110,20 @@ class PackageCost:
     costs: list[Cost]
 
 
-def measure_package(library_path: str | Path, package_name: str, cases: Sequence[KernelCase],
-                    min_seconds: float = 0.2, *, isolated: bool = False) -> PackageCost:
+def measure_package(
+    library_path: str | Path,
+    package_name: str,
+    cases: Sequence[KernelCase],
+    min_seconds: float = 0.2,
+    *,
+    isolated: bool = False,
+) -> PackageCost:
     """Every case of a package's host kernel library on one pinned core; ``isolated=True``
     measures in a child process, so a kernel that crashes raises ``KernelCrashError``."""
     if isolated:
-        return call_isolated(measure_package, library_path, package_name, cases, min_seconds,
-                             what="the cost measurement")
+        return call_isolated(
+            measure_package, library_path, package_name, cases, min_seconds, what="the cost measurement"
+        )
     library = KernelLibrary(library_path, package_name)
     with one_core() as core:
         return PackageCost(core, copy_bandwidth(), measure(library, cases, min_seconds))
@@ -142,8 +149,10 @@ def _measured_datatype(tensor: TensorDef, where: str) -> Datatype:
         return Datatype.FLOAT_32
     integer = next((d for d in tensor.datatypes if d.is_integer and DATATYPES[d].kernel is not None), None)
     if integer is None:
-        raise UsageError(f"{where}: {tensor.name} is {', '.join(d.short_name for d in tensor.datatypes)}; cost "
-                         "measures tensors that may be FLOAT_32 or an integer datatype")
+        raise UsageError(
+            f"{where}: {tensor.name} is {', '.join(d.short_name for d in tensor.datatypes)}; cost "
+            "measures tensors that may be FLOAT_32 or an integer datatype"
+        )
     return integer
 
 
@@ -157,11 +166,12 @@ def _tensor_for(datatype: Datatype, dims: tuple[int, ...], generator: np.random.
 
 def check_case_size(shapes: dict[str, tuple[int, ...]], datatypes: dict[str, Datatype], where: str) -> None:
     """Refuse a case whose tensors would not fit in memory, before allocating them."""
-    nbytes = sum(math.prod(dims) * np.dtype(DATATYPES[datatypes[name]].numpy).itemsize
-                 for name, dims in shapes.items())
+    nbytes = sum(math.prod(dims) * np.dtype(DATATYPES[datatypes[name]].numpy).itemsize for name, dims in shapes.items())
     if nbytes > _MAX_CASE_BYTES:
-        raise UsageError(f"{where}: the tensors need {nbytes / 1e9:.3g} GB, more than a quarter of this machine's "
-                         f"memory ({_MAX_CASE_BYTES / 1e9:.3g} GB): measure a smaller shape")
+        raise UsageError(
+            f"{where}: the tensors need {nbytes / 1e9:.3g} GB, more than a quarter of this machine's "
+            f"memory ({_MAX_CASE_BYTES / 1e9:.3g} GB): measure a smaller shape"
+        )
 
 
 def parse_assignments(text: str, where: str) -> dict[str, str]:
@@ -190,9 +200,11 @@ def named_shapes(op: OpDef, assignments: str, where: str) -> dict[str, tuple[int
     missing = [t.name for t in tensors if t.name not in shapes]
     unknown = [name for name in shapes if name not in {t.name for t in tensors}]
     if missing or unknown:
-        raise UsageError(f"{where}: name every input and output of {op.name} once "
-                         f"({', '.join(t.name for t in tensors)}); missing: {', '.join(missing) or '-'}, "
-                         f"unknown: {', '.join(unknown) or '-'}")
+        raise UsageError(
+            f"{where}: name every input and output of {op.name} once "
+            f"({', '.join(t.name for t in tensors)}); missing: {', '.join(missing) or '-'}, "
+            f"unknown: {', '.join(unknown) or '-'}"
+        )
     return {t.name: parse_dims(shapes[t.name], where) for t in tensors}
 
 
@@ -213,6 +225,12 @@ def cases_from_shapes(package: OpPackage, specs: Sequence[str], seed: int = 0) -
         datatypes = {t.name: _measured_datatype(t, where) for t in op.outputs + op.inputs}
         check_case_size(dims, datatypes, where)
         made = {name: _tensor_for(datatypes[name], dims[name], generator) for name in dims}
-        cases.append(KernelCase(op_name, shape_label(op, dims), tuple(made[t.name] for t in op.outputs),
-                                tuple(made[t.name] for t in op.inputs)))
+        cases.append(
+            KernelCase(
+                op_name,
+                shape_label(op, dims),
+                tuple(made[t.name] for t in op.outputs),
+                tuple(made[t.name] for t in op.inputs),
+            )
+        )
     return cases

@@ -8,7 +8,7 @@ carries it, with a random encoding of QNN's convention (real = scale * (q + offs
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -65,7 +65,7 @@ def _shapes(op: OpDef, assignments: str, where: str) -> dict[str, tuple[int, ...
     """Every input and output of ``op`` named once in ``assignments``, or (none named) the
     default dims cut to each tensor's rank."""
     if not assignments:
-        return {t.name: DEFAULT_DIMS[:4 if t.shape.rank is None else t.shape.rank] for t in op.outputs + op.inputs}
+        return {t.name: DEFAULT_DIMS[: 4 if t.shape.rank is None else t.shape.rank] for t in op.outputs + op.inputs}
     return named_shapes(op, assignments, where)
 
 
@@ -85,6 +85,12 @@ def dtype_cases(package: OpPackage, specs: Sequence[str] = (), seed: int = 0) ->
             datatypes = {t.name: tensor_datatype(t, op, wanted) for t in op.outputs + op.inputs}
             check_case_size(shapes, datatypes, where)
             made = {name: random_tensor(datatypes[name], dims, generator) for name, dims in shapes.items()}
-            cases.append(KernelCase(op.name, f"{wanted.short_name} {label}", tuple(made[t.name] for t in op.outputs),
-                                    tuple(made[t.name] for t in op.inputs)))
+            cases.append(
+                KernelCase(
+                    op.name,
+                    f"{wanted.short_name} {label}",
+                    tuple(made[t.name] for t in op.outputs),
+                    tuple(made[t.name] for t in op.inputs),
+                )
+            )
     return cases

@@ -21,10 +21,10 @@ import struct
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from filelock import FileLock
@@ -33,10 +33,10 @@ from ..errors import ReportedError
 from ..generator.abi import KernelDType, KernelStatus
 from ..generator.render import template_environment
 from ..opdef.datatypes import kernel_rows
+from .cmake_build import cache_root, content_key, files_under
 from .cost import KernelCase
 from .host_build import build_host_kernels, package_name
 from .kernel_abi import KernelError, KernelLibrary, KernelTensor
-from .cmake_build import cache_root, content_key, files_under
 
 #: The CPU the programs are built for: HTP v66 scalar core with 128-byte HVX (integer).
 HEXAGON_CPU = "hexagonv66+hvxv66+hvx_length128b"
@@ -77,11 +77,19 @@ def emulator() -> str:
     return path
 
 
-def compile_for_hexagon(sources: Sequence[Path], output: Path, includes: Sequence[Path] = (),
-                        extra: Sequence[str] = ()) -> None:
+def compile_for_hexagon(
+    sources: Sequence[Path], output: Path, includes: Sequence[Path] = (), extra: Sequence[str] = ()
+) -> None:
     """Compile and link ``sources`` into a static Hexagon program (``-c`` in ``extra``: an object)."""
-    command = [*hexagon_compiler(), *HEXAGON_FLAGS, *(f"-I{d}" for d in includes), *extra, *map(str, sources),
-               "-o", str(output)]
+    command = [
+        *hexagon_compiler(),
+        *HEXAGON_FLAGS,
+        *(f"-I{d}" for d in includes),
+        *extra,
+        *map(str, sources),
+        "-o",
+        str(output),
+    ]
     env = {**os.environ, "ZIG_GLOBAL_CACHE_DIR": str(zig_cache_dir())}
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode != 0:
@@ -96,11 +104,15 @@ def check_toolchain() -> str:
     CPU-minutes) before any check or ``make htp_v*`` needs it. Returns the program's output."""
     with tempfile.TemporaryDirectory(prefix="qco-hexagon-toolchain-") as tmp:
         source = Path(tmp) / "hello.cpp"
-        source.write_text('#include <cstdio>\n#include <vector>\nint main() { std::vector<long> v(3, 1);\n'
-                          '  std::printf("hexagon ok: sizeof(long) %zu\\n", sizeof(v[0])); }\n')
+        source.write_text(
+            "#include <cstdio>\n#include <vector>\nint main() { std::vector<long> v(3, 1);\n"
+            '  std::printf("hexagon ok: sizeof(long) %zu\\n", sizeof(v[0])); }\n'
+        )
         compile_for_hexagon([source], Path(tmp) / "hello")
         compile_for_hexagon([source], Path(tmp) / "libhello.so", extra=["-shared", "-fPIC"])
-        result = subprocess.run([emulator(), "-cpu", QEMU_CPU, str(Path(tmp) / "hello")], capture_output=True, text=True)
+        result = subprocess.run(
+            [emulator(), "-cpu", QEMU_CPU, str(Path(tmp) / "hello")], capture_output=True, text=True
+        )
     if result.returncode != 0:
         raise HexagonToolError(f"qemu-hexagon could not run a Hexagon program: {result.stderr.strip()[-300:]}")
     return result.stdout.strip()
@@ -108,12 +120,15 @@ def check_toolchain() -> str:
 
 def _driver_ops(package_dir: Path) -> list[str]:
     """The ops of the package's C ABI, in the order of the driver's table."""
-    return sorted(path.name[:-len("CApi.cpp")] for path in (package_dir / "host/src/ops").glob("*CApi.cpp"))
+    return sorted(path.name[: -len("CApi.cpp")] for path in (package_dir / "host/src/ops").glob("*CApi.cpp"))
 
 
 def _driver_source(package_dir: Path, name: str) -> str:
-    return template_environment("qnn_custom_ops.runtime").get_template("hexagon_driver.cpp.j2").render(
-        package=name, functions=[f"qco_{name}_{op}" for op in _driver_ops(package_dir)])
+    return (
+        template_environment("qnn_custom_ops.runtime")
+        .get_template("hexagon_driver.cpp.j2")
+        .render(package=name, functions=[f"qco_{name}_{op}" for op in _driver_ops(package_dir)])
+    )
 
 
 def build_hexagon_driver(package_dir: str | Path) -> Path:
@@ -133,9 +148,14 @@ def build_hexagon_driver(package_dir: str | Path) -> Path:
         staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".partial", dir=entry.parent))
         try:
             (staging / "driver.cpp").write_text(driver)
-            sources = [staging / "driver.cpp", *sorted((package_dir / "host/src").glob("*CApi.cpp")),
-                       *sorted((package_dir / "host/src/ops").glob("*CApi.cpp"))]
-            compile_for_hexagon(sources, staging / "driver", includes=[package_dir / "kernels", package_dir / "host/src"])
+            sources = [
+                staging / "driver.cpp",
+                *sorted((package_dir / "host/src").glob("*CApi.cpp")),
+                *sorted((package_dir / "host/src/ops").glob("*CApi.cpp")),
+            ]
+            compile_for_hexagon(
+                sources, staging / "driver", includes=[package_dir / "kernels", package_dir / "host/src"]
+            )
             staging.rename(entry)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -171,8 +191,9 @@ def decode_results(data: bytes, cases: Sequence[KernelCase]) -> list[tuple[int, 
         for tensor in case.outputs:
             (nbytes,) = struct.unpack_from("<Q", data, position)
             position += 8
-            outputs.append(np.frombuffer(data[position:position + nbytes], dtype=tensor.array.dtype)
-                           .reshape(tensor.array.shape))
+            outputs.append(
+                np.frombuffer(data[position : position + nbytes], dtype=tensor.array.dtype).reshape(tensor.array.shape)
+            )
             position += nbytes
         results.append((status, outputs))
     return results
@@ -191,15 +212,28 @@ def run_on_hexagon(program: Path, cases: Sequence[KernelCase], ops: Sequence[str
     with tempfile.TemporaryDirectory(prefix="qco-hexagon-") as tmp:
         work = Path(tmp)
         (work / "cases").write_bytes(encode_cases(cases, ops))
-        command = [emulator(), "-cpu", QEMU_CPU, "-d", "in_asm,exec,nochain", "-D", str(work / "log"), str(program),
-                   str(work / "cases"), str(work / "results")]
+        command = [
+            emulator(),
+            "-cpu",
+            QEMU_CPU,
+            "-d",
+            "in_asm,exec,nochain",
+            "-D",
+            str(work / "log"),
+            str(program),
+            str(work / "cases"),
+            str(work / "results"),
+        ]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
-            raise HexagonToolError(f"the Hexagon program failed under qemu-hexagon (exit {result.returncode}): "
-                                   f"{(result.stderr or result.stdout).strip()[-500:]}")
+            raise HexagonToolError(
+                f"the Hexagon program failed under qemu-hexagon (exit {result.returncode}): "
+                f"{(result.stderr or result.stdout).strip()[-500:]}"
+            )
         marks = dict(re.findall(r"(qco_call_begin|qco_call_end)=0x([0-9a-f]+)", result.stdout))
-        packets, instructions = count_packets(work / "log", int(marks["qco_call_begin"], 16),
-                                              int(marks["qco_call_end"], 16))
+        packets, instructions = count_packets(
+            work / "log", int(marks["qco_call_begin"], 16), int(marks["qco_call_end"], 16)
+        )
         return HexagonRun(decode_results((work / "results").read_bytes(), cases), packets, instructions)
 
 
@@ -264,14 +298,18 @@ class CheckResult:
     def __str__(self) -> str:
         cost = f"{self.packets:>10} packets  {self.packets / max(self.elements, 1):8.2f}/element"
         if self.host_status != self.hexagon_status:
-            return (f"{self.op:<16}{self.label:<48}MISMATCH status: host {_status(self.host_status)}, "
-                    f"hexagon {_status(self.hexagon_status)}")
+            return (
+                f"{self.op:<16}{self.label:<48}MISMATCH status: host {_status(self.host_status)}, "
+                f"hexagon {_status(self.hexagon_status)}"
+            )
         if self.mismatch:
             return f"{self.op:<16}{self.label:<48}MISMATCH {self.mismatch}"
         if self.host_status != KernelStatus.Ok:
-            return (f"{self.op:<16}{self.label:<48}NOT CHECKED: the kernel refuses this case on both "
-                    f"({_status(self.host_status)}); give shapes it takes with --shape, or make it take a datatype "
-                    "its OpDef declares")
+            return (
+                f"{self.op:<16}{self.label:<48}NOT CHECKED: the kernel refuses this case on both "
+                f"({_status(self.host_status)}); give shapes it takes with --shape, or make it take a datatype "
+                "its OpDef declares"
+            )
         return f"{self.op:<16}{self.label:<48}ok  {cost}"
 
 
@@ -283,7 +321,7 @@ def _status(status: int) -> str:
 
 
 def first_mismatch(host: np.ndarray, hexagon: np.ndarray, tensor: KernelTensor, index: int) -> str:
-    """"" if the two outputs are the same bits; else where they first differ, in values and,
+    """ "" if the two outputs are the same bits; else where they first differ, in values and,
     for fixed point, in steps."""
     flat_host, flat_hexagon = host.ravel(), hexagon.ravel()
     element_bytes = flat_host.view(np.uint8).reshape(flat_host.size, -1)
@@ -313,11 +351,29 @@ def hexagon_check(package_dir: str | Path, cases: Sequence[KernelCase]) -> list[
     for case, (hexagon_status, hexagon_outputs), packets in zip(cases, run.results, run.packets):
         outputs = [KernelTensor(t.array.copy(), t.dtype, t.scale, t.offset) for t in case.outputs]
         host_status = _host_status(library, case, outputs)
-        mismatch = "" if host_status != KernelStatus.Ok else next(
-            (m for i, (t, h) in enumerate(zip(outputs, hexagon_outputs))
-             if (m := first_mismatch(t.array, h, t, i))), "")
-        results.append(CheckResult(case.op, case.label, host_status, hexagon_status, mismatch, packets,
-                                   sum(t.array.size for t in case.outputs)))
+        mismatch = (
+            ""
+            if host_status != KernelStatus.Ok
+            else next(
+                (
+                    m
+                    for i, (t, h) in enumerate(zip(outputs, hexagon_outputs))
+                    if (m := first_mismatch(t.array, h, t, i))
+                ),
+                "",
+            )
+        )
+        results.append(
+            CheckResult(
+                case.op,
+                case.label,
+                host_status,
+                hexagon_status,
+                mismatch,
+                packets,
+                sum(t.array.size for t in case.outputs),
+            )
+        )
     return results
 
 

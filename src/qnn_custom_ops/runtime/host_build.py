@@ -30,5 +30,12 @@ def build_host_kernels(package_dir: str | Path, *, sanitize: str = "", build_roo
     key = content_key(package_dir, files_under(package_dir / "kernels", package_dir / "host"), options)
     root = build_root or cache_root() / "host"
     work = work_dir(root, name, package_dir, options)
-    return cached_build(package_dir / "host", root / f"{name}-{key}", work, f"libqco_{name}_kernels.so", options,
-                        f"host build of {name}", keyed=package_dir)
+    return cached_build(
+        package_dir / "host",
+        root / f"{name}-{key}",
+        work,
+        f"libqco_{name}_kernels.so",
+        options,
+        f"host build of {name}",
+        keyed=package_dir,
+    )

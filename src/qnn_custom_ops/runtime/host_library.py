@@ -15,9 +15,8 @@ from pathlib import Path
 from ..builder import ArgBinding, ArgKind, OpBinding, OpPackageBinding
 from ..builder.define import has_out_variant
 from ..builder.op_name import OperatorName
-from ..builder.quantized import ENCODING_ARGUMENTS
+from ..builder.quantized import ENCODING_ARGUMENTS, quantized_name
 from ..builder.quantized import NAMESPACE as QUANTIZED_NAMESPACE
-from ..builder.quantized import quantized_name
 from ..generator.context import cpp_string
 from ..generator.render import template_environment
 from ..opdef import Datatype, OpPackage
@@ -25,16 +24,24 @@ from ..opdef.datatypes import kernel_rows
 from .cmake_build import HostBuildError, cache_root, cached_build, content_key, files_under, work_dir
 from .loading import KERNEL_LIST_MARKER, executorch_paths
 
-
 # QNN datatype of a parameter -> (C++ storage type, qco::DType name), for every plain datatype.
-_PARAM_STORAGE = {r.datatype: (r.c_type, r.kernel_tag) for r in kernel_rows()
-                  if r.c_type is not None and not r.datatype.is_fixed_point}
+_PARAM_STORAGE = {
+    r.datatype: (r.c_type, r.kernel_tag)
+    for r in kernel_rows()
+    if r.c_type is not None and not r.datatype.is_fixed_point
+}
 # ExecuTorch ScalarType -> qco::DType, for tensors.
 _SCALAR_TYPES = [(r.scalar_type[0], r.kernel) for r in kernel_rows() if r.scalar_type is not None]
 # Schema kind -> ExecuTorch C++ argument type.
-_CPP_TYPES = {ArgKind.TENSOR: "Tensor", ArgKind.INT: "int64_t", ArgKind.FLOAT: "double", ArgKind.BOOL: "bool",
-              ArgKind.STR: "std::string_view", ArgKind.INT_LIST: "ArrayRef<int64_t>",
-              ArgKind.FLOAT_LIST: "ArrayRef<double>"}
+_CPP_TYPES = {
+    ArgKind.TENSOR: "Tensor",
+    ArgKind.INT: "int64_t",
+    ArgKind.FLOAT: "double",
+    ArgKind.BOOL: "bool",
+    ArgKind.STR: "std::string_view",
+    ArgKind.INT_LIST: "ArrayRef<int64_t>",
+    ArgKind.FLOAT_LIST: "ArrayRef<double>",
+}
 
 
 @dataclass(frozen=True)
@@ -69,15 +76,19 @@ class KernelContext:
 def _check_out_variant(binding: OpBinding) -> None:
     name = OperatorName.of(binding.overload)
     if not has_out_variant(binding.overload):
-        raise HostBuildError(f"{name.out} is not defined: to_executorch needs the out variant "
-                             f"(add it with qnn_custom_ops.register_out_variant({name.python}))")
+        raise HostBuildError(
+            f"{name.out} is not defined: to_executorch needs the out variant "
+            f"(add it with qnn_custom_ops.register_out_variant({name.python}))"
+        )
 
 
 def _param_storage(binding: OpBinding, arg: ArgBinding) -> tuple[str, str]:
     datatype = Datatype.UINT_32 if arg.kind is ArgKind.STR else binding.opdef.datatypes(arg.tensor, "HTP")[0]
     if datatype not in _PARAM_STORAGE:
-        raise HostBuildError(f"{binding.qnn_op_type}: param '{arg.tensor.name}' is {datatype.short_name}, which the host "
-                             "kernel adapter cannot pass (use an integer, FLOAT_32/64 or BOOL_8 datatype)")
+        raise HostBuildError(
+            f"{binding.qnn_op_type}: param '{arg.tensor.name}' is {datatype.short_name}, which the host "
+            "kernel adapter cannot pass (use an integer, FLOAT_32/64 or BOOL_8 datatype)"
+        )
     return _PARAM_STORAGE[datatype]
 
 
@@ -102,13 +113,20 @@ def _kernel_context(binding: OpBinding, quantized: bool) -> KernelContext:
     param_conversions, enums = _param_conversions(binding, function)
     inputs = [_variable(a) for a in binding.inputs]
     return KernelContext(
-        qnn_type=binding.qnn_op_type, registered_name=registered, function=function, signature=signature,
+        qnn_type=binding.qnn_op_type,
+        registered_name=registered,
+        function=function,
+        signature=signature,
         holders=[f"h_{v}" for v in outputs + inputs + [_variable(a) for a in binding.params]],
         conversions=_tensor_conversions(binding, outputs, quantized) + param_conversions,
         c_abi=f"qco_{binding.package_name}_{binding.qnn_op_type}",
-        output_views=[f"h_{out}.view" for out in outputs], input_views=[f"h_{v}.view" for v in inputs],
-        param_views=[f"h_{_variable(a)}.view" for a in binding.params], enums=enums,
-        unboxing=unboxing, write_backs=[f"h_{out}" for out in outputs] if quantized else [])
+        output_views=[f"h_{out}.view" for out in outputs],
+        input_views=[f"h_{v}.view" for v in inputs],
+        param_views=[f"h_{_variable(a)}.view" for a in binding.params],
+        enums=enums,
+        unboxing=unboxing,
+        write_backs=[f"h_{out}" for out in outputs] if quantized else [],
+    )
 
 
 def _kernel_names(binding: OpBinding, quantized: bool) -> tuple[str, str]:
@@ -144,17 +162,31 @@ def _tensor_conversions(binding: OpBinding, outputs: list[str], quantized: bool)
     the lists, whose lengths are checked first."""
     # (variable, as shown, index in the encoding lists: the inputs' encodings, then the outputs')
     first_output = len(binding.inputs)
-    tensors = [(out, f"output {t.name}", first_output + i) for i, (out, t) in enumerate(zip(outputs, binding.opdef.outputs))]
+    tensors = [
+        (out, f"output {t.name}", first_output + i) for i, (out, t) in enumerate(zip(outputs, binding.opdef.outputs))
+    ]
     tensors += [(_variable(a), f"input {a.tensor.name}", i) for i, a in enumerate(binding.inputs)]
     if not quantized:
-        return [Conversion(f"qco::et::tensor_view({v}, h_{v})", cpp_string(f"{shown} has a dtype the kernel adapter "
-                                                                          "cannot pass")) for v, shown, _ in tensors]
+        return [
+            Conversion(
+                f"qco::et::tensor_view({v}, h_{v})", cpp_string(f"{shown} has a dtype the kernel adapter cannot pass")
+            )
+            for v, shown, _ in tensors
+        ]
     count = len(binding.inputs) + len(outputs)
-    checks = [Conversion(" && ".join(f"{a.name}.size() == {count}" for a in ENCODING_ARGUMENTS),
-                         cpp_string(f"expected {count} encodings (inputs, then outputs)"))]
-    return checks + [Conversion(f"qco::et::encoded_view({v}, {_encoding_at(index)}, h_{v})",
-                                cpp_string(f"{shown}: its storage does not hold its encoding's dtype"))
-                     for v, shown, index in tensors]
+    checks = [
+        Conversion(
+            " && ".join(f"{a.name}.size() == {count}" for a in ENCODING_ARGUMENTS),
+            cpp_string(f"expected {count} encodings (inputs, then outputs)"),
+        )
+    ]
+    return checks + [
+        Conversion(
+            f"qco::et::encoded_view({v}, {_encoding_at(index)}, h_{v})",
+            cpp_string(f"{shown}: its storage does not hold its encoding's dtype"),
+        )
+        for v, shown, index in tensors
+    ]
 
 
 def _encoding_at(index: int) -> str:
@@ -184,8 +216,11 @@ def _param_conversions(binding: OpBinding, function: str) -> tuple[list[Conversi
 
 def _integer_storage() -> list[tuple[str, str]]:
     """(kernel dtype, C type) of every integer-like kernel dtype, for storage conversions."""
-    return [(r.kernel_tag, "uint8_t" if r.c_type == "bool" else r.c_type) for r in kernel_rows()
-            if r.c_type is not None and not r.datatype.is_float]
+    return [
+        (r.kernel_tag, "uint8_t" if r.c_type == "bool" else r.c_type)
+        for r in kernel_rows()
+        if r.c_type is not None and not r.datatype.is_float
+    ]
 
 
 def library_name(package_name: str) -> str:
@@ -194,8 +229,10 @@ def library_name(package_name: str) -> str:
 
 def c_abi_sources(package_dir: Path, package: OpPackage) -> list[Path]:
     """The package's generated C ABI: its own unit and one per op (``host/src/ops/<Op>CApi.cpp``)."""
-    return [package_dir / "host/src" / f"{package.name}CApi.cpp",
-            *(package_dir / "host/src/ops" / f"{op}CApi.cpp" for op in package.ops)]
+    return [
+        package_dir / "host/src" / f"{package.name}CApi.cpp",
+        *(package_dir / "host/src/ops" / f"{op}CApi.cpp" for op in package.ops),
+    ]
 
 
 def render_project(package_dir: Path, binding: OpPackageBinding) -> dict[str, str]:
@@ -207,18 +244,26 @@ def render_project(package_dir: Path, binding: OpPackageBinding) -> dict[str, st
     sources = ["executorch_kernels.cpp", *c_abi_sources(package_dir, binding.package)]
     return {
         "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(
-            package=name, target=f"qco_{name}_executorch", sources=sources,
-            kernels_dir=package_dir / "kernels", executorch_include=include, executorch_library=library,
-            executorch_library_dir=library.parent),
+            package=name,
+            target=f"qco_{name}_executorch",
+            sources=sources,
+            kernels_dir=package_dir / "kernels",
+            executorch_include=include,
+            executorch_library=library,
+            executorch_library_dir=library.parent,
+        ),
         "qco/executorch_adapter.h": env.get_template("executorch_adapter.h.j2").render(
-            scalar_types=_SCALAR_TYPES, integer_storage=_integer_storage()),
+            scalar_types=_SCALAR_TYPES, integer_storage=_integer_storage()
+        ),
         "executorch_kernels.cpp": env.get_template("executorch_kernels.cpp.j2").render(
-            package=name, kernels=kernels, c_abi=sorted({k.c_abi for k in kernels}), kernel_marker=KERNEL_LIST_MARKER),
+            package=name, kernels=kernels, c_abi=sorted({k.c_abi for k in kernels}), kernel_marker=KERNEL_LIST_MARKER
+        ),
     }
 
 
-def build_host_library(package_dir: str | Path, binding: OpPackageBinding, *, sanitize: str = "",
-                       build_root: Path | None = None) -> Path:
+def build_host_library(
+    package_dir: str | Path, binding: OpPackageBinding, *, sanitize: str = "", build_root: Path | None = None
+) -> Path:
     """Build (or reuse) the host library of ``package_dir`` for the ops of ``binding``.
 
     The kernels register as ``<namespace>::<op>.out``, the namespace and name of each bound
@@ -227,12 +272,16 @@ def build_host_library(package_dir: str | Path, binding: OpPackageBinding, *, sa
     package_dir = Path(package_dir).resolve()
     name = binding.package.name
     if not binding.ops:
-        raise HostBuildError(f"{package_dir}: no op of {name} is bound, so the library would register no kernel: "
-                             "bind one (--bind QnnOp=NS::OP, or bind(package, {'QnnOp': torch.ops.ns.op.default}))")
+        raise HostBuildError(
+            f"{package_dir}: no op of {name} is bound, so the library would register no kernel: "
+            "bind one (--bind QnnOp=NS::OP, or bind(package, {'QnnOp': torch.ops.ns.op.default}))"
+        )
     missing = [path for path in c_abi_sources(package_dir, binding.package) if not path.is_file()]
     if missing:
-        raise HostBuildError(f"{package_dir}: not a generated package of {name}, or generated by an older version "
-                             f"({missing[0].relative_to(package_dir)} is missing): run generate-op-package on its config")
+        raise HostBuildError(
+            f"{package_dir}: not a generated package of {name}, or generated by an older version "
+            f"({missing[0].relative_to(package_dir)} is missing): run generate-op-package on its config"
+        )
     sources = render_project(package_dir, binding)
     options = {"QCO_SANITIZE": sanitize}
     # keyed by what is compiled, not where the checkout is: the project rendered for a placeholder path
@@ -241,5 +290,6 @@ def build_host_library(package_dir: str | Path, binding: OpPackageBinding, *, sa
     key = content_key(package_dir, files_under(package_dir / "kernels", package_dir / "host"), extra)
     root = build_root or cache_root() / "executorch"
     work = work_dir(root, f"{name}-executorch", package_dir, options)  # never the C ABI build's tree
-    return cached_build(sources, root / f"{name}-{key}", work, library_name(name), options, f"host library of {name}",
-                        keyed=package_dir)
+    return cached_build(
+        sources, root / f"{name}-{key}", work, library_name(name), options, f"host library of {name}", keyed=package_dir
+    )

@@ -19,8 +19,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import ReportedError
 
@@ -52,11 +53,15 @@ def call_isolated(function: Callable[..., Any], *args: Any, what: str) -> Any:
         running = (work / _TRACE_FILE).read_bytes().split(b"\0", 1)[0].decode("utf-8", "replace")
         if returncode < 0:
             culprit = f"kernel {running}" if running else what
-            raise KernelCrashError(f"{culprit} crashed: {_signal_name(-returncode)} (run in an isolated process; "
-                                   "the kernel's own output, if any, is above)")
+            raise KernelCrashError(
+                f"{culprit} crashed: {_signal_name(-returncode)} (run in an isolated process; "
+                "the kernel's own output, if any, is above)"
+            )
         if not (work / _RESULT).is_file():
-            raise KernelCrashError(f"{what} ended its isolated process with exit status {returncode} before "
-                                   "returning (a kernel calling exit()?)")
+            raise KernelCrashError(
+                f"{what} ended its isolated process with exit status {returncode} before "
+                "returning (a kernel calling exit()?)"
+            )
         outcome, value = pickle.loads((work / _RESULT).read_bytes())
     if outcome == "error":
         raise _rebuilt(*value)

@@ -6,9 +6,9 @@ Used by kernel tests: the same kernels/*.h the HTP build compiles, run on the ho
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -50,14 +50,15 @@ class KernelTensor:
         self.array = np.require(self.array, requirements="C")  # keeps a 0-D array 0-D (ascontiguousarray does not)
 
     @classmethod
-    def empty(cls, shape: Sequence[int], dtype: KernelDType, scale: float = 1.0, offset: int = 0) -> "KernelTensor":
+    def empty(cls, shape: Sequence[int], dtype: KernelDType, scale: float = 1.0, offset: int = 0) -> KernelTensor:
         return cls(np.zeros(shape, dtype=_NUMPY_DTYPE[dtype]), dtype, scale, offset)
 
     def view(self) -> tuple[CTensorView, ctypes.Array]:
         """The C view and the dims buffer it points at (keep both alive for the call)."""
         dims = (ctypes.c_int64 * max(self.array.ndim, 1))(*self.array.shape)
-        view = CTensorView(self.array.ctypes.data, dims, self.array.ndim, int(self.dtype),
-                           float(self.scale), int(self.offset))
+        view = CTensorView(
+            self.array.ctypes.data, dims, self.array.ndim, int(self.dtype), float(self.scale), int(self.offset)
+        )
         return view, dims
 
 
@@ -85,8 +86,10 @@ class KernelLibrary:
         version = getattr(self._lib, f"qco_{package_name}_abi_version")
         version.restype = ctypes.c_int32
         if version() != ABI_VERSION:
-            raise KernelLoadError(f"{self.path}: kernel ABI version {version()}, this qnn-custom-ops "
-                               f"speaks {ABI_VERSION}; regenerate the package and rebuild")
+            raise KernelLoadError(
+                f"{self.path}: kernel ABI version {version()}, this qnn-custom-ops "
+                f"speaks {ABI_VERSION}; regenerate the package and rebuild"
+            )
         trace_into(getattr(self._lib, f"qco_{package_name}_trace_into"))
 
     def _last_exception(self) -> str:
@@ -95,8 +98,15 @@ class KernelLibrary:
         function.restype = ctypes.c_char_p
         return (function() or b"").decode("utf-8", "replace")
 
-    def run(self, op: str, outputs: Sequence[KernelTensor], inputs: Sequence[KernelTensor],
-            params: Sequence[KernelTensor] = (), *, isolated: bool = False) -> None:
+    def run(
+        self,
+        op: str,
+        outputs: Sequence[KernelTensor],
+        inputs: Sequence[KernelTensor],
+        params: Sequence[KernelTensor] = (),
+        *,
+        isolated: bool = False,
+    ) -> None:
         """Run one op in place on ``outputs``; raises ``KernelError`` on a non-ok status.
 
         ``isolated=True`` runs the call in a child process (about 0.1 s more per call): a kernel
@@ -106,19 +116,27 @@ class KernelLibrary:
         if not isolated:
             self.prepare(op, outputs, inputs, params)()
             return
-        results = call_isolated(_run_kernel, self.path, self.package_name, op, outputs, inputs, params,
-                                what=f"kernel {op}")
+        results = call_isolated(
+            _run_kernel, self.path, self.package_name, op, outputs, inputs, params, what=f"kernel {op}"
+        )
         for tensor, result in zip(outputs, results):
             np.copyto(tensor.array, result)
 
-    def prepare(self, op: str, outputs: Sequence[KernelTensor], inputs: Sequence[KernelTensor],
-                params: Sequence[KernelTensor] = ()) -> Callable[[], None]:
+    def prepare(
+        self,
+        op: str,
+        outputs: Sequence[KernelTensor],
+        inputs: Sequence[KernelTensor],
+        params: Sequence[KernelTensor] = (),
+    ) -> Callable[[], None]:
         """A call of ``op`` on these tensors with the C views built once: what a timing loop
         repeats, so it measures the kernel and not ctypes marshalling."""
         read_only = [index for index, tensor in enumerate(outputs) if not tensor.array.flags.writeable]
         if read_only:
-            raise ValueError(f"{op}: output(s) {read_only} are read-only arrays and the kernel writes into its "
-                             "outputs: pass writable arrays (KernelTensor.empty, or array.copy())")
+            raise ValueError(
+                f"{op}: output(s) {read_only} are read-only arrays and the kernel writes into its "
+                "outputs: pass writable arrays (KernelTensor.empty, or array.copy())"
+            )
         function = getattr(self._lib, f"qco_{self.package_name}_{op}")
         function.restype = ctypes.c_int32
         arrays, keep_alive = [], []
@@ -139,8 +157,14 @@ class KernelLibrary:
         return call
 
 
-def _run_kernel(path: Path, package_name: str, op: str, outputs: Sequence[KernelTensor],
-                inputs: Sequence[KernelTensor], params: Sequence[KernelTensor]) -> list[np.ndarray]:
+def _run_kernel(
+    path: Path,
+    package_name: str,
+    op: str,
+    outputs: Sequence[KernelTensor],
+    inputs: Sequence[KernelTensor],
+    params: Sequence[KernelTensor],
+) -> list[np.ndarray]:
     """``KernelLibrary.run`` in an isolated child: the outputs' arrays, for the parent."""
     KernelLibrary(path, package_name).run(op, outputs, inputs, params)
     return [tensor.array for tensor in outputs]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ..errors import ReportedError
 from .cmake_build import is_valid_library
@@ -32,7 +32,7 @@ def library_kernels(path: Path) -> list[str] | None:
     if start < 0:
         return None
     end = data.index(b"\0", start)
-    listed = data[start + len(KERNEL_LIST_MARKER):end].decode("utf-8", "replace")
+    listed = data[start + len(KERNEL_LIST_MARKER) : end].decode("utf-8", "replace")
     return [name for name in listed.split(";") if name]
 
 
@@ -78,9 +78,11 @@ def load_host_library(path: str | Path, declared_ops: list[str] | None = None) -
         clashes = sorted(op for op in ops if op in registered_operators())
         if clashes:
             owners = sorted({str(_OWNERS.get(op, "another library")) for op in clashes})
-            raise KernelLoadError(f"{path}: kernels {', '.join(clashes)} are already registered by "
-                                  f"{', '.join(owners)}; loading a second copy would abort the interpreter "
-                                  "(restart Python to switch libraries)")
+            raise KernelLoadError(
+                f"{path}: kernels {', '.join(clashes)} are already registered by "
+                f"{', '.join(owners)}; loading a second copy would abort the interpreter "
+                "(restart Python to switch libraries)"
+            )
         library = ctypes.CDLL(str(path))
         _LOADED[path] = library
         for op in ops:
@@ -103,17 +105,22 @@ def program_operators(pte: bytes) -> set[str]:
 
     program = deserialize_pte_binary(pte)
     program = getattr(program, "program", program)
-    return {f"{op.name}.{op.overload}" if op.overload else op.name
-            for plan in program.execution_plan for op in plan.operators}
+    return {
+        f"{op.name}.{op.overload}" if op.overload else op.name
+        for plan in program.execution_plan
+        for op in plan.operators
+    }
 
 
 def check_program_kernels(pte: bytes, where: str = "program") -> None:
     """Raise ``MissingKernelError`` naming every kernel the program needs that is not registered."""
     missing = sorted(program_operators(pte) - registered_operators())
     if missing:
-        raise MissingKernelError(f"{where} needs kernels that are not registered: {', '.join(missing)} "
-                                 "(load the op package's host library with load_host_library, or build it with "
-                                 "build_host_library)")
+        raise MissingKernelError(
+            f"{where} needs kernels that are not registered: {', '.join(missing)} "
+            "(load the op package's host library with load_host_library, or build it with "
+            "build_host_library)"
+        )
 
 
 def _library_functions(libraries: Sequence[str | Path], name: str) -> list:
@@ -124,7 +131,7 @@ def _library_functions(libraries: Sequence[str | Path], name: str) -> list:
         stem = Path(path).name
         if handle is None or not (stem.startswith("libqco_") and stem.endswith("_executorch.so")):
             continue
-        package = stem[len("libqco_"):-len("_executorch.so")]
+        package = stem[len("libqco_") : -len("_executorch.so")]
         function = getattr(handle, f"qco_{package}_{name}", None)
         if function is not None:
             functions.append(function)

@@ -7,9 +7,9 @@ folder. Raw files hold the tensor's bytes, C order, native (little-endian) layou
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -39,8 +39,9 @@ def raw_bytes(tensor: torch.Tensor) -> bytes:
     return tensor.detach().contiguous().cpu().numpy().tobytes()
 
 
-def write_inputs(inferences: Sequence[Sequence[torch.Tensor]], directory: Path,
-                 prefix: str = "") -> tuple[Path, list[Path]]:
+def write_inputs(
+    inferences: Sequence[Sequence[torch.Tensor]], directory: Path, prefix: str = ""
+) -> tuple[Path, list[Path]]:
     """Write every input tensor and the input list; returns (input list, files).
 
     ``prefix`` is put before each file name in the list (a device directory, say).
@@ -73,7 +74,9 @@ def read_outputs(directory: Path, inference: int, specs: Sequence[TensorSpec]) -
             raise RawOutputError(f"{path}: missing (the runner wrote no output {index} for inference {inference})")
         data = path.read_bytes()
         if len(data) != spec.nbytes:
-            raise RawOutputError(f"{path}: {len(data)} bytes, expected {spec.nbytes} for a {spec.dtype} tensor "
-                                 f"of shape {list(spec.shape)}")
+            raise RawOutputError(
+                f"{path}: {len(data)} bytes, expected {spec.nbytes} for a {spec.dtype} tensor "
+                f"of shape {list(spec.shape)}"
+            )
         tensors.append(torch.frombuffer(bytearray(data), dtype=spec.dtype).reshape(spec.shape).clone())
     return tensors

@@ -13,16 +13,18 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
 
 from ..errors import ReportedError
 from ..opdef.datatypes import DATATYPES
 from ..qnn_sdk import require_sdk
+from .isolation import call_isolated
 from .loading import (
     check_program_kernels,
     clear_kernel_errors,
@@ -32,7 +34,6 @@ from .loading import (
     program_operators,
     trace_kernels,
 )
-from .isolation import call_isolated
 from .raw_io import INPUT_LIST, TensorSpec, read_outputs, write_inputs
 
 Inference = Sequence[torch.Tensor]
@@ -41,8 +42,11 @@ RUNNER_IN_BUILD = Path("examples/qualcomm/executor_runner") / RUNNER
 BACKEND_IN_BUILD = Path("backends/qualcomm/libqnn_executorch_backend.so")
 
 # ExecuTorch ScalarType codes (as c10's) -> torch dtypes.
-_TORCH_DTYPES = {r.scalar_type[1]: getattr(torch, r.torch) for r in DATATYPES.values()
-                 if r.scalar_type is not None and r.torch is not None}
+_TORCH_DTYPES = {
+    r.scalar_type[1]: getattr(torch, r.torch)
+    for r in DATATYPES.values()
+    if r.scalar_type is not None and r.torch is not None
+}
 
 
 class RunnerError(ReportedError, RuntimeError):
@@ -94,11 +98,15 @@ def check_program(pte: bytes, where: str = "program") -> None:
     loader logs a bad file identifier raw, and a non-UTF-8 one aborts the interpreter."""
     expected = _program_identifier()
     if len(pte) < 8 or pte[4:8] != expected:
-        raise ProgramError(f"{where}: not an ExecuTorch program (no {expected.decode()} identifier at byte 4); "
-                           "pass a .pte written by lower(..., output=...)")
+        raise ProgramError(
+            f"{where}: not an ExecuTorch program (no {expected.decode()} identifier at byte 4); "
+            "pass a .pte written by lower(..., output=...)"
+        )
 
 
-def method_specs(pte: bytes, method: str = "forward", where: str = "program") -> tuple[list[TensorSpec], list[TensorSpec]]:
+def method_specs(
+    pte: bytes, method: str = "forward", where: str = "program"
+) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """(input specs, output specs) of a program's method, read from the .pte; ``ProgramError``
     (naming ``where``, with the runtime's reason) for a file the runtime cannot load."""
     from executorch.runtime import Runtime
@@ -109,14 +117,18 @@ def method_specs(pte: bytes, method: str = "forward", where: str = "program") ->
             meta = Runtime.get().load_program(pte).metadata(method)
     except (RuntimeError, ValueError) as exc:
         reason = re.sub(r"^\[[\w.]+:\d+\]\s*", "", log[-1].strip()) if log else str(exc)
-        raise ProgramError(f"{where}: not an ExecuTorch program the installed runtime can load ({reason}); pass "
-                           "a .pte written by lower(..., output=...)") from None
+        raise ProgramError(
+            f"{where}: not an ExecuTorch program the installed runtime can load ({reason}); pass "
+            "a .pte written by lower(..., output=...)"
+        ) from None
 
     def spec(info) -> TensorSpec:
         return TensorSpec(tuple(info.sizes()), _TORCH_DTYPES[int(info.dtype())])
 
-    return ([spec(meta.input_tensor_meta(i)) for i in range(meta.num_inputs())],
-            [spec(meta.output_tensor_meta(i)) for i in range(meta.num_outputs())])
+    return (
+        [spec(meta.input_tensor_meta(i)) for i in range(meta.num_inputs())],
+        [spec(meta.output_tensor_meta(i)) for i in range(meta.num_outputs())],
+    )
 
 
 @dataclass
@@ -133,8 +145,9 @@ class HostRunner:
 
     def run(self, pte: bytes, inferences: Sequence[Inference]) -> list[list[torch.Tensor]]:
         if self.isolated:
-            return call_isolated(_run_on_host, list(self.libraries), pte, [list(i) for i in inferences],
-                                 what="the program")
+            return call_isolated(
+                _run_on_host, list(self.libraries), pte, [list(i) for i in inferences], what="the program"
+            )
         return self._run_here(pte, inferences)
 
     def _run_here(self, pte: bytes, inferences: Sequence[Inference]) -> list[list[torch.Tensor]]:
@@ -177,20 +190,39 @@ class X86Runner:
         sdk = require_sdk("the x86 target")
         runner = self.build_folder / RUNNER_IN_BUILD
         if not runner.is_file():
-            raise RunnerError(f"{runner}: not found (build ExecuTorch with the QNN backend for x86_64 and pass "
-                              "its build folder)")
+            raise RunnerError(
+                f"{runner}: not found (build ExecuTorch with the QNN backend for x86_64 and pass its build folder)"
+            )
         _, output_specs = method_specs(pte)
         with tempfile.TemporaryDirectory(prefix="qco-x86-") as tmp:
             work = Path(tmp)
             (work / "model.pte").write_bytes(pte)
             input_list, _ = write_inputs(inferences, work / "inputs")
-            library_path = os.pathsep.join(filter(None, [str(sdk / "lib/x86_64-linux-clang"),
-                                                        str(self.build_folder / BACKEND_IN_BUILD.parent),
-                                                        os.environ.get("LD_LIBRARY_PATH", "")]))
-            result = subprocess.run([str(runner), "--model_path", str(work / "model.pte"),
-                                     "--input_list_path", str(input_list), "--output_folder_path", str(work / "outputs")],
-                                    capture_output=True, text=True, cwd=work / "inputs",
-                                    env={**os.environ, "LD_LIBRARY_PATH": library_path})
+            library_path = os.pathsep.join(
+                filter(
+                    None,
+                    [
+                        str(sdk / "lib/x86_64-linux-clang"),
+                        str(self.build_folder / BACKEND_IN_BUILD.parent),
+                        os.environ.get("LD_LIBRARY_PATH", ""),
+                    ],
+                )
+            )
+            result = subprocess.run(
+                [
+                    str(runner),
+                    "--model_path",
+                    str(work / "model.pte"),
+                    "--input_list_path",
+                    str(input_list),
+                    "--output_folder_path",
+                    str(work / "outputs"),
+                ],
+                capture_output=True,
+                text=True,
+                cwd=work / "inputs",
+                env={**os.environ, "LD_LIBRARY_PATH": library_path},
+            )
             if result.returncode != 0:
                 raise RunnerError(f"{RUNNER} exited with status {result.returncode}: {_tail(result)}")
             return [read_outputs(work / "outputs", i, output_specs) for i in range(len(inferences))]
@@ -257,10 +289,11 @@ class DeviceRunner:
             DeviceFile(pte, f"{ws}/model.pte"),
             DeviceFile(self.build_folder / RUNNER_IN_BUILD, f"{ws}/{RUNNER}"),
             DeviceFile(self.build_folder / BACKEND_IN_BUILD, f"{ws}/{BACKEND_IN_BUILD.name}"),
-            *(DeviceFile(libs / name, f"{ws}/{name}") for name in
-              ("libQnnHtp.so", f"libQnnHtpV{arch}Stub.so", "libQnnHtpPrepare.so", "libQnnSystem.so")),
-            DeviceFile(sdk / f"lib/hexagon-v{arch}/unsigned/libQnnHtpV{arch}Skel.so",
-                       f"{ws}/libQnnHtpV{arch}Skel.so"),
+            *(
+                DeviceFile(libs / name, f"{ws}/{name}")
+                for name in ("libQnnHtp.so", f"libQnnHtpV{arch}Stub.so", "libQnnHtpPrepare.so", "libQnnSystem.so")
+            ),
+            DeviceFile(sdk / f"lib/hexagon-v{arch}/unsigned/libQnnHtpV{arch}Skel.so", f"{ws}/libQnnHtpV{arch}Skel.so"),
             *(DeviceFile(Path(local), remote) for remote, local in self.op_package_libraries.items()),
         ]
         missing = [str(f.local) for f in files if not f.local.is_file()]
@@ -276,20 +309,29 @@ class DeviceRunner:
         _, output_specs = method_specs(pte)
         state = self.adb("get-state")
         if state.returncode != 0 or state.stdout.strip() != "device":
-            raise RunnerError(f"no device {self.serial}{' on ' + self.adb_host if self.adb_host else ''}: "
-                              f"{_tail(state)} (check `adb devices`)")
+            raise RunnerError(
+                f"no device {self.serial}{' on ' + self.adb_host if self.adb_host else ''}: "
+                f"{_tail(state)} (check `adb devices`)"
+            )
         with tempfile.TemporaryDirectory(prefix="qco-device-") as tmp:
             work = Path(tmp)
             (work / "model.pte").write_bytes(pte)
             files = self.files(sdk, work / "model.pte")
             input_list, inputs = write_inputs(inferences, work / "inputs", prefix="inputs/")
             ws = self.workspace
-            self._checked("cleaning the workspace", "shell", f"rm -rf {shlex.quote(ws)} && mkdir -p {shlex.quote(ws)}/inputs")
-            for item in files + [DeviceFile(p, f"{ws}/inputs/{p.name}") for p in inputs] + \
-                    [DeviceFile(input_list, f"{ws}/{INPUT_LIST}")]:
+            self._checked(
+                "cleaning the workspace", "shell", f"rm -rf {shlex.quote(ws)} && mkdir -p {shlex.quote(ws)}/inputs"
+            )
+            for item in (
+                files
+                + [DeviceFile(p, f"{ws}/inputs/{p.name}") for p in inputs]
+                + [DeviceFile(input_list, f"{ws}/{INPUT_LIST}")]
+            ):
                 self._checked(f"pushing {item.local.name}", "push", str(item.local), item.remote)
-            command = (f"cd {shlex.quote(ws)} && chmod +x {RUNNER} && LD_LIBRARY_PATH=. ADSP_LIBRARY_PATH=. "
-                       f"./{RUNNER} --model_path model.pte --input_list_path {INPUT_LIST} --output_folder_path outputs")
+            command = (
+                f"cd {shlex.quote(ws)} && chmod +x {RUNNER} && LD_LIBRARY_PATH=. ADSP_LIBRARY_PATH=. "
+                f"./{RUNNER} --model_path model.pte --input_list_path {INPUT_LIST} --output_folder_path outputs"
+            )
             result = self.adb("shell", command)
             if result.returncode != 0:
                 raise RunnerError(f"{RUNNER} exited with status {result.returncode} on {self.serial}: {_tail(result)}")
