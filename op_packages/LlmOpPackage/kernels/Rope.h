@@ -54,16 +54,17 @@ void rope_rows(qco::TensorView& y, const qco::TensorView& x, const qco::TensorVi
 // The same on codes (x, y of one unsigned fixed-point dtype, fixed-point cos and sin): each
 // output is (d_a d_c k_c - d_b d_s k_s) >> shift, rounded, with d the codes minus their zero points
 // and k_c, k_s the scale ratios x.scale cos.scale / y.scale and x.scale sin.scale / y.scale as
-// integers of at most 28 bits over one shift (int64 sums: 2^32 * 2^28 * 2 < 2^63).
+// integers over one shift: of 14 bits for 8-bit codes (with 8-bit tables the sums fit an HVX
+// 32-bit lane: 2^16 * 2^14 * 2 = 2^31), of 28 for 16-bit codes (int64 sums: 2^32 * 2^28 * 2 < 2^63).
 struct RopeScale {
   int64_t cosine;
   int64_t sine;
   int32_t shift;
 };
 
-inline int64_t scaled_ratio(float ratio, int32_t shift) {
+inline int64_t scaled_ratio(float ratio, int32_t shift, int32_t bits) {
   const float scaled = std::ldexp(ratio, shift);
-  const float limit = 268435456.0f;  // 2^28
+  const float limit = std::ldexp(1.0f, bits) - 1.0f;
   return static_cast<int64_t>(std::nearbyint(scaled < limit ? scaled : limit));
 }
 
@@ -73,9 +74,11 @@ inline RopeScale rope_scale(const qco::TensorView& y, const qco::TensorView& x, 
   const float cosine = cos_table.scale * ratio, sine = sin_table.scale * ratio;
   int exponent = 0;
   std::frexp(cosine > sine ? cosine : sine, &exponent);  // both below 2^exponent
-  int32_t shift = 28 - exponent;
-  shift = shift < 1 ? 1 : (shift > 62 ? 62 : shift);
-  return {scaled_ratio(cosine, shift), scaled_ratio(sine, shift), shift};
+  const int32_t bits = x.dtype == qco::DType::kUFixed8 ? 14 : 28;
+  const int32_t max_shift = x.dtype == qco::DType::kUFixed8 ? 31 : 62;  // past it, every output rounds to 0
+  int32_t shift = bits - exponent;
+  shift = shift < 1 ? 1 : (shift > max_shift ? max_shift : shift);
+  return {scaled_ratio(cosine, shift, bits), scaled_ratio(sine, shift, bits), shift};
 }
 
 // Every code of a table minus its zero point.
@@ -107,17 +110,117 @@ void rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorV
   }
 }
 
+#if defined(__HVX__)
+// 8-bit codes and tables on HVX. The pairs (a, b) of 128 codes meet their angles in int16 lanes:
+// gptj's pairs are the even and odd codes of a row (what vzxt splits), neox's two runs of codes
+// a half apart, each split even/odd, with the tables laid out to match once per call.
+struct RopeLanes {
+  HVX_Vector a, b, cosine, sine;  // 64 int16 lanes each, one pair per lane
+};
+
+// (a c k_c - b s k_s, b c k_c + a s k_s) of 64 lanes, shifted as apply() does, plus y's zero
+// point, saturated to int16 lanes in the input's order.
+inline HVX_VectorPair rotated(const RopeLanes& lanes, const RopeScale& scale, int32_t zero_point) {
+  const HVX_Vector k_c = Q6_V_vsplat_R(static_cast<int32_t>(scale.cosine));
+  const HVX_Vector k_s = Q6_V_vsplat_R(static_cast<int32_t>(scale.sine));
+  const HVX_VectorPair ac = Q6_Ww_vmpy_VhVh(lanes.a, lanes.cosine), bs = Q6_Ww_vmpy_VhVh(lanes.b, lanes.sine);
+  const HVX_VectorPair bc = Q6_Ww_vmpy_VhVh(lanes.b, lanes.cosine), as = Q6_Ww_vmpy_VhVh(lanes.a, lanes.sine);
+  HVX_Vector first[2], second[2];
+  for (int half = 0; half < 2; ++half) {
+    const auto part = [half](HVX_VectorPair w) { return half == 0 ? Q6_V_lo_W(w) : Q6_V_hi_W(w); };
+    const HVX_Vector ac_k = Q6_Vw_vmpyie_VwVuh(part(ac), k_c), bs_k = Q6_Vw_vmpyie_VwVuh(part(bs), k_s);
+    const HVX_Vector bc_k = Q6_Vw_vmpyie_VwVuh(part(bc), k_c), as_k = Q6_Vw_vmpyie_VwVuh(part(as), k_s);
+    first[half] = qco::hvx::rounding_shift_words(Q6_Vw_vsub_VwVw(ac_k, bs_k), scale.shift, zero_point);
+    second[half] = qco::hvx::rounding_shift_words(Q6_Vw_vadd_VwVw(bc_k, as_k), scale.shift, zero_point);
+  }
+  return Q6_W_vcombine_VV(Q6_Vh_vsat_VwVw(second[1], second[0]), Q6_Vh_vsat_VwVw(first[1], first[0]));
+}
+
+// A table's centered codes as int16, each row of `half` angles padded to whole blocks of
+// `block`; neox's rows split even/odd per block as its codes are.
+inline std::vector<int16_t> table_lanes(const std::vector<int32_t>& centered, int64_t seq, int64_t half,
+                                        int64_t block, bool even_odd) {
+  const int64_t padded = (half + block - 1) / block * block;
+  std::vector<int16_t> lanes(static_cast<size_t>(seq * padded), 0);
+  for (int64_t s = 0; s < seq; ++s) {
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t lane = even_odd ? i / block * block + (i % 2) * (block / 2) + i % block / 2 : i;
+      lanes[s * padded + lane] = static_cast<int16_t>(centered[s * half + i]);
+    }
+  }
+  return lanes;
+}
+
+// gptj: 64 pairs per step, a and b the even and odd codes; y's even and odd codes interleaved back.
+inline void rope_gptj_row_hvx(uint8_t* out, const uint8_t* row, const int16_t* cosine, const int16_t* sine,
+                              int64_t half, const RopeScale& scale, int32_t in_offset, int32_t zero_point) {
+  for (int64_t i = 0; i < half; i += qco::hvx::kBytes / 2) {
+    const int64_t count = 2 * (half - i);  // codes, and bytes of the tables' int16 lanes
+    const HVX_VectorPair pairs = qco::hvx::centered_halves(qco::hvx::load_bytes(row + 2 * i, count), in_offset);
+    const RopeLanes lanes{Q6_V_lo_W(pairs), Q6_V_hi_W(pairs), qco::hvx::load_bytes(cosine + i, count),
+                          qco::hvx::load_bytes(sine + i, count)};
+    const HVX_VectorPair y = rotated(lanes, scale, zero_point);
+    qco::hvx::store_bytes(out + 2 * i, Q6_Vub_vsat_VhVh(Q6_V_hi_W(y), Q6_V_lo_W(y)), count);
+  }
+}
+
+// neox: 128 pairs per step, a = row[i...] and b = row[half + i...], each split even/odd.
+inline void rope_neox_row_hvx(uint8_t* out, const uint8_t* row, const int16_t* cosine, const int16_t* sine,
+                              int64_t half, const RopeScale& scale, int32_t in_offset, int32_t zero_point) {
+  for (int64_t i = 0; i < half; i += qco::hvx::kBytes) {
+    const int64_t count = half - i;
+    const HVX_VectorPair a = qco::hvx::centered_halves(qco::hvx::load_bytes(row + i, count), in_offset);
+    const HVX_VectorPair b = qco::hvx::centered_halves(qco::hvx::load_bytes(row + half + i, count), in_offset);
+    const HVX_Vector* c = reinterpret_cast<const HVX_Vector*>(cosine + i);
+    const HVX_Vector* s = reinterpret_cast<const HVX_Vector*>(sine + i);
+    const HVX_VectorPair even = rotated({Q6_V_lo_W(a), Q6_V_lo_W(b), qco::hvx::load(c), qco::hvx::load(s)}, scale,
+                                        zero_point);
+    const HVX_VectorPair odd = rotated({Q6_V_hi_W(a), Q6_V_hi_W(b), qco::hvx::load(c + 1), qco::hvx::load(s + 1)},
+                                       scale, zero_point);
+    qco::hvx::store_bytes(out + i, Q6_Vub_vsat_VhVh(Q6_V_lo_W(odd), Q6_V_lo_W(even)), count);
+    qco::hvx::store_bytes(out + half + i, Q6_Vub_vsat_VhVh(Q6_V_hi_W(odd), Q6_V_hi_W(even)), count);
+  }
+}
+
+inline void rope_u8_hvx(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos_table,
+                        const qco::TensorView& sin_table, RopeStyle style) {
+  const int64_t seq = x.dims[2], half = x.dims[3] / 2, rows = extent(x, 0, 3);
+  const bool neox = style == kRopeNeox;
+  const int64_t block = neox ? qco::hvx::kBytes : qco::hvx::kBytes / 2;
+  const int64_t padded = (half + block - 1) / block * block;
+  const std::vector<int16_t> cosine = table_lanes(centered_codes(cos_table), seq, half, block, neox);
+  const std::vector<int16_t> sine = table_lanes(centered_codes(sin_table), seq, half, block, neox);
+  const RopeScale scale = rope_scale(y, x, cos_table, sin_table);
+  const uint8_t* in = x.as<const uint8_t>();
+  uint8_t* out = y.as<uint8_t>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t base = r * 2 * half, angles = (r % seq) * padded;
+    if (neox) {
+      rope_neox_row_hvx(out + base, in + base, &cosine[angles], &sine[angles], half, scale, x.offset, -y.offset);
+    } else {
+      rope_gptj_row_hvx(out + base, in + base, &cosine[angles], &sine[angles], half, scale, x.offset, -y.offset);
+    }
+  }
+}
+#endif
+
 // Runs the integer branch when it applies; false otherwise.
 inline bool run_rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
                            const qco::TensorView& sin, RopeStyle style) {
   if (!is_unsigned_code(x.dtype) || y.dtype != x.dtype || !is_fixed_point(cos.dtype) || !is_fixed_point(sin.dtype)) {
     return false;
   }
-  if (x.dtype == qco::DType::kUFixed8) {
-    rope_codes<uint8_t>(y, x, cos, sin, style);
-  } else {
+  if (x.dtype == qco::DType::kUFixed16) {
     rope_codes<uint16_t>(y, x, cos, sin, style);
+    return true;
   }
+#if defined(__HVX__)
+  if (is_8_bit(cos.dtype) && is_8_bit(sin.dtype)) {
+    rope_u8_hvx(y, x, cos, sin, style);
+    return true;
+  }
+#endif
+  rope_codes<uint8_t>(y, x, cos, sin, style);
   return true;
 }
 
