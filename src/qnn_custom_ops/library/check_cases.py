@@ -33,6 +33,7 @@ SHAPES = (
 #: Enum parameters checked at each of their values: (op, parameter index, value count).
 ENUM_PARAMS = {"GeluAndMul": 2, "Rope": 2}  # approximate none/tanh, style neox/gptj
 CTX_LEN = 16
+FIXED_POINT = (KernelDType.UFixed8, KernelDType.UFixed16)
 
 
 def _indices(case: KernelCase, generator: np.random.Generator) -> KernelCase:
@@ -56,12 +57,29 @@ def _with_enum(case: KernelCase, value: int) -> KernelCase:
     return dataclasses.replace(case, label=f"{case.label} enum={value}", params=(param,))
 
 
+def _cache_encoding(case: KernelCase) -> KernelCase | None:
+    """A KV-cache op's fixed-point case with its output and updates in the cache's encoding, as
+    ``llm_quant_overrides()`` makes them (rows then move as codes); None for any other case."""
+    if not case.op.startswith("Ctx") or case.inputs[0].dtype not in FIXED_POINT:
+        return None
+    cache = case.inputs[0]
+
+    def shared(tensor: KernelTensor) -> KernelTensor:
+        same = tensor.dtype is cache.dtype
+        return dataclasses.replace(tensor, scale=cache.scale, offset=cache.offset) if same else tensor
+
+    return dataclasses.replace(case, label=f"{case.label} shared", outputs=tuple(map(shared, case.outputs)),
+                               inputs=(cache, *map(shared, case.inputs[1:])))
+
+
 def hexagon_cases(package: OpPackage, seed: int = 0) -> list[KernelCase]:
-    """Every op of the LlmOpPackage at every datatype its output declares, each enum value."""
+    """Every op of the LlmOpPackage at every datatype its output declares, each enum value, and
+    the KV-cache ops' fixed-point cases again with one shared encoding."""
     generator = np.random.default_rng(seed)
     cases = []
     for case in dtype_cases(package, SHAPES, seed):
         case = _indices(case, generator)
         values = ENUM_PARAMS.get(case.op, 0)
         cases += [_with_enum(case, value) for value in range(values)] if values else [case]
+        cases += [shared for shared in [_cache_encoding(case)] if shared is not None]
     return cases
