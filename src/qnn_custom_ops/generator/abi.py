@@ -7,6 +7,7 @@ two sides cannot drift apart.
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING, Any
 
 from ..opdef.datatypes import kernel_rows
 
@@ -15,7 +16,10 @@ ABI_VERSION = 2
 
 #: ``qco::DType``: the element type of a ``qco::TensorView``, one per kernel ABI tag of the
 #: datatype table (``KernelDType.UFixed8`` is ``UFIXED_POINT_8``'s).
-KernelDType = enum.IntEnum("KernelDType", [(r.kernel_tag, r.abi_value) for r in kernel_rows()])  # type: ignore[misc]
+if TYPE_CHECKING:  # built from the table at import: type checkers cannot list its members
+    KernelDType: Any
+else:
+    KernelDType = enum.IntEnum("KernelDType", [(r.kernel_tag, r.abi_value) for r in kernel_rows()])
 
 
 class KernelStatus(enum.IntEnum):

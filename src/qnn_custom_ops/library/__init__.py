@@ -10,6 +10,21 @@ from .llm import LLM_OPS, NAMESPACE, llm_binding, llm_ops, llm_package, llm_quan
 from .reference import LlmOpInputError
 from .swap import SelectError, swap_modules
 
-__all__ = ["LLM_OPS", "NAMESPACE", "LlmExportError", "LlmOpInputError", "SelectError", "eager_step", "export_llm",
-           "greedy", "host_step", "llm_binding", "llm_ops", "llm_package", "llm_quant_overrides", "package_dir",
-           "quantize_llm", "swap_modules"]
+__all__ = [
+    "LLM_OPS",
+    "NAMESPACE",
+    "LlmExportError",
+    "LlmOpInputError",
+    "SelectError",
+    "eager_step",
+    "export_llm",
+    "greedy",
+    "host_step",
+    "llm_binding",
+    "llm_ops",
+    "llm_package",
+    "llm_quant_overrides",
+    "package_dir",
+    "quantize_llm",
+    "swap_modules",
+]

@@ -6,15 +6,15 @@ same memory as kernel tensors (for the kernel through the C ABI)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
 from ..runtime.cost import KernelCase
 from ..runtime.kernel_abi import KernelDType, KernelTensor
-from .reference import gelu_and_mul, rms_norm, rope, silu_and_mul
 from .llm import OPS_BY_NAME
+from .reference import gelu_and_mul, rms_norm, rope, silu_and_mul
 
 _KERNEL_DTYPES = {torch.float32: KernelDType.Float32, torch.int32: KernelDType.Int32}
 
@@ -42,7 +42,9 @@ def _scatter_indexed(cache: torch.Tensor, position_ids: torch.Tensor, updates: t
     """QEfficient's PyTorch CtxScatter: index_put with broadcast [batch, heads, seq] indices."""
     batch, heads = cache.shape[:2]
     out = cache.clone()
-    out[torch.arange(batch)[:, None, None], torch.arange(heads)[None, :, None], position_ids[:, None, :].long()] = updates
+    out[torch.arange(batch)[:, None, None], torch.arange(heads)[None, :, None], position_ids[:, None, :].long()] = (
+        updates
+    )
     return out
 
 
@@ -67,8 +69,12 @@ def llm_cases(seed: int = 0) -> list[LlmCase]:
             LlmCase("silu_and_mul", phase, (randn(tokens, 2 * 4096),), silu_and_mul),
             LlmCase("gelu_and_mul", phase, (randn(tokens, 2 * 4096),), gelu_and_mul),
             LlmCase("rope", phase, (randn(1, 32, tokens, 128), randn(tokens, 64), randn(tokens, 64)), rope),
-            LlmCase("ctx_scatter", phase, (randn(1, 8, 4096, 128), positions(1, tokens, 4096), randn(1, 8, tokens, 128)),
-                    _scatter_indexed),
+            LlmCase(
+                "ctx_scatter",
+                phase,
+                (randn(1, 8, 4096, 128), positions(1, tokens, 4096), randn(1, 8, tokens, 128)),
+                _scatter_indexed,
+            ),
             LlmCase("ctx_gather", phase, (randn(1, 8, 4096, 128), positions(1, tokens, 4096)), _gather_indexed),
         ]
     return cases

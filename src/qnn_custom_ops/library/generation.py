@@ -5,8 +5,8 @@ also gives PT2E its calibration inputs).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import torch
 
@@ -49,7 +49,7 @@ class KvCache:
             self.tensors = list(outputs)
             return
         for cache, rows in zip(self.tensors, outputs):
-            cache[:, :, start:start + count] = rows[:, :, :count]
+            cache[:, :, start : start + count] = rows[:, :, :count]
 
 
 @dataclass
@@ -64,12 +64,16 @@ class Generation:
 
 def _check(shape: LlmShape, prompt: Sequence[int], new_tokens: int, forced: Sequence[int] | None) -> None:
     if not 0 < len(prompt) <= shape.prefill_len:
-        raise LlmExportError(f"greedy: a prompt of {len(prompt)} tokens; the prefill program takes 1 to "
-                             f"{shape.prefill_len} (export_llm's prefill_len)")
+        raise LlmExportError(
+            f"greedy: a prompt of {len(prompt)} tokens; the prefill program takes 1 to "
+            f"{shape.prefill_len} (export_llm's prefill_len)"
+        )
     if len(prompt) + new_tokens - 1 > shape.ctx_len:
-        raise LlmExportError(f"greedy: {len(prompt)} prompt + {new_tokens} new tokens do not fit ctx_len "
-                             f"{shape.ctx_len}: ask for at most {shape.ctx_len - len(prompt) + 1} or export a "
-                             "longer ctx_len")
+        raise LlmExportError(
+            f"greedy: {len(prompt)} prompt + {new_tokens} new tokens do not fit ctx_len "
+            f"{shape.ctx_len}: ask for at most {shape.ctx_len - len(prompt) + 1} or export a "
+            "longer ctx_len"
+        )
     if forced is not None and len(forced) < new_tokens:
         raise LlmExportError(f"greedy: forced has {len(forced)} tokens, fewer than new_tokens={new_tokens}")
 
@@ -79,8 +83,15 @@ def _snapshot(inputs: tuple) -> tuple:
     return tuple(t.clone() for t in inputs)
 
 
-def greedy(shape: LlmShape, prefill: Step, decode: Step, prompt: Sequence[int], new_tokens: int,
-           forced: Sequence[int] | None = None, record: bool = False) -> Generation:
+def greedy(
+    shape: LlmShape,
+    prefill: Step,
+    decode: Step,
+    prompt: Sequence[int],
+    new_tokens: int,
+    forced: Sequence[int] | None = None,
+    record: bool = False,
+) -> Generation:
     """Prefill ``prompt`` (padded to ``prefill_len``), then decode one token per call, each the
     argmax of the last logits -- or, teacher-forced, ``forced[i]`` (to compare a quantized
     run's logits with float's on the same tokens)."""
@@ -111,8 +122,16 @@ def greedy(shape: LlmShape, prefill: Step, decode: Step, prompt: Sequence[int], 
 
 #: The activation tensors of each op a calibration must observe over all its samples: every
 #: input and output but static weights, integer indices and what already shares the cache's.
-_ACTIVATIONS = {"RmsNorm": (0,), "SiluAndMul": (0,), "GeluAndMul": (0,), "Rope": (0, 1, 2),
-                "CtxScatter": (0,), "CtxGather": (0,), "CtxScatterCb": (0,), "CtxGatherCb": (0,)}
+_ACTIVATIONS = {
+    "RmsNorm": (0,),
+    "SiluAndMul": (0,),
+    "GeluAndMul": (0,),
+    "Rope": (0, 1, 2),
+    "CtxScatter": (0,),
+    "CtxGather": (0,),
+    "CtxScatterCb": (0,),
+    "CtxGatherCb": (0,),
+}
 
 
 def min_max_overrides(quant_dtype: str) -> dict:
@@ -123,21 +142,23 @@ def min_max_overrides(quant_dtype: str) -> dict:
     from executorch.backends.qualcomm.quantizer.quantizer import QUANT_CONFIG_DICT
     from torchao.quantization.pt2e import MinMaxObserver
 
-    from ..quantizer.annotation import quant_dtype_of
+    from ..opdef import Role
+    from ..quantizer.annotation import Override, quant_dtype_of
     from .llm import llm_quant_overrides
 
     spec = QUANT_CONFIG_DICT[(quant_dtype_of(quant_dtype), False)][0](act_observer=MinMaxObserver).input_activation
     overrides = llm_quant_overrides()
     for op, inputs in _ACTIVATIONS.items():
-        own = {("input", i): spec for i in inputs}
+        own: dict[tuple | str, Override] = {(Role.INPUT, i): spec for i in inputs}
         if op not in overrides:
-            own[("output", 0)] = spec
+            own[(Role.OUTPUT, 0)] = spec
         overrides[op] = {**own, **overrides.get(op, {})}
     return overrides
 
 
-def quantize_llm(programs: LlmPrograms, quant_dtype: str, prompts: Sequence[Sequence[int]],
-                 new_tokens: int) -> tuple[torch.nn.Module, torch.nn.Module]:
+def quantize_llm(
+    programs: LlmPrograms, quant_dtype: str, prompts: Sequence[Sequence[int]], new_tokens: int
+) -> tuple[torch.nn.Module, torch.nn.Module]:
     """The prefill and decode programs converted by PT2E (``make_quantizer``, min-max observers,
     the KV-cache overrides), calibrated on the inputs float greedy generation from each prompt
     gives them, so the caches they observe are the ones they will carry."""
@@ -150,10 +171,17 @@ def quantize_llm(programs: LlmPrograms, quant_dtype: str, prompts: Sequence[Sequ
     float_step = eager_step(programs.prefill.module)  # one module computes both programs
     runs = [greedy(programs.shape, float_step, float_step, prompt, new_tokens, record=True) for prompt in prompts]
     converted = []
-    for program, samples in ((programs.prefill, [s for r in runs for s in r.prefill_inputs]),
-                             (programs.decode, [s for r in runs for s in r.decode_inputs])):
-        quantizer = make_quantizer(llm_binding(), quant_dtype, min_max_overrides(quant_dtype),
-                                   per_channel_linear=True, act_observer=MinMaxObserver)
+    for program, samples in (
+        (programs.prefill, [s for r in runs for s in r.prefill_inputs]),
+        (programs.decode, [s for r in runs for s in r.decode_inputs]),
+    ):
+        quantizer = make_quantizer(
+            llm_binding(),
+            quant_dtype,
+            min_max_overrides(quant_dtype),
+            per_channel_linear=True,
+            act_observer=MinMaxObserver,
+        )
         prepared = prepare_pt2e(program.exported.module(), quantizer)
         for sample in samples:
             prepared(*sample)

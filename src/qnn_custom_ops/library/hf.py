@@ -24,6 +24,7 @@ then the V caches. Outputs: ``logits [1, seq, vocab]``, then K and V as above.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 import torch
 
@@ -38,6 +39,9 @@ ARCHITECTURES = ("llama", "qwen2", "mistral", "gemma", "phi3")
 #: encoding of the scores still resolves 0.004 (an -inf or finfo.min cannot be observed).
 MASK_DEPTH = 255.0
 _STATIC_ROPE = ("default", "linear", "llama3", "yarn")
+#: A transformers module of a supported architecture, read by attribute (``model.model.layers``,
+#: ``attention.q_proj``...): duck-typed across architectures, so not typed further.
+HFModule: TypeAlias = Any
 
 
 class LlmExportError(UsageError):
@@ -73,7 +77,15 @@ class StaticAttention(torch.nn.Module):
     """HF attention over a static cache: ``qco_llm::rope`` on q and k, grouped queries matched
     to their KV head by a reshape (no ``repeat_kv`` copy of the cache)."""
 
-    def __init__(self, attention: torch.nn.Module, heads: int, kv_heads: int, rotary_dim: int, cache: str):
+    attention: HFModule
+    heads: int
+    kv_heads: int
+    head_dim: int
+    rotary_dim: int
+    cache: str
+    ops: dict[str, Any]
+
+    def __init__(self, attention: HFModule, heads: int, kv_heads: int, rotary_dim: int, cache: str):
         super().__init__()
         self.attention = attention  # HF's module: its projections and scaling
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, attention.head_dim
@@ -87,24 +99,34 @@ class StaticAttention(torch.nn.Module):
             q, k, v = self.attention.qkv_proj(x).split(sizes, dim=-1)
         else:
             q, k, v = (self.attention.q_proj(x), self.attention.k_proj(x), self.attention.v_proj(x))
-        return tuple(t.view(1, -1, n, self.head_dim).transpose(1, 2)
-                     for t, n in zip((q, k, v), (self.heads, self.kv_heads, self.kv_heads)))
+        return tuple(
+            t.view(1, -1, n, self.head_dim).transpose(1, 2)
+            for t, n in zip((q, k, v), (self.heads, self.kv_heads, self.kv_heads))
+        )
 
     def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """RoPE on the first ``rotary_dim`` channels (all of them but for partial rotary)."""
         if self.rotary_dim == self.head_dim:
             return self.ops["rope"](x, cos, sin)
-        rotated = self.ops["rope"](x[..., :self.rotary_dim], cos, sin)
-        return torch.cat((rotated, x[..., self.rotary_dim:]), dim=-1)
+        rotated = self.ops["rope"](x[..., : self.rotary_dim], cos, sin)
+        return torch.cat((rotated, x[..., self.rotary_dim :]), dim=-1)
 
     def _grouped(self, q: torch.Tensor) -> torch.Tensor:
         """``[1, heads, seq, d]`` -> ``[1, kv_heads, group * seq, d]``: query head h uses KV head
         h // group, as HF's ``repeat_kv`` orders them."""
         return q.reshape(1, self.kv_heads, -1, self.head_dim)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_ids: torch.Tensor,
-                mask: torch.Tensor, ctx_indices: torch.Tensor, k_cache: torch.Tensor,
-                v_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        position_ids: torch.Tensor,
+        mask: torch.Tensor,
+        ctx_indices: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = self._project(x)
         q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
         grouped = self._grouped(q)
@@ -129,7 +151,13 @@ class StaticAttention(torch.nn.Module):
 class StaticLayer(torch.nn.Module):
     """A pre-norm decoder layer (Llama, Qwen2, Mistral, Gemma, Phi-3: dropout is off in eval)."""
 
-    def __init__(self, layer: torch.nn.Module, attention: StaticAttention, window: int | None):
+    input_layernorm: HFModule
+    post_attention_layernorm: HFModule
+    mlp: HFModule
+    self_attn: StaticAttention
+    window: int | None
+
+    def __init__(self, layer: HFModule, attention: StaticAttention, window: int | None):
         super().__init__()
         self.input_layernorm = layer.input_layernorm
         self.post_attention_layernorm = layer.post_attention_layernorm
@@ -147,8 +175,23 @@ class StaticCausalLM(torch.nn.Module):
     """``forward(tokens, position_ids, *k_caches, *v_caches) -> (logits, *k, *v)`` over the HF
     model's modules; see the module docstring for the layouts."""
 
-    def __init__(self, model: torch.nn.Module, shape: LlmShape, layers: list[StaticLayer], inv_freq: torch.Tensor,
-                 rope_scaling: float):
+    embed_tokens: HFModule
+    norm: HFModule
+    lm_head: HFModule
+    shape: LlmShape
+    layers: Any  # ModuleList of StaticLayer
+    cos_table: torch.Tensor
+    sin_table: torch.Tensor
+    key_positions: torch.Tensor
+
+    def __init__(
+        self,
+        model: HFModule,
+        shape: LlmShape,
+        layers: list[StaticLayer],
+        inv_freq: torch.Tensor,
+        rope_scaling: float,
+    ):
         super().__init__()
         decoder = model.model
         self.embed_tokens, self.norm, self.lm_head = decoder.embed_tokens, decoder.norm, model.lm_head
@@ -238,36 +281,47 @@ def _require(condition: bool, message: str) -> None:
 
 def _config_int(config: object, name: str, default: int | None = None) -> int:
     value = getattr(config, name, None)
-    return default if value is None else int(value)
+    value = default if value is None else value
+    if value is None:
+        raise LlmExportError(f"export_llm: the model's config has no {name}")
+    return int(value)
 
 
-def _rotary(model: torch.nn.Module) -> tuple[torch.Tensor, float]:
+def _rotary(model: HFModule) -> tuple[torch.Tensor, float]:
     """The model's static RoPE frequencies and their cos/sin scaling (HF's ``attention_scaling``)."""
     rotary = model.model.rotary_emb
     rope_type = getattr(rotary, "rope_type", "default")
-    _require(rope_type in _STATIC_ROPE, f"rope_type {rope_type!r} changes its frequencies with the sequence "
-                                        f"length; static programs take one of {', '.join(_STATIC_ROPE)}")
+    _require(
+        rope_type in _STATIC_ROPE,
+        f"rope_type {rope_type!r} changes its frequencies with the sequence "
+        f"length; static programs take one of {', '.join(_STATIC_ROPE)}",
+    )
     return rotary.inv_freq, float(getattr(rotary, "attention_scaling", 1.0))
 
 
-def _window(attention: torch.nn.Module, config: object) -> int | None:
+def _window(attention: HFModule, config: object) -> int | None:
     """The layer's sliding window: Qwen2 sets it per layer, Mistral and Phi-3 in the config."""
     if hasattr(attention, "sliding_window"):
         return attention.sliding_window
     return getattr(config, "sliding_window", None)
 
 
-def export_llm(model: torch.nn.Module, prefill_len: int, ctx_len: int, cache: str = "rows",
-               select: str = "all") -> LlmPrograms:
+def export_llm(
+    model: HFModule, prefill_len: int, ctx_len: int, cache: str = "rows", select: str = "all"
+) -> LlmPrograms:
     """Prefill (``prefill_len`` tokens) and decode (one token) programs of an HF causal LM over a
     static cache of ``ctx_len`` rows. The model's RMSNorms and MLPs are swapped in place
     (``swap_modules(model, select)``; its own forward computes the same after)."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
-    _require(model_type in ARCHITECTURES, f"model_type {model_type!r} is not supported; supported: "
-                                          f"{', '.join(ARCHITECTURES)} (a transformers *ForCausalLM)")
+    _require(
+        model_type in ARCHITECTURES,
+        f"model_type {model_type!r} is not supported; supported: "
+        f"{', '.join(ARCHITECTURES)} (a transformers *ForCausalLM)",
+    )
     _require(cache in CACHE_LAYOUTS, f"cache={cache!r}; use one of {', '.join(CACHE_LAYOUTS)}")
-    _require(0 < prefill_len <= ctx_len, f"prefill_len={prefill_len}, ctx_len={ctx_len}: need 0 < prefill_len "
-                                         "<= ctx_len")
+    _require(
+        0 < prefill_len <= ctx_len, f"prefill_len={prefill_len}, ctx_len={ctx_len}: need 0 < prefill_len <= ctx_len"
+    )
     config = model.config
     model.eval()
     heads = _config_int(config, "num_attention_heads")
@@ -275,13 +329,26 @@ def export_llm(model: torch.nn.Module, prefill_len: int, ctx_len: int, cache: st
     inv_freq, rope_scaling = _rotary(model)
     swaps = swap_modules(model, select)
     attentions = [layer.self_attn for layer in model.model.layers]
-    shape = LlmShape(len(attentions), kv_heads, attentions[0].head_dim, _config_int(config, "vocab_size"), ctx_len,
-                     prefill_len, cache)
-    layers = [StaticLayer(layer, StaticAttention(attention, heads, kv_heads, 2 * inv_freq.numel(), cache),
-                          _window(attention, config))
-              for layer, attention in zip(model.model.layers, attentions)]
+    shape = LlmShape(
+        len(attentions),
+        kv_heads,
+        attentions[0].head_dim,
+        _config_int(config, "vocab_size"),
+        ctx_len,
+        prefill_len,
+        cache,
+    )
+    layers = [
+        StaticLayer(
+            layer, StaticAttention(attention, heads, kv_heads, 2 * inv_freq.numel(), cache), _window(attention, config)
+        )
+        for layer, attention in zip(model.model.layers, attentions)
+    ]
     module = StaticCausalLM(model, shape, layers, inv_freq, rope_scaling).eval()
     caches = shape.empty_cache()
-    return LlmPrograms(LlmProgram("prefill", module, shape.inputs([0] * prefill_len, 0, prefill_len, caches)),
-                       LlmProgram("decode", module, shape.inputs([0], prefill_len, 1, caches)), shape, swaps)
-
+    return LlmPrograms(
+        LlmProgram("prefill", module, shape.inputs([0] * prefill_len, 0, prefill_len, caches)),
+        LlmProgram("decode", module, shape.inputs([0], prefill_len, 1, caches)),
+        shape,
+        swaps,
+    )

@@ -9,22 +9,37 @@ refuses an ``out`` of another dtype or shape than the result, eagerly and under 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 import torch
 
 from ..builder import OpPackageBinding, bind
 from ..builder.define import define_torch_ops, out_arguments, returns_schema, schema_arguments
 from ..errors import UsageError
-from ..opdef import OpDef, OpPackage, load_package
+from ..opdef import OpDef, OpPackage, Role, load_package
 from ..quantizer import Share
-from ..quantizer.annotation import Overrides
-from .reference import (ctx_gather, ctx_gather_cb, ctx_gather_shape, ctx_scatter, ctx_scatter_cb, ctx_scatter_shape,
-                        gated_shape, gelu_and_mul, gelu_and_mul_shape, require_out_like, rms_norm, rms_norm_shape, rope,
-                        rope_shape, silu_and_mul)
+from ..quantizer.annotation import Override
+from .reference import (
+    ctx_gather,
+    ctx_gather_cb,
+    ctx_gather_shape,
+    ctx_scatter,
+    ctx_scatter_cb,
+    ctx_scatter_shape,
+    gated_shape,
+    gelu_and_mul,
+    gelu_and_mul_shape,
+    require_out_like,
+    rms_norm,
+    rms_norm_shape,
+    rope,
+    rope_shape,
+    silu_and_mul,
+)
 
 NAMESPACE = "qco_llm"
 PACKAGE_NAME = "LlmOpPackage"
@@ -53,7 +68,7 @@ class LlmOp:
         return self.reference.__name__
 
 
-def _like(shape_of: Callable[..., object]) -> Callable[..., torch.Tensor]:
+def _like(shape_of: Callable[..., Any]) -> Callable[..., torch.Tensor]:
     """A fake kernel: the shared shape check, then an empty tensor of the first input's dtype."""
 
     def fake(first: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
@@ -69,17 +84,27 @@ LLM_OPS: tuple[LlmOp, ...] = (
     LlmOp("Rope", rope, _like(lambda x, cos, sin, style="neox": rope_shape(x, cos, sin, style))),
     LlmOp("CtxScatter", ctx_scatter, _like(ctx_scatter_shape)),
     LlmOp("CtxGather", ctx_gather, _like(ctx_gather_shape)),
-    LlmOp("CtxScatterCb", ctx_scatter_cb,
-          _like(lambda cache, batch_index, position_ids, updates:
-                ctx_scatter_shape(cache, position_ids, updates, batch_index, "ctx_scatter_cb"))),
-    LlmOp("CtxGatherCb", ctx_gather_cb,
-          _like(lambda cache, batch_index, ctx_indices:
-                ctx_gather_shape(cache, ctx_indices, batch_index, "ctx_gather_cb"))),
+    LlmOp(
+        "CtxScatterCb",
+        ctx_scatter_cb,
+        _like(
+            lambda cache, batch_index, position_ids, updates: ctx_scatter_shape(
+                cache, position_ids, updates, batch_index, "ctx_scatter_cb"
+            )
+        ),
+    ),
+    LlmOp(
+        "CtxGatherCb",
+        ctx_gather_cb,
+        _like(
+            lambda cache, batch_index, ctx_indices: ctx_gather_shape(cache, ctx_indices, batch_index, "ctx_gather_cb")
+        ),
+    ),
 )
 OPS_BY_NAME = {op.name: op for op in LLM_OPS}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def llm_package() -> OpPackage:
     return load_package(package_dir() / "config" / f"{PACKAGE_NAME}.xml")
 
@@ -103,20 +128,24 @@ def _define_checked_out(library: torch.library.Library, op: LlmOp, opdef: OpDef)
     torch.library.register_fake(f"{NAMESPACE}::{op.name}.out", fake, lib=library)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def llm_ops() -> dict[str, torch._ops.OpOverload]:
     """``qco_llm::<op>`` (functional, ``.out``, fake) by torch name, defined once per process."""
     library = torch.library.Library(NAMESPACE, "FRAGMENT")
     _LIBRARIES.append(library)
     for op in LLM_OPS:
         _define_checked_out(library, op, llm_package().ops[op.qnn_type])
-    overloads = define_torch_ops(llm_package(), NAMESPACE, {op.qnn_type: op.reference for op in LLM_OPS},
-                                 names={op.qnn_type: op.name for op in LLM_OPS},
-                                 fakes={op.qnn_type: op.fake for op in LLM_OPS})
+    overloads = define_torch_ops(
+        llm_package(),
+        NAMESPACE,
+        {op.qnn_type: op.reference for op in LLM_OPS},
+        names={op.qnn_type: op.name for op in LLM_OPS},
+        fakes={op.qnn_type: op.fake for op in LLM_OPS},
+    )
     return {op.name: overloads[op.qnn_type] for op in LLM_OPS}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def llm_binding() -> OpPackageBinding:
     """The binding of LlmOpPackage to the ``qco_llm`` ops: for ``lower``, ``make_quantizer``,
     ``build_host_library`` and ``compile_spec``."""
@@ -124,10 +153,10 @@ def llm_binding() -> OpPackageBinding:
     return bind(llm_package(), {op.qnn_type: overloads[op.name] for op in LLM_OPS})
 
 
-def llm_quant_overrides() -> Overrides:
+def llm_quant_overrides() -> dict[str, dict[tuple | str, Override]]:
     """The KV cache keeps one encoding: the cache input, the updates and the new cache of a
     scatter (and a gather's rows) share the cache's, so rows move as codes and a cache that
     flows from step to step is never clipped or requantized. Pass to ``make_quantizer``."""
-    scatter = {"updates": Share("input", 0), "out": Share("input", 0)}
-    gather = {"out": Share("input", 0)}
+    scatter: dict[tuple | str, Override] = {"updates": Share(Role.INPUT, 0), "out": Share(Role.INPUT, 0)}
+    gather: dict[tuple | str, Override] = {"out": Share(Role.INPUT, 0)}
     return {"CtxScatter": scatter, "CtxScatterCb": scatter, "CtxGather": gather, "CtxGatherCb": gather}

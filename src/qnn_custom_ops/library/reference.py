@@ -7,7 +7,7 @@ cast back to the input's dtype, as the kernels compute.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -34,23 +34,36 @@ def _require_float(op: str, **tensors: torch.Tensor) -> None:
 
 def _require_int32(op: str, **tensors: torch.Tensor) -> None:
     for name, tensor in tensors.items():
-        _require(tensor.dtype == torch.int32, op,
-                 f"{name} must be int32 (the op's INT_32 input), got {tensor.dtype}: pass {name}.int()")
+        _require(
+            tensor.dtype == torch.int32,
+            op,
+            f"{name} must be int32 (the op's INT_32 input), got {tensor.dtype}: pass {name}.int()",
+        )
 
 
 def _require_shape(op: str, name: str, tensor: torch.Tensor, expected: Sequence[int], what: str) -> None:
-    _require(tuple(tensor.shape) == tuple(expected), op,
-             f"{name} has shape {list(tensor.shape)}, expected {list(expected)} ({what})")
+    _require(
+        tuple(tensor.shape) == tuple(expected),
+        op,
+        f"{name} has shape {list(tensor.shape)}, expected {list(expected)} ({what})",
+    )
 
 
 def require_out_like(op: str, out: torch.Tensor, result: torch.Tensor) -> None:
     """An ``.out`` tensor must have the result's dtype and shape: torch's own out= ops refuse a
     dtype they cannot write, where ``copy_`` would cast (int32: truncate) or broadcast silently."""
     fix = f"pass out=torch.empty({list(result.shape)}, dtype={result.dtype})"
-    _require(out.dtype == result.dtype, op,
-             f"out has dtype {out.dtype}, expected {result.dtype} (the result's; .out does not cast): {fix}")
-    _require(out.shape == result.shape, op, f"out has shape {list(out.shape)}, expected {list(result.shape)} "
-                                            f"(the result's; .out does not resize or broadcast): {fix}")
+    _require(
+        out.dtype == result.dtype,
+        op,
+        f"out has dtype {out.dtype}, expected {result.dtype} (the result's; .out does not cast): {fix}",
+    )
+    _require(
+        out.shape == result.shape,
+        op,
+        f"out has shape {list(out.shape)}, expected {list(result.shape)} "
+        f"(the result's; .out does not resize or broadcast): {fix}",
+    )
 
 
 def rms_norm_shape(x: torch.Tensor, weight: torch.Tensor) -> torch.Size:
@@ -68,8 +81,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
 
 def gated_shape(op: str, x: torch.Tensor) -> torch.Size:
     _require_float(op, x=x)
-    _require(x.dim() >= 1 and x.shape[-1] % 2 == 0, op,
-             f"x has shape {list(x.shape)}: its last dimension must be even (gate and up halves)")
+    _require(
+        x.dim() >= 1 and x.shape[-1] % 2 == 0,
+        op,
+        f"x has shape {list(x.shape)}: its last dimension must be even (gate and up halves)",
+    )
     return x.shape[:-1] + (x.shape[-1] // 2,)
 
 
@@ -80,8 +96,11 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
 
 
 def gelu_and_mul_shape(x: torch.Tensor, approximate: str) -> torch.Size:
-    _require(approximate in GELU_APPROXIMATIONS, "gelu_and_mul",
-             f"approximate={approximate!r}; use one of {', '.join(GELU_APPROXIMATIONS)}")
+    _require(
+        approximate in GELU_APPROXIMATIONS,
+        "gelu_and_mul",
+        f"approximate={approximate!r}; use one of {', '.join(GELU_APPROXIMATIONS)}",
+    )
     return gated_shape("gelu_and_mul", x)
 
 
@@ -94,8 +113,11 @@ def gelu_and_mul(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
 def rope_shape(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str) -> torch.Size:
     _require(style in ROPE_STYLES, "rope", f"style={style!r}; use one of {', '.join(ROPE_STYLES)}")
     _require_float("rope", x=x, cos=cos, sin=sin)
-    _require(x.dim() == 4 and x.shape[-1] % 2 == 0, "rope",
-             f"x has shape {list(x.shape)}, expected [batch, heads, seq, head_dim] with an even head_dim")
+    _require(
+        x.dim() == 4 and x.shape[-1] % 2 == 0,
+        "rope",
+        f"x has shape {list(x.shape)}, expected [batch, heads, seq, head_dim] with an even head_dim",
+    )
     table = [x.shape[2], x.shape[3] // 2]
     _require_shape("rope", "cos", cos, table, "[seq, head_dim / 2]")
     _require_shape("rope", "sin", sin, table, "[seq, head_dim / 2]")
@@ -121,8 +143,11 @@ def _slots(op: str, cache: torch.Tensor, name: str, indices: torch.Tensor, batch
     _require_int32(op, **{name: indices})
     _require(indices.dim() == 2, op, f"{name} has shape {list(indices.shape)}, expected [batch, n]")
     if batch_index is None:
-        _require(indices.shape[0] == cache.shape[0], op,
-                 f"{name} has batch {indices.shape[0]}, the cache {cache.shape[0]} (ctx_*_cb takes a batch_index)")
+        _require(
+            indices.shape[0] == cache.shape[0],
+            op,
+            f"{name} has batch {indices.shape[0]}, the cache {cache.shape[0]} (ctx_*_cb takes a batch_index)",
+        )
         return
     _require_int32(op, batch_index=batch_index)
     _require_shape(op, "batch_index", batch_index, [indices.shape[0]], "[batch]")
@@ -131,13 +156,21 @@ def _slots(op: str, cache: torch.Tensor, name: str, indices: torch.Tensor, batch
 def _slot_indices(op: str, cache: torch.Tensor, batch: int, batch_index: torch.Tensor | None) -> torch.Tensor:
     """The cache slot of each sequence: ``batch_index`` (checked against the cache) or 0..batch-1."""
     slots = torch.arange(batch) if batch_index is None else batch_index.long()
-    _require(bool(((slots >= 0) & (slots < cache.shape[0])).all()), op,
-             f"batch_index {slots.tolist()} names a slot outside the cache's {cache.shape[0]}")
+    _require(
+        bool(((slots >= 0) & (slots < cache.shape[0])).all()),
+        op,
+        f"batch_index {slots.tolist()} names a slot outside the cache's {cache.shape[0]}",
+    )
     return slots
 
 
-def ctx_scatter_shape(cache: torch.Tensor, position_ids: torch.Tensor, updates: torch.Tensor,
-                      batch_index: torch.Tensor | None = None, op: str = "ctx_scatter") -> torch.Size:
+def ctx_scatter_shape(
+    cache: torch.Tensor,
+    position_ids: torch.Tensor,
+    updates: torch.Tensor,
+    batch_index: torch.Tensor | None = None,
+    op: str = "ctx_scatter",
+) -> torch.Size:
     _slots(op, cache, "position_ids", position_ids, batch_index)
     _require_float(op, updates=updates)
     batch, seq = position_ids.shape
@@ -146,8 +179,9 @@ def ctx_scatter_shape(cache: torch.Tensor, position_ids: torch.Tensor, updates: 
     return cache.shape
 
 
-def _scatter(cache: torch.Tensor, batch_index: torch.Tensor | None, position_ids: torch.Tensor,
-             updates: torch.Tensor, op: str) -> torch.Tensor:
+def _scatter(
+    cache: torch.Tensor, batch_index: torch.Tensor | None, position_ids: torch.Tensor, updates: torch.Tensor, op: str
+) -> torch.Tensor:
     ctx_scatter_shape(cache, position_ids, updates, batch_index, op)
     batch, seq = position_ids.shape
     slots = _slot_indices(op, cache, batch, batch_index)
@@ -163,13 +197,15 @@ def ctx_scatter(cache: torch.Tensor, position_ids: torch.Tensor, updates: torch.
     return _scatter(cache, None, position_ids, updates, "ctx_scatter")
 
 
-def ctx_scatter_cb(cache: torch.Tensor, batch_index: torch.Tensor, position_ids: torch.Tensor,
-                   updates: torch.Tensor) -> torch.Tensor:
+def ctx_scatter_cb(
+    cache: torch.Tensor, batch_index: torch.Tensor, position_ids: torch.Tensor, updates: torch.Tensor
+) -> torch.Tensor:
     return _scatter(cache, batch_index, position_ids, updates, "ctx_scatter_cb")
 
 
-def ctx_gather_shape(cache: torch.Tensor, ctx_indices: torch.Tensor, batch_index: torch.Tensor | None = None,
-                     op: str = "ctx_gather") -> list[int]:
+def ctx_gather_shape(
+    cache: torch.Tensor, ctx_indices: torch.Tensor, batch_index: torch.Tensor | None = None, op: str = "ctx_gather"
+) -> list[int]:
     _slots(op, cache, "ctx_indices", ctx_indices, batch_index)
     return [ctx_indices.shape[0], cache.shape[1], ctx_indices.shape[1], cache.shape[3]]
 

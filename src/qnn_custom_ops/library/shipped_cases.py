@@ -4,8 +4,8 @@ it instead of knowing any package by name."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..opdef import OpPackage
 from ..runtime.cost import KernelCase

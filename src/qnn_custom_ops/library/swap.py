@@ -14,8 +14,8 @@ exactly those ops (``"rms_norm"``) and ``-name``s alone all but those.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -65,8 +65,9 @@ def _entry(select: str, entry: str) -> tuple[str, bool]:
         bare = name.lstrip("+-")
         raise _select_error(select, f"{entry!r} has more than one sign: write +{bare} or -{bare}")
     if name in _BASES:
-        raise _select_error(select, f"{entry!r}: all and none take no sign and only come first (the base), "
-                                    "as in 'all,-rms_norm'")
+        raise _select_error(
+            select, f"{entry!r}: all and none take no sign and only come first (the base), as in 'all,-rms_norm'"
+        )
     if name not in SWAPPABLE:
         raise _select_error(select, f"unknown op {name!r}; known: {', '.join(SWAPPABLE)}")
     return name, not entry.startswith("-")
@@ -77,16 +78,19 @@ def parse_select(select: str) -> frozenset[str]:
     disabled is an error). The base is ``all`` or ``none`` when given first; without one, names
     mean exactly those ops and ``-name``s alone all but those, so ``"rms_norm"`` never swaps more."""
     if not isinstance(select, str):
-        raise SelectTypeError(f"swap_modules: select must be a comma-separated string such as 'all,-rms_norm', "
-                              f"got {type(select).__name__} {select!r}: pass ','.join(...) of the entries")
+        raise SelectTypeError(
+            f"swap_modules: select must be a comma-separated string such as 'all,-rms_norm', "
+            f"got {type(select).__name__} {select!r}: pass ','.join(...) of the entries"
+        )
     entries = [entry.strip() for entry in select.split(",")]
     base = entries.pop(0) if entries[0] in _BASES else None
     named = [_entry(select, entry) for entry in entries]
     enable = {name for name, enabled in named if enabled}
     disable = {name for name, enabled in named if not enabled}
     if enable & disable:
-        raise _select_error(select, f"{', '.join(sorted(enable & disable))} is both enabled and disabled: "
-                                    "keep one of them")
+        raise _select_error(
+            select, f"{', '.join(sorted(enable & disable))} is both enabled and disabled: keep one of them"
+        )
     if base is None:
         base = "none" if enable else "all"
     return frozenset((set(SWAPPABLE) if base == "all" else enable) - disable)
@@ -111,8 +115,13 @@ class QcoRMSNorm(torch.nn.Module):
 def _fused(gate_proj: torch.nn.Linear, up_proj: torch.nn.Linear) -> torch.nn.Linear:
     """``gate_proj`` and ``up_proj`` as one ``gate_up_proj`` (vLLM's merged projection), gate first."""
     bias = gate_proj.bias is not None
-    fused = torch.nn.Linear(gate_proj.in_features, 2 * gate_proj.out_features, bias=bias,
-                            dtype=gate_proj.weight.dtype, device=gate_proj.weight.device)
+    fused = torch.nn.Linear(
+        gate_proj.in_features,
+        2 * gate_proj.out_features,
+        bias=bias,
+        dtype=gate_proj.weight.dtype,
+        device=gate_proj.weight.device,
+    )
     with torch.no_grad():
         fused.weight.copy_(torch.cat((gate_proj.weight, up_proj.weight)))
         if bias:
@@ -124,6 +133,9 @@ class QcoGatedMLP(torch.nn.Module):
     """``down_proj(act(gate) * up)`` over one fused ``gate_up_proj`` (gate rows first: Phi-3's
     own, or Llama's ``gate_proj``/``up_proj`` merged), the gated activation op, and the original
     ``down_proj``."""
+
+    gate_up_proj: torch.nn.Linear
+    op: str
 
     def __init__(self, gate_up_proj: torch.nn.Linear, down_proj: torch.nn.Module, op: str, approximate: str | None):
         super().__init__()
@@ -140,17 +152,21 @@ class QcoGatedMLP(torch.nn.Module):
         return self.down_proj(self.gated(fused, self.approximate))
 
 
+def _torch_rms_norm_candidates(module: torch.nn.RMSNorm) -> list[QcoRMSNorm]:
+    """``torch.nn.RMSNorm`` over the last dimension: its weight (ones without one) and eps
+    (the dtype's epsilon when None, as torch does)."""
+    if len(module.normalized_shape) != 1:
+        return []
+    weight = module.weight if module.weight is not None else torch.ones(module.normalized_shape[0])
+    return [QcoRMSNorm(weight, module.eps if module.eps is not None else torch.finfo(weight.dtype).eps)]
+
+
 def _rms_norm_candidates(module: torch.nn.Module) -> list[QcoRMSNorm]:
     """The replacements an RMSNorm-shaped module may have, before the probe: ``x̂ * weight``
     and, for a named ``*RMSNorm``, Gemma's ``x̂ * (1 + weight)`` with the offset folded into the
     op's weight (computed in float32 as Gemma does, so the op multiplies by the same numbers)."""
     if isinstance(module, torch.nn.RMSNorm):
-        if len(module.normalized_shape) != 1:
-            return []
-        hidden = module.normalized_shape[0]
-        weight = module.weight if module.weight is not None else torch.ones(hidden)
-        eps = module.eps if module.eps is not None else torch.finfo(weight.dtype).eps
-        return [QcoRMSNorm(weight, eps)]
+        return _torch_rms_norm_candidates(module)
     if not type(module).__name__.endswith("RMSNorm"):
         return []
     weight = getattr(module, "weight", None)
@@ -205,7 +221,9 @@ def _mlp_candidate(module: torch.nn.Module) -> QcoGatedMLP | None:
     if not (callable(act) and isinstance(down, torch.nn.Module)):
         return None
     activation = _activation_of(act)
-    gate_up = _gate_up(module) if activation is not None else None
+    if activation is None:
+        return None
+    gate_up = _gate_up(module)
     return None if gate_up is None else QcoGatedMLP(gate_up, down, *activation)
 
 
@@ -216,13 +234,13 @@ def _matches(module: torch.nn.Module, replacement: torch.nn.Module, features: in
         return float((module(x).float() - replacement(x).float()).abs().max())
 
 
-def _features(replacement: torch.nn.Module) -> tuple[int, torch.dtype]:
+def _features(replacement: QcoRMSNorm | QcoGatedMLP) -> tuple[int, torch.dtype]:
     if isinstance(replacement, QcoRMSNorm):
         return replacement.weight.shape[0], replacement.weight.dtype
     return replacement.gate_up_proj.in_features, replacement.gate_up_proj.weight.dtype
 
 
-def _candidates(module: torch.nn.Module, enabled: frozenset[str]) -> list[torch.nn.Module]:
+def _candidates(module: torch.nn.Module, enabled: frozenset[str]) -> Sequence[QcoRMSNorm | QcoGatedMLP]:
     """What may replace ``module``, most likely first; the probe picks the one that matches."""
     if "rms_norm" in enabled:
         norms = _rms_norm_candidates(module)
@@ -232,7 +250,9 @@ def _candidates(module: torch.nn.Module, enabled: frozenset[str]) -> list[torch.
     return [mlp] if mlp is not None and mlp.op in enabled else []
 
 
-def _matching(module: torch.nn.Module, candidates: list[torch.nn.Module]) -> tuple[torch.nn.Module | None, float]:
+def _matching(
+    module: torch.nn.Module, candidates: Sequence[QcoRMSNorm | QcoGatedMLP]
+) -> tuple[QcoRMSNorm | QcoGatedMLP | None, float]:
     """The first candidate computing what ``module`` does on a probe, else None and the
     first one's difference (for the warning)."""
     errors = []
@@ -249,7 +269,7 @@ def swap_modules(model: torch.nn.Module, select: str = "all") -> list[Swap]:
     """Replace the modules of ``model`` that the selected ops compute (in place); returns
     what was replaced. A disabled op's modules stay native, for XNNPACK or QNN's built-ins."""
     enabled = parse_select(select)
-    swaps = []
+    swaps: list[Swap] = []
     for path, module in list(model.named_modules()):
         if not path or any(path.startswith(s.path + ".") for s in swaps):
             continue
@@ -258,8 +278,13 @@ def swap_modules(model: torch.nn.Module, select: str = "all") -> list[Swap]:
             continue
         replacement, error = _matching(module, candidates)
         if replacement is None:
-            warnings.warn(SwapWarning(f"{path} ({type(module).__name__}) looks like {_op_of(candidates[0])} but "
-                                      f"differs from it by {error:.3g} on a probe input; left native"), stacklevel=2)
+            warnings.warn(
+                SwapWarning(
+                    f"{path} ({type(module).__name__}) looks like {_op_of(candidates[0])} but "
+                    f"differs from it by {error:.3g} on a probe input; left native"
+                ),
+                stacklevel=2,
+            )
             continue
         parent_path, _, name = path.rpartition(".")
         setattr(model.get_submodule(parent_path) if parent_path else model, name, replacement)
@@ -267,5 +292,5 @@ def swap_modules(model: torch.nn.Module, select: str = "all") -> list[Swap]:
     return swaps
 
 
-def _op_of(replacement: torch.nn.Module) -> str:
+def _op_of(replacement: QcoRMSNorm | QcoGatedMLP) -> str:
     return "rms_norm" if isinstance(replacement, QcoRMSNorm) else replacement.op
