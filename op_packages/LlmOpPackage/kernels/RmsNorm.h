@@ -80,10 +80,10 @@ int64_t sum_squares(const Code* row, int64_t hidden, int32_t offset) {
 
 template <typename Code>
 void scale_row(Code* out, const Code* row, const int32_t* gain, int64_t hidden, FixedMultiplier multiplier,
-               int32_t offset, const qco::TensorView& y) {
+               int32_t offset, CodeRange range) {
   for (int64_t c = 0; c < hidden; ++c) {
     const int64_t product = static_cast<int64_t>(row[c] + offset) * gain[c];
-    out[c] = static_cast<Code>(saturate_code(apply(multiplier, product), y));
+    out[c] = static_cast<Code>(saturate_code(apply(multiplier, product), range));
   }
 }
 
@@ -103,7 +103,7 @@ void rms_norm_codes(qco::TensorView& y, const qco::TensorView& weight, const Rms
   for (int64_t r = 0; r < rows; ++r) {
     const Code* row = in + r * hidden;
     const FixedMultiplier multiplier = row_multiplier(norm, sum_squares(row, hidden, norm.x.offset));
-    scale_row(out + r * hidden, row, gain.data(), hidden, multiplier, norm.x.offset, y);
+    scale_row(out + r * hidden, row, gain.data(), hidden, multiplier, norm.x.offset, code_range(y));
   }
 }
 
@@ -210,7 +210,7 @@ inline void rms_norm_u16_hvx(qco::TensorView& y, const qco::TensorView& weight, 
     if (multiplier.shift >= 33) {
       scale_row_u16_hvx(out + r * hidden, row, words.data(), hidden, multiplier, norm.x.offset, -y.offset);
     } else {
-      scale_row(out + r * hidden, row, gain.data(), hidden, multiplier, norm.x.offset, y);
+      scale_row(out + r * hidden, row, gain.data(), hidden, multiplier, norm.x.offset, code_range(y));
     }
   }
 }

@@ -93,8 +93,15 @@ void rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorV
                 const qco::TensorView& sin_table, RopeStyle style) {
   const Code* in = x.as<const Code>();
   Code* out = y.as<Code>();
-  const std::vector<int32_t> cosine = centered_codes(cos_table), sine = centered_codes(sin_table);
+  const std::vector<int32_t> cosines = centered_codes(cos_table), sines = centered_codes(sin_table);
+  // Raw pointers and local copies: a uint8_t store may alias anything, so members and vector
+  // internals read in the loop would be reloaded after every store.
+  const int32_t* cosine = cosines.data();
+  const int32_t* sine = sines.data();
   const RopeScale scale = rope_scale(y, x, cos_table, sin_table);
+  const int64_t k_c = scale.cosine, k_s = scale.sine;
+  const int32_t offset = x.offset;
+  const CodeRange range = code_range(y);
   const FixedMultiplier shift{1, scale.shift};
   const int64_t seq = x.dims[2], half = x.dims[3] / 2, rows = extent(x, 0, 3);
   const int64_t stride = style == kRopeNeox ? half : 1;
@@ -102,10 +109,10 @@ void rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorV
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t base = r * 2 * half, angles = (r % seq) * half;
     for (int64_t i = 0; i < half; ++i) {
-      const int64_t c = cosine[angles + i] * scale.cosine, s = sine[angles + i] * scale.sine;
-      const int64_t a = in[base + i * step] + x.offset, b = in[base + i * step + stride] + x.offset;
-      out[base + i * step] = static_cast<Code>(saturate_code(apply(shift, a * c - b * s), y));
-      out[base + i * step + stride] = static_cast<Code>(saturate_code(apply(shift, b * c + a * s), y));
+      const int64_t c = cosine[angles + i] * k_c, s = sine[angles + i] * k_s;
+      const int64_t a = in[base + i * step] + offset, b = in[base + i * step + stride] + offset;
+      out[base + i * step] = static_cast<Code>(saturate_code(apply(shift, a * c - b * s), range));
+      out[base + i * step + stride] = static_cast<Code>(saturate_code(apply(shift, b * c + a * s), range));
     }
   }
 }

@@ -66,13 +66,17 @@ void gated_codes(qco::TensorView& y, const qco::TensorView& x, Activation act) {
   const int64_t rows = d == 0 ? 0 : y.numel() / d;
   const GateScale scale = gate_scale(y, x);
   const std::vector<int32_t> table = gate_table(act, x, scale, y.numel());
+  // Locals, not members: a uint8_t store may alias anything, so those would be reloaded per store.
+  const int32_t* values = table.empty() ? nullptr : table.data();
+  const int32_t offset = x.offset;
+  const CodeRange range = code_range(y);
   const FixedMultiplier shift{1, scale.shift};
   for (int64_t r = 0; r < rows; ++r) {
     const Code* gate = in + 2 * d * r;
     for (int64_t i = 0; i < d; ++i) {
-      const int32_t value = table.empty() ? gate_value(act, x, scale, gate[i]) : table[gate[i]];
-      const int64_t product = static_cast<int64_t>(value) * (gate[d + i] + x.offset);
-      out[r * d + i] = static_cast<Code>(saturate_code(apply(shift, product), y));
+      const int32_t value = values == nullptr ? gate_value(act, x, scale, gate[i]) : values[gate[i]];
+      const int64_t product = static_cast<int64_t>(value) * (gate[d + i] + offset);
+      out[r * d + i] = static_cast<Code>(saturate_code(apply(shift, product), range));
     }
   }
 }

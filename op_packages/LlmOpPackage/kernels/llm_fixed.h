@@ -44,19 +44,19 @@ using qco::apply;
 using qco::FixedMultiplier;
 using qco::fixed_multiplier;
 
-// A real-valued code (value already in units of the output's scale) to the output's code:
-// minus the QNN offset, saturated to [0, max].
-inline int32_t saturate_code(int64_t scaled, const qco::TensorView& out) {
-  return static_cast<int32_t>(qco::saturate(scaled - out.offset, 0, max_code(out.dtype)));
-}
+// What saturate_code needs of an output, held by value: a loop storing uint8_t codes (which
+// may alias anything) would otherwise reload them from the view after every store.
+struct CodeRange {
+  int32_t offset;
+  int32_t top;  // the largest code
+};
 
-// Writes code `i` of an unsigned fixed-point view.
-inline void store_code(qco::TensorView& view, int64_t i, int32_t code) {
-  if (view.dtype == qco::DType::kUFixed8) {
-    view.as<uint8_t>()[i] = static_cast<uint8_t>(code);
-  } else {
-    view.as<uint16_t>()[i] = static_cast<uint16_t>(code);
-  }
+inline CodeRange code_range(const qco::TensorView& out) { return {out.offset, max_code(out.dtype)}; }
+
+// A real-valued code (value already in units of the output's scale) to the output's code:
+// minus the QNN offset, saturated to [0, top].
+inline int32_t saturate_code(int64_t scaled, CodeRange out) {
+  return static_cast<int32_t>(qco::saturate(scaled - out.offset, 0, out.top));
 }
 
 // The multipliers of an op whose activations have this dtype (see FixedMultiplier): 15 bits
