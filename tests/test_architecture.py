@@ -104,6 +104,7 @@ def test_reading_generating_and_calling_kernels_start_without_torch():
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_binding_and_lowering_leave_executorchs_visitor_in_place(tmp_path, monkeypatch):
     from .test_compile_spec import fake_op_package_library
 

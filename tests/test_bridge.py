@@ -54,6 +54,7 @@ class SinkModel(torch.nn.Module):
         return SINK(x, bias if self.with_bias else None, -3, True, [0.25, 4.0], mode="max", axis=-2)
 
 
+@pytest.mark.slow
 def test_every_argument_kind_maps_with_exact_datatypes_and_values(sink_binding):
     program = edge_program(SinkModel(with_bias=True), torch.randn(2, 4), torch.randn(4))
     (node,) = bound_nodes(sink_binding, program)
@@ -78,12 +79,14 @@ def test_every_argument_kind_maps_with_exact_datatypes_and_values(sink_binding):
     assert spec.outputs[0].shape == (2, 4) and spec.outputs[0].dtype == torch.float32
 
 
+@pytest.mark.slow
 def test_optional_trailing_input_passed_as_none_is_omitted(sink_binding):
     program = edge_program(SinkModel(with_bias=False), torch.randn(2, 4), torch.randn(4))
     (node,) = bound_nodes(sink_binding, program)
     assert [n.name for n in sink_binding.qnn_op_spec(node).inputs] == ["x"]
 
 
+@pytest.mark.slow
 def test_multi_output_op_maps_each_output(sink_binding):
     class Halves(torch.nn.Module):
         def forward(self, x):
@@ -97,6 +100,7 @@ def test_multi_output_op_maps_each_output(sink_binding):
                                                                    (1, "second", (1, 2, 3, 4))]
 
 
+@pytest.mark.slow
 def test_node_of_an_unbound_op_is_an_error_naming_it(sink_binding):
     program = edge_program(torch.nn.ReLU(), torch.randn(2))
     node = next(n for n in program.graph.nodes if n.op == "call_function")
@@ -109,6 +113,7 @@ def test_node_of_an_unbound_op_is_an_error_naming_it(sink_binding):
     (1, [], r"param 'scales' is an empty list"),
     (1, [1e300], r"param 'scales' = 1e\+300 fits none of its datatypes FLOAT_32"),
 ])
+@pytest.mark.slow
 def test_values_the_opdef_cannot_hold_are_errors(sink_binding, shift, scales, message):
     class Bad(torch.nn.Module):
         def forward(self, x):
@@ -121,6 +126,7 @@ def test_values_the_opdef_cannot_hold_are_errors(sink_binding, shift, scales, me
         sink_binding.qnn_op_spec(node)
 
 
+@pytest.mark.slow
 def test_enum_value_outside_the_enumeration_is_an_error(sink_binding):
     class Bad(torch.nn.Module):
         def forward(self, x):
@@ -206,6 +212,7 @@ def test_define_torch_ops_schema_binds_to_its_own_opdef():
     assert binding.ops["SplitCustomOp"].custom_op_name == "my_ops.split_half.default"
 
 
+@pytest.mark.slow
 def test_a_custom_op_without_out_variant_gets_the_one_line_fix_and_then_builds(tmp_path):
     """torch.library.custom_op defines no .out overload; binding says how to add it, and
     register_out_variant makes the host library build."""

@@ -23,6 +23,7 @@ def run(tool: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedP
     return subprocess.run([str(BIN / tool), *map(str, args)], capture_output=True, text=True, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_generate_op_package_writes_the_package(tmp_path):
     result = run("generate-op-package", FIXTURES / "example_op_package_htp.xml", "-o", tmp_path)
     assert result.returncode == 0, result.stderr
@@ -106,6 +107,7 @@ def test_module_entry_point():
     assert result.returncode == 0 and "ExampleOpPackage: 1 op(s) valid" in result.stdout
 
 
+@pytest.mark.slow
 def test_opdef_from_torch_writes_a_config_that_validates(tmp_path):
     env_path = str(Path(__file__).parent / "data")
     config = tmp_path / "gated.xml"
@@ -178,6 +180,7 @@ def test_opdef_from_torch_imports_modules_from_the_current_directory(tmp_path, m
     assert "<Name>Scale</Name>" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_build_host_prints_the_library_and_run_builds_it_itself(tmp_path, capsys):
     import torch
 
@@ -207,6 +210,7 @@ def test_build_host_prints_the_library_and_run_builds_it_itself(tmp_path, capsys
     assert "no op of ExampleOpPackage is bound" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_run_calls_bad_input_bad_input(tmp_path, capsys):
     """Each is the user's input: exit 2 and one line naming the file, never an internal error."""
     import torch

@@ -111,6 +111,7 @@ def arg_kind_builds(tmp_path):
     return [OpPackageBuild("HTP", "x86_64", fake_op_package_library(tmp_path, "ArgKindPackage"))]
 
 
+@pytest.mark.slow
 def test_lowering_uses_our_visitor_and_builds_the_op_wrapper(arg_kind_builds):
     binding = qco.bind(ARG_KIND_PACKAGE, {"KitchenSink": SINK, "TwoHalves": HALVES})
     infos = op_package_options(binding, arg_kind_builds).op_package_infos
@@ -142,6 +143,7 @@ def partitioner_for(binding, builds):
     return QnnCustomOpPartitioner(qco.compile_spec("SM8650", binding, builds[:1]), binding)
 
 
+@pytest.mark.slow
 def test_preflight_reports_every_problem_before_any_qnn_call(arg_kind_builds):
     binding = qco.bind(ARG_KIND_PACKAGE, {"KitchenSink": SINK})
 
@@ -164,6 +166,7 @@ def test_preflight_reports_every_problem_before_any_qnn_call(arg_kind_builds):
     assert "calls custom op qco_test.two_halves.default, which has no binding" in problems[3]
 
 
+@pytest.mark.slow
 def test_without_the_sdk_partitioning_says_so_in_one_line(mul3_binding, builds, monkeypatch):
     monkeypatch.setenv("QNN_SDK_ROOT", "")
 

@@ -12,6 +12,7 @@ from qnn_custom_ops.cli import main
 from .conftest import OP_PACKAGES
 
 
+@pytest.mark.slow
 def test_cost_prints_time_bytes_and_bandwidth_per_op_and_shape(capsys):
     affinity = os.sched_getaffinity(0)
     assert main(["cost", str(OP_PACKAGES / "ExampleOpPackage"), "--min-seconds", "0.001",
@@ -69,6 +70,7 @@ def test_cost_refuses_absurd_shapes_and_a_tensor_given_twice(capsys, shape, mess
     assert len(err.strip().splitlines()) == 1 and re.search(message, err), err
 
 
+@pytest.mark.slow
 def test_cost_measures_int32_inputs_given_with_shape(capsys):
     assert main(["cost", str(OP_PACKAGES / "LlmOpPackage"), "--min-seconds", "0.001",
                  "--shape", "CtxGather:out=1x2x16x64,cache=1x2x128x64,ctx_indices=1x16"]) == 0
@@ -76,6 +78,7 @@ def test_cost_measures_int32_inputs_given_with_shape(capsys):
     assert row.split()[:2] == ["CtxGather", "1x2x128x64"]
 
 
+@pytest.mark.slow
 def test_a_package_directory_named_otherwise_builds_under_its_package_name(tmp_path, capsys):
     """The library and its C ABI are named after the config's PackageName, not the directory."""
     import shutil

@@ -111,6 +111,7 @@ def test_quantized_models_run_the_quantized_branch(quant_package, quant_dtype, a
     assert not far.passed and far.steps > 10
 
 
+@pytest.mark.slow
 def test_shipped_mul3_runs_its_uint8_branch(mul3):
     binding, library = mul3
     samples = samples_of((1, 3, 8, 8))
@@ -123,6 +124,7 @@ def test_shipped_mul3_runs_its_uint8_branch(mul3):
     assert all(r.passed for r in reports), [str(r) for r in reports]
 
 
+@pytest.mark.slow
 def test_split_runs_with_two_output_encodings(split):
     binding, library = split
     samples = samples_of((2, 3, 8))
@@ -154,6 +156,7 @@ def test_int64_indices_reach_the_kernel_as_int32_as_on_qnn(quant_package):
     torch.testing.assert_close(outputs[0], GatherModel().eval()(indices), rtol=0, atol=0)
 
 
+@pytest.mark.slow
 def test_a_dtype_the_opdef_forbids_is_refused_before_lowering(quant_package):
     """int64 computed in the graph stays int64 on QNN (only inputs and constants are cast)."""
     binding, _ = quant_package
@@ -167,6 +170,7 @@ def test_a_dtype_the_opdef_forbids_is_refused_before_lowering(quant_package):
         qco.lower(Computed().eval(), (torch.tensor([1, 2]),), binding, target="host")
 
 
+@pytest.mark.slow
 def test_a_kernel_failure_reaches_python_with_its_op_and_status(quant_package):
     binding, library = quant_package
 
@@ -214,6 +218,7 @@ def test_compare_refuses_a_dtype_mismatch():
     assert not report.passed and report.problem == "dtype int32 but the golden is float32"
 
 
+@pytest.mark.slow
 def test_cli_run_compares_in_steps_of_the_encodings_lower_recorded(mul3, tmp_path, capsys):
     from qnn_custom_ops import cli
 
@@ -236,6 +241,7 @@ def test_cli_run_compares_in_steps_of_the_encodings_lower_recorded(mul3, tmp_pat
     assert capsys.readouterr().out.strip().endswith("FAIL")
 
 
+@pytest.mark.slow
 def test_the_host_library_compiles_for_names_that_collide_with_ours_or_cpp(tmp_path):
     """Two ops with an enum param `mode`, arguments named ctx, status, check, int64_t, h_ctx,
     NULL, EOF: every generated file compiles (the HTP side: tests/test_htp_build.py)."""

@@ -301,6 +301,7 @@ def compile_only(source: Path, *include_dirs: Path) -> None:
     assert result.returncode == 0, f"{source}:\n{result.stderr}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", ALL_CONFIGS, ids=lambda p: p.name)
 def test_every_generated_host_side_file_compiles(tmp_path, config):
     result = generate(load(config), tmp_path)
@@ -374,6 +375,7 @@ def test_unedited_files_follow_the_opdef_and_edited_ones_report_a_changed_signat
     assert "alpha" in op_source.read_text()
 
 
+@pytest.mark.slow
 def test_two_generators_into_one_directory_take_turns(tmp_path, write_config):
     """A generator waits while another holds the output directory, then writes a whole tree."""
     import threading
@@ -391,6 +393,7 @@ def test_two_generators_into_one_directory_take_turns(tmp_path, write_config):
     assert done.is_set() and (tmp_path / "TestPackage/kernels/Waits.h").is_file()
 
 
+@pytest.mark.slow
 def test_concurrent_generators_leave_one_whole_tree(tmp_path):
     """Four processes, two versions of one package, one output directory: the result holds the
     whole tree of one version (the last to run), never a mix of the two."""

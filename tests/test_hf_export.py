@@ -93,6 +93,7 @@ def test_the_sliding_window_is_followed_where_it_changes_the_tokens():
     assert greedy(programs.shape, step, step, PROMPT, NEW_TOKENS).tokens == windowed
 
 
+@pytest.mark.slow
 def test_every_norm_and_mlp_runs_on_the_librarys_ops():
     for arch in ARCHITECTURES:
         swaps = export_llm(hf_model(arch), prefill_len=PREFILL_LEN, ctx_len=CTX_LEN).swaps
@@ -102,6 +103,7 @@ def test_every_norm_and_mlp_runs_on_the_librarys_ops():
         assert len(swaps) == 3 * layers + 1, arch  # two norms and the MLP per layer, the final norm
 
 
+@pytest.mark.slow
 def test_rows_layout_returns_only_the_new_rows_and_scatter_the_whole_cache():
     for cache, rows in (("rows", 1), ("scatter", CTX_LEN)):
         programs = export_llm(hf_model("llama"), prefill_len=PREFILL_LEN, ctx_len=CTX_LEN, cache=cache)
@@ -114,6 +116,7 @@ def test_rows_layout_returns_only_the_new_rows_and_scatter_the_whole_cache():
     (dict(prefill_len=16, ctx_len=8), r"prefill_len=16, ctx_len=8"),
     (dict(prefill_len=4, ctx_len=8, cache="ring"), r"cache='ring'; use one of rows, scatter"),
 ])
+@pytest.mark.slow
 def test_bad_shapes_are_one_line_naming_the_argument(kwargs, message):
     with pytest.raises(LlmExportError, match=rf"^export_llm: {message}"):
         export_llm(hf_model("llama"), **kwargs)

@@ -163,6 +163,7 @@ inline qco::DType dtype_of(const Tensor& tensor) {
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("qualifier, compiles", [("DType", False), ("::DType", True)])
 def test_the_standin_catches_the_shadowed_dtype_fault(tmp_path, clang, qualifier, compiles):
     """The first adapter named the HTP's DType unqualified inside qco::htp, where it is
@@ -206,6 +207,7 @@ def torch_mul3_reference(in_scale: float, in_zero_point: int, out_scale: float, 
 
 @pytest.mark.parametrize("encoding", [(0.05, 37, 0.1, 37), (0.05, 37, 0.15, 0), (0.02, 128, 0.06, 200),
                                       (0.0137, 17, 0.0071, 231)])
+@pytest.mark.slow
 def test_htp_impl_converts_the_zero_point_to_qnn_offset(adapter_check, encoding):
     """A uint8 tensor whose HTP zero point is 37 goes through ExampleCustomOp's HTP Impl and
     equals PyTorch's quantized reference bit for bit (the old adapter passed the zero point
@@ -217,6 +219,7 @@ def test_htp_impl_converts_the_zero_point_to_qnn_offset(adapter_check, encoding)
     assert [int(v) for v in values.split()] == torch_mul3_reference(*encoding)
 
 
+@pytest.mark.slow
 def test_htp_adapter_refuses_what_it_cannot_hand_to_a_kernel(adapter_check):
     result = subprocess.run([str(adapter_check), "refusals"], capture_output=True, text=True, check=True)
     statuses = dict(line.split() for line in result.stdout.splitlines())
@@ -251,6 +254,7 @@ def _op_specs(package: qco.OpPackage) -> list[str]:
     return [f"{op.name}:{len(op.inputs)}:{len(op.params)}:{len(op.outputs)}" for op in package.ops.values()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [c.name for c in CONFIGS] + SHIPPED)
 def test_every_accepted_arity_has_a_registered_implementation(standin_builds, package_check, name):
     package_dir = standin_builds[name]
@@ -292,6 +296,7 @@ def test_package_check_sees_an_op_without_its_implementation(standin_builds, pac
     assert arities < expected
 
 
+@pytest.mark.slow
 def test_an_edit_rebuilds_what_it_touches(standin_builds, tmp_path):
     """Objects per source, and every object depends on the package's headers: touching a
     kernel header makes the library out of date (a stale library never ships)."""

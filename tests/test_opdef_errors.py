@@ -216,6 +216,7 @@ def mutated_configs(draw):
     return text
 
 
+@pytest.mark.slow
 @FUZZ
 @given(text=mutated_configs())
 @pytest.mark.filterwarnings("ignore::qnn_custom_ops.OpDefWarning")  # a warned package is a package

@@ -84,6 +84,7 @@ def samples_of(*shapes, count=8, seed=0, dtype=torch.float32):
 
 
 
+@pytest.mark.slow
 def test_mul3_8a8w_qdq_around_the_custom_op(mul3_binding):
     torch.manual_seed(0)
     model = ConvMul3().eval()
@@ -123,6 +124,7 @@ class RowsModel(torch.nn.Module):
     ("8a8w", U8, (-127, 127, torch.int8), 20),
     ("16a8w", U16, (0, 255, torch.uint8), 25),  # 8-bit weights bound it
 ])
+@pytest.mark.slow
 def test_static_weight_and_two_outputs(quant_dtype, act, weight, min_sqnr):
     # GatherRows takes 8-bit only, so 16a8w binds just the ops this model uses.
     binding = qco.bind(QUANT_PACKAGE, {t: QUANT_OPS[t] for t in ("ScaleRows", "Halves")})
@@ -147,6 +149,7 @@ def test_static_weight_and_two_outputs(quant_dtype, act, weight, min_sqnr):
         assert sqnr > min_sqnr
 
 
+@pytest.mark.slow
 def test_two_outputs_keep_two_encodings(quant_binding):
     class Split(torch.nn.Module):
         def forward(self, x):
@@ -253,6 +256,7 @@ def halves_builds(tmp_path):
     return [OpPackageBuild("HTP", "x86_64", fake_op_package_library(tmp_path, "QuantTestPackage"))]
 
 
+@pytest.mark.slow
 def test_two_outputs_keep_their_own_encodings_down_to_the_qnn_tensors(halves_builds):
     binding, program = quantized_halves_program()
     infos = op_package_options(binding, halves_builds).op_package_infos
@@ -269,6 +273,7 @@ def test_two_outputs_keep_their_own_encodings_down_to_the_qnn_tensors(halves_bui
     assert sorted(a.inputs[0].scale for a in adds) == pytest.approx(sorted([low.scale, high.scale]))
 
 
+@pytest.mark.slow
 def test_executorchs_own_custom_op_visitor_shares_one_encoding(halves_builds):
     """Why ours exists: executorch's CustomOp reads the op node's quant attrs for every output,
     which AnnotateQuantAttrs overwrote with the last getitem's."""
@@ -281,6 +286,7 @@ def test_executorchs_own_custom_op_visitor_shares_one_encoding(halves_builds):
     assert low.scale == high.scale
 
 
+@pytest.mark.slow
 def test_executorchs_make_quantizer_accepts_our_annotation(mul3_binding):
     from executorch.backends.qualcomm.export_utils import make_quantizer
 

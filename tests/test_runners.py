@@ -95,6 +95,7 @@ def calls(log: Path) -> list[list[str]]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_device_run_pushes_to_the_compile_spec_paths_runs_and_pulls(mul3_pte, fake_sdk, build_folder, device,
                                                                     op_package_builds, monkeypatch):
     root, log = device
@@ -128,6 +129,7 @@ def test_device_run_pushes_to_the_compile_spec_paths_runs_and_pulls(mul3_pte, fa
     assert baked == {htp_path, cpu_path} and baked <= set(pushes)
 
 
+@pytest.mark.slow
 def test_no_device(mul3_pte, fake_sdk, build_folder, device, op_package_builds, monkeypatch):
     monkeypatch.setenv("FAKE_ADB_SERIALS", "someone-else")
     with pytest.raises(RunnerError, match=f"no device {SERIAL}.*check `adb devices`"):
@@ -140,6 +142,7 @@ def test_push_failure(mul3_pte, fake_sdk, build_folder, device, op_package_build
         device_runner(build_folder, op_package_builds).run(mul3_pte, [(torch.randn(*SHAPE),)])
 
 
+@pytest.mark.slow
 def test_runner_exit_status(mul3_pte, fake_sdk, build_folder, device, op_package_builds, monkeypatch):
     monkeypatch.setenv("FAKE_RUNNER_MODE", "fail")
     with pytest.raises(RunnerError, match=r"qnn_executor_runner exited with status 1 .*graph execute failed"):
@@ -148,6 +151,7 @@ def test_runner_exit_status(mul3_pte, fake_sdk, build_folder, device, op_package
 
 @pytest.mark.parametrize("mode, message", [("missing", r"output_0_0.raw: missing"),
                                            ("short", r"output_0_0.raw: 60 bytes, expected 64")])
+@pytest.mark.slow
 def test_missing_or_wrong_sized_output(mul3_pte, fake_sdk, build_folder, device, op_package_builds, monkeypatch,
                                        mode, message):
     monkeypatch.setenv("FAKE_RUNNER_MODE", mode)
@@ -167,6 +171,7 @@ def test_device_target_without_the_sdk(mul3_pte, build_folder, device, op_packag
         device_runner(build_folder, op_package_builds).run(mul3_pte, [(torch.randn(*SHAPE),)])
 
 
+@pytest.mark.slow
 def test_x86_runner_speaks_the_raw_protocol(mul3_pte, fake_sdk, build_folder, monkeypatch):
     monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     inferences = [(torch.randn(*SHAPE),), (torch.randn(*SHAPE),)]

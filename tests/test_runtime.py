@@ -77,6 +77,7 @@ def run_host(model, inputs, binding, library):
     return HostRunner([library]).run(program.buffer, [inputs])[0]
 
 
+@pytest.mark.slow
 def test_rebuilding_an_unchanged_library_reuses_it_without_cmake(mul3, monkeypatch):
     binding, library = mul3
     assert library.is_file() and library_kernels(library) == [
@@ -100,6 +101,7 @@ def test_the_library_also_exports_the_c_abi(mul3):
     np.testing.assert_array_equal(out.array, expected.astype(np.uint8))
 
 
+@pytest.mark.slow
 def test_float_models_match_eager(mul3, split):
     torch.manual_seed(0)
     for (binding, library), model, shape in ((mul3, ConvMul3(), (1, 3, 8, 8)), (split, SplitModel(), (2, 3, 8))):
@@ -111,6 +113,7 @@ def test_float_models_match_eager(mul3, split):
         assert all(r.passed for r in reports), [str(r) for r in reports]
 
 
+@pytest.mark.slow
 def test_quantized_models_reproduce_the_converted_model(mul3, split):
     torch.manual_seed(0)
     for (binding, library), model, shape in ((mul3, ConvMul3(), (1, 3, 8, 8)), (split, SplitModel(), (2, 3, 8))):
@@ -134,6 +137,7 @@ def test_loading_the_same_library_twice_is_a_no_op(mul3):
     assert load_host_library(library) is load_host_library(library)
 
 
+@pytest.mark.slow
 def test_a_second_library_with_the_same_kernels_is_refused(tmp_path):
     ops = qco.define_torch_ops(EXAMPLE_PACKAGE, "qco_clash", {"ExampleCustomOp": lambda input: input * 3},
                                names={"ExampleCustomOp": "mul3"})
@@ -158,6 +162,7 @@ def test_a_copy_of_a_loaded_library_is_refused_from_its_own_contents(mul3, tmp_p
         load_host_library(copy)
 
 
+@pytest.mark.slow
 def test_a_missing_kernel_is_named_before_running():
     # an op of its own namespace: no library of any test registers its kernel
     float_only = qco.define_torch_ops(QUANT_PACKAGE, "qco_unbuilt", {"FloatOnly": lambda x: torch.tanh(x) * 2})
@@ -185,6 +190,7 @@ def test_host_lowering_refuses_unbound_custom_ops(mul3):
         qco.lower(Model(), (torch.randn(1, 1, 1, 4),), binding, target="host")
 
 
+@pytest.mark.slow
 def test_qnn_lowering_without_the_sdk_says_so_in_one_line(mul3, tmp_path, monkeypatch):
     from .test_compile_spec import fake_op_package_library
 
@@ -197,6 +203,7 @@ def test_qnn_lowering_without_the_sdk_says_so_in_one_line(mul3, tmp_path, monkey
     assert "\n" not in str(info.value) and "host target" in str(info.value)
 
 
+@pytest.mark.slow
 def test_lower_writes_the_pte(mul3, tmp_path):
     binding, _ = mul3
     program = qco.lower(ConvMul3().eval(), (torch.randn(1, 3, 8, 8),), binding, output=tmp_path / "m.pte")
@@ -297,6 +304,7 @@ def run_example(name: str, *args: str, capsys) -> tuple[int, str]:
     return code, capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", ["custom_op_mul3.py", "split_multi_output.py"])
 def test_examples_run_the_quantized_branch_on_the_host(example, tmp_path, capsys):
     code, out = run_example(example, "--target", "host", "--output-dir", str(tmp_path), capsys=capsys)
@@ -317,6 +325,7 @@ def test_example_entry_point_runs_as_a_script(tmp_path):
     assert [n for n in noise if n in result.stdout + result.stderr] == []  # third-party noise is filtered
 
 
+@pytest.mark.slow
 def test_bound_ops_never_get_executorchs_no_quant_config_message(capsys):
     model = ConvMul3().eval()
     samples = [(torch.randn(1, 3, 8, 8),)]
