@@ -12,7 +12,7 @@ CLANG_STAMP := $(VENV)/.clang
 # qemu-user's qemu-hexagon runs the Hexagon check's programs; ziglang (a dev dependency) builds them.
 HEXAGON_STAMP := $(VENV)/.hexagon
 
-.PHONY: demo test bench
+.PHONY: demo lint test bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,9 +37,15 @@ $(HEXAGON_STAMP): $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/custom_op_mul3.py --target host
 
-# Tests run on every core (pytest-xdist; builds are process-safe and shared through the run's cache),
-# handed out one at a time, slow ones first (tests/conftest.py), so the workers end together.
-test: $(STAMP) $(CLANG_STAMP) $(HEXAGON_STAMP)
+# ruff (lint and format) and mypy on src/, configured in pyproject.toml.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src
+	$(VENV)/bin/ruff format --check src
+	$(VENV)/bin/mypy
+
+# Lint first; then the tests on every core (pytest-xdist; builds are process-safe and shared through
+# the run's cache), handed out one at a time, slow ones first (tests/conftest.py), so the workers end together.
+test: $(STAMP) $(CLANG_STAMP) $(HEXAGON_STAMP) lint
 	$(PY) -m pytest -q -n auto --dist load --maxschedchunk 1
 
 bench: $(STAMP)

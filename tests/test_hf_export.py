@@ -122,6 +122,7 @@ def test_bad_shapes_are_one_line_naming_the_argument(kwargs, message):
         export_llm(hf_model("llama"), **kwargs)
 
 
+@pytest.mark.slow
 def test_an_architecture_it_does_not_know_is_refused_naming_the_known_ones():
     config = transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=64)
     with pytest.raises(LlmExportError, match=r"model_type 'gpt2' is not supported; supported: llama, qwen2, "):
@@ -133,6 +134,7 @@ def test_an_architecture_it_does_not_know_is_refused_naming_the_known_ones():
     (list(range(9)), 4, r"a prompt of 9 tokens"),
     (PROMPT, 40, r"5 prompt \+ 40 new tokens do not fit ctx_len 40: ask for at most 36"),
 ])
+@pytest.mark.slow
 def test_a_generation_that_does_not_fit_the_programs_is_refused(prompt, new_tokens, message):
     programs = export_llm(hf_model("llama"), prefill_len=PREFILL_LEN, ctx_len=CTX_LEN)
     step = eager_step(programs.prefill.module)

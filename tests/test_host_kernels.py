@@ -55,6 +55,7 @@ def torch_requantize(q: torch.Tensor, in_scale: float, in_offset: int, out_scale
     return out.clamp(0, 255).to(torch.uint8)
 
 
+@pytest.mark.slow
 def test_mul3_float32_matches_torch(example):
     x = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(0)) * 100
     out = KernelTensor.empty(x.shape, KernelDType.Float32)
@@ -72,6 +73,7 @@ ENCODINGS = [  # (in_scale, in_offset, out_scale, out_offset)
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("in_scale, in_offset, out_scale, out_offset", ENCODINGS)
 def test_mul3_uint8_requantizes_with_offsets_rounding_and_saturation(example, in_scale, in_offset,
                                                                    out_scale, out_offset):
@@ -97,6 +99,7 @@ def test_mul3_round_half_to_even(example):
     assert out.array.ravel().tolist() == [2, 4, 8]
 
 
+@pytest.mark.slow
 def test_kernel_errors_are_named(example):
     x = KernelTensor(np.zeros((1, 2, 2, 2), np.float32), KernelDType.Float32)
     with pytest.raises(KernelError, match="ExampleCustomOp failed: shape mismatch"):
@@ -115,6 +118,7 @@ def test_a_read_only_output_is_refused_before_the_kernel_writes_into_it(example)
     assert not frozen.any()
 
 
+@pytest.mark.slow
 def test_split_float32_matches_torch(split):
     x = torch.randn(2, 3, 4, 6, generator=torch.Generator().manual_seed(1))
     first = KernelTensor.empty((2, 3, 4, 3), KernelDType.Float32)
@@ -143,6 +147,7 @@ def test_split_rejects_odd_channels(split):
         split.run("SplitCustomOp", outs, [x])
 
 
+@pytest.mark.slow
 def test_build_is_cached_by_content(tmp_path, build_root):
     import shutil
 
@@ -160,6 +165,7 @@ def test_build_is_cached_by_content(tmp_path, build_root):
     assert out.array.ravel().tolist() == [4.0, 4.0]
 
 
+@pytest.mark.slow
 def test_a_header_included_from_outside_the_package_rebuilds_the_library_when_it_changes(tmp_path, build_root):
     import shutil
 
@@ -182,6 +188,7 @@ def test_a_header_included_from_outside_the_package_rebuilds_the_library_when_it
     assert rebuilt.read_bytes() != built and str(helper.resolve()) in (rebuilt.parent / cmake_build.DEPENDENCIES).read_text()
 
 
+@pytest.mark.slow
 def test_build_error_shows_the_compiler_message(tmp_path, build_root):
     import shutil
 
@@ -192,6 +199,7 @@ def test_build_error_shows_the_compiler_message(tmp_path, build_root):
         build_host_kernels(package, build_root=build_root)
 
 
+@pytest.mark.slow
 def test_a_kernel_calling_an_undefined_function_fails_the_build_naming_it_and_caches_nothing(tmp_path):
     import shutil
 
@@ -220,6 +228,7 @@ def _build_in_child(package, build_root):
     return str(build_host_kernels(package, build_root=build_root))
 
 
+@pytest.mark.slow
 def test_concurrent_builds_into_one_empty_cache_all_succeed(tmp_path):
     """Four processes build one package into an empty cache at once: all get the same valid
     library (the others wait on the lock and reuse the winner's)."""
@@ -233,6 +242,7 @@ def test_concurrent_builds_into_one_empty_cache_all_succeed(tmp_path):
     assert not list((tmp_path / "cache").glob("*.partial"))
 
 
+@pytest.mark.slow
 def test_an_edit_reuses_the_build_tree_and_a_moved_checkout_reuses_the_build(tmp_path, monkeypatch):
     import shutil
 
@@ -253,6 +263,7 @@ def test_an_edit_reuses_the_build_tree_and_a_moved_checkout_reuses_the_build(tmp
     assert outputs == []  # the key does not depend on where the checkout is
 
 
+@pytest.mark.slow
 def test_a_corrupt_cache_entry_is_rebuilt(tmp_path):
     import shutil
 
@@ -303,6 +314,7 @@ def torch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.T
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
 
+@pytest.mark.slow
 def test_the_readme_kernel_built_from_the_generated_fast_helpers_matches_torch(tmp_path):
     """The README's RMSNorm (qco/access.h: one template, float32 and every encoding) in a
     freshly generated package: float32 with and without eps, uint8 within one step."""

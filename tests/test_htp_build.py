@@ -276,6 +276,7 @@ def test_every_accepted_arity_has_a_registered_implementation(standin_builds, pa
         assert arities == {arity for op_name, arity in registered if op_name == op.name}
 
 
+@pytest.mark.slow
 def test_package_check_sees_an_op_without_its_implementation(standin_builds, package_check, tmp_path):
     """The arity check can fail: drop one registration and it is missing."""
     package_dir = Path(shutil.copytree(standin_builds["every_feature.xml"], tmp_path / "pkg"))
@@ -314,6 +315,7 @@ def test_an_edit_rebuilds_what_it_touches(standin_builds, tmp_path):
         ["src/ops/TopTwo.cpp"]
 
 
+@pytest.mark.slow
 def test_htp_fp16_package_declares_fp16_tensors(standin_builds):
     declared = (standin_builds["htp_fp16.xml"] / "include/qco/declared_dtypes.h").read_text()
     assert "static constexpr uint32_t x = qco::htp::bit(qco::DType::kFloat16);" in declared

@@ -148,6 +148,7 @@ def kernel_tensor(tensor: torch.Tensor, dtype: KernelDType) -> KernelTensor:
     ("rope", "Rope", lambda g: (torch.randn(1, 2, 3, 6, generator=g), torch.rand(3, 3, generator=g),
                                 torch.rand(3, 3, generator=g))),
 ])
+@pytest.mark.slow
 def test_fp16_kernels_match_the_reference_computed_in_float(kernels, op, qnn_type, args):
     """fp16 tensors are read and written in software (no portable fp16 type): the kernel
     computes in float32 and rounds once, as the reference does."""
@@ -160,6 +161,7 @@ def test_fp16_kernels_match_the_reference_computed_in_float(kernels, op, qnn_typ
     torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-3)  # one fp16 rounding either side
 
 
+@pytest.mark.slow
 def test_fp16_conversions_are_exact_for_every_half_and_round_to_nearest_even(kernels):
     """All 65536 halves to float and back (through CtxGather, which converts when the cache and
     its result differ in dtype), and floats at the edges (ties, subnormals, overflow, NaN)."""
@@ -311,6 +313,7 @@ class OneOp(torch.nn.Module):
     ("ctx_scatter_cb", "CtxScatterCb", (torch.zeros(2, 2, 0, 3), i32(1), i32([0]), torch.ones(1, 2, 1, 3))),
     ("ctx_gather_cb", "CtxGatherCb", (torch.ones(2, 2, 0, 3), i32(1), i32([0, 1]))),
 ])
+@pytest.mark.slow
 def test_empty_dimensions_agree_in_the_reference_under_export_and_in_the_kernel(kernels, op, qnn_type, args):
     """A dimension of size 0 (no rows, an empty hidden size, an empty cache) is valid for eager,
     for the fake kernel torch.export runs, and for the kernel, and all give the same result."""
@@ -394,6 +397,7 @@ def c_abi():
     return KernelLibrary(build_host_kernels(package_dir()), "LlmOpPackage")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("activation, weight", [(U8, S8), (U16, U8), (U16, S16)], ids=["8a8w", "16a8w", "16a16w"])
 @pytest.mark.parametrize("hidden", [769, 5125])
 @pytest.mark.parametrize("op", sorted(QUANTIZED_OPS))

@@ -162,6 +162,7 @@ def test_two_outputs_keep_two_encodings(quant_binding):
     assert scales[1] > 50 * scales[0]
 
 
+@pytest.mark.slow
 def test_integer_inputs_are_never_quantized(quant_binding):
     class Gather(torch.nn.Module):
         def __init__(self):
@@ -179,6 +180,7 @@ def test_integer_inputs_are_never_quantized(quant_binding):
     assert_quantized_output(gather, U8)
 
 
+@pytest.mark.slow
 def test_float_only_op_stays_float_and_says_so(quant_binding):
     class Float(torch.nn.Module):
         def __init__(self):
@@ -296,6 +298,7 @@ def test_executorchs_make_quantizer_accepts_our_annotation(mul3_binding):
     assert mul3.args[0].op == "call_module" and "activation_post_process" in mul3.args[0].target
 
 
+@pytest.mark.slow
 def test_htp_fp16_op_stays_float(tmp_path):
     """An op declared for HTP_FP16 (the SDK builds it like HTP) takes its datatypes from the
     HTP_FP16 supplemental list: FLOAT_16 only, so 8a8w leaves it float."""

@@ -136,6 +136,7 @@ def test_no_device(mul3_pte, fake_sdk, build_folder, device, op_package_builds, 
         device_runner(build_folder, op_package_builds).run(mul3_pte, [(torch.randn(*SHAPE),)])
 
 
+@pytest.mark.slow
 def test_push_failure(mul3_pte, fake_sdk, build_folder, device, op_package_builds, monkeypatch):
     monkeypatch.setenv("FAKE_ADB_FAIL", "push")
     with pytest.raises(RunnerError, match=f"pushing model.pte failed on {SERIAL} .*Read-only file system"):
@@ -165,6 +166,7 @@ def test_missing_local_files_are_named_before_pushing(mul3_pte, fake_sdk, build_
         device_runner(build_folder, op_package_builds).run(mul3_pte, [(torch.randn(*SHAPE),)])
 
 
+@pytest.mark.slow
 def test_device_target_without_the_sdk(mul3_pte, build_folder, device, op_package_builds, monkeypatch):
     monkeypatch.setenv("QNN_SDK_ROOT", "")
     with pytest.raises(qco.QnnSdkMissingError, match="the device target needs the QNN SDK"):

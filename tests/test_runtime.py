@@ -90,6 +90,7 @@ def test_rebuilding_an_unchanged_library_reuses_it_without_cmake(mul3, monkeypat
     assert qco.build_host_library(EXAMPLE_DIR, binding) == library
 
 
+@pytest.mark.slow
 def test_the_library_also_exports_the_c_abi(mul3):
     _, path = mul3
     kernels = KernelLibrary(path, "ExampleOpPackage")
@@ -132,6 +133,7 @@ def test_quantized_models_reproduce_the_converted_model(mul3, split):
             assert report.sqnr_db > 20
 
 
+@pytest.mark.slow
 def test_loading_the_same_library_twice_is_a_no_op(mul3):
     _, library = mul3
     assert load_host_library(library) is load_host_library(library)

@@ -29,8 +29,9 @@ class GenerationResult:
         return f"{self.package_dir}: {verb} {sum(s.writes for s in self.steps)} files ({counts}){cleaned}"
 
 
-def generate(package: OpPackage, out_dir: str | Path, *, force: bool = False,
-             dry_run: bool = False) -> GenerationResult:
+def generate(
+    package: OpPackage, out_dir: str | Path, *, force: bool = False, dry_run: bool = False
+) -> GenerationResult:
     """Generate (or update) the package under ``out_dir/<PackageName>``.
 
     User-owned files (``src/ops/*.cpp``, ``kernels/*.h``) are created once and then kept

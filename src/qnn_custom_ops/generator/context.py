@@ -23,6 +23,7 @@ HEXAGON_TOOLS = {68: "8.4.09", 69: "8.5.03", 73: "8.6.02", 75: "8.7.03", 79: "8.
 #: format code that tells a flat tensor from a blocked one arrived after 2.13).
 MIN_QNN_SDK = "2.25"
 
+
 def comment_lines(text: str, width: int = 88) -> list[str]:
     """Free text as ``//`` comment bodies that cannot end the comment or continue it."""
     printable = "".join(ch if ch.isprintable() else " " for ch in text)
@@ -161,8 +162,10 @@ def op_context(op: OpDef) -> OpContext:
         name=op.name,
         body=f"{impl}Body",
         body_params=[f"Tensor& {a.name}" for a in outputs] + [f"const Tensor* {a.name}" for a in inputs + params],
-        impls=[_htp_impl(impl, outputs, inputs, params, count, min_inputs)
-               for count in range(len(op.inputs), min_inputs - 1, -1)],
+        impls=[
+            _htp_impl(impl, outputs, inputs, params, count, min_inputs)
+            for count in range(len(op.inputs), min_inputs - 1, -1)
+        ],
         description=comment_lines(op.description),
         outputs=outputs,
         inputs=inputs,
@@ -178,8 +181,9 @@ def op_context(op: OpDef) -> OpContext:
     )
 
 
-def _htp_impl(impl: str, outputs: list[Arg], inputs: list[Arg], params: list[Arg], count: int,
-              min_inputs: int) -> HtpImpl:
+def _htp_impl(
+    impl: str, outputs: list[Arg], inputs: list[Arg], params: list[Arg], count: int, min_inputs: int
+) -> HtpImpl:
     """The implementation registered for ``count`` inputs; absent optional inputs are nullptr.
 
     The HTP registers fixed-arity implementations, so every input count the Interface
@@ -190,8 +194,10 @@ def _htp_impl(impl: str, outputs: list[Arg], inputs: list[Arg], params: list[Arg
         name=impl if count == len(inputs) else f"{impl}_{count}Inputs",
         input_count=count,
         params=[f"{a.qualifier}Tensor& {a.name}" for a in outputs + present + params],
-        call=[a.name for a in outputs] + [f"&{a.name}" for a in present]
-        + ["nullptr"] * (len(inputs) - count) + [f"&{a.name}" for a in params],
+        call=[a.name for a in outputs]
+        + [f"&{a.name}" for a in present]
+        + ["nullptr"] * (len(inputs) - count)
+        + [f"&{a.name}" for a in params],
     )
 
 
@@ -275,9 +281,11 @@ def _param_order_entry(op: OpDef, param: TensorDef, defaults: list[ScalarDefault
     has_default = any(d.variable == variable for d in defaults)
     note = ""
     if not param.mandatory and param.default is not None and not has_default:
-        note = ("XML default is not a scalar literal; the builder always passes this param"
-                if param.default.value is not None
-                else "XML default does not parse; the builder always passes this param")
+        note = (
+            "XML default is not a scalar literal; the builder always passes this param"
+            if param.default.value is not None
+            else "XML default does not parse; the builder always passes this param"
+        )
     return ParamOrderEntry(
         literal=cpp_string(param.name),
         mandatory=param.mandatory,

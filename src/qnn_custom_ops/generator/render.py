@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import PurePosixPath
 
 import jinja2
@@ -24,7 +24,7 @@ class PlannedFile:
     signature: str = ""  # for a user-owned file: the declaration it must keep to compile with the rest
 
 
-@lru_cache(maxsize=None)
+@cache
 def template_environment(package: str = "qnn_custom_ops.generator") -> jinja2.Environment:
     """The Jinja environment of ``package``'s templates/ (the generator's templates are
     always reachable too, for shared pieces): strict, and whitespace as written."""
@@ -51,8 +51,10 @@ def abi_context() -> dict[str, list[tuple]]:
     return {
         "dtypes": [(d.name, d.value) for d in KernelDType],
         "statuses": [(s.name, s.value, s.description) for s in KernelStatus],
-        "real_access": [_real_access(r.kernel_tag, r.c_type, r.datatype.is_float)
-                        for r in kernel_rows() if r.c_type is not None] + [_HALF_ACCESS],
+        "real_access": [
+            _real_access(r.kernel_tag, r.c_type, r.datatype.is_float) for r in kernel_rows() if r.c_type is not None
+        ]
+        + [_HALF_ACCESS],
     }
 
 
@@ -103,22 +105,38 @@ def render_package(package: OpPackage) -> list[PlannedFile]:
         PlannedFile(PurePosixPath("kernels/qco/hvx.h"), _render("kernels/hvx.h.j2")),
         PlannedFile(PurePosixPath("host/CMakeLists.txt"), _render("host/CMakeLists.txt.j2", package=ctx)),
         PlannedFile(PurePosixPath("host/src/capi.h"), _render("host/capi.h.j2", package=ctx)),
-        PlannedFile(PurePosixPath(f"host/src/{name}CApi.cpp"), _render("host/capi.cpp.j2", package=ctx, abi_version=ABI_VERSION)),
+        PlannedFile(
+            PurePosixPath(f"host/src/{name}CApi.cpp"), _render("host/capi.cpp.j2", package=ctx, abi_version=ABI_VERSION)
+        ),
     ]
-    files += [PlannedFile(PurePosixPath(f"host/src/ops/{op.name}CApi.cpp"), _render("host/op_capi.cpp.j2", package=ctx, op=op))
-              for op in ctx.ops]
+    files += [
+        PlannedFile(
+            PurePosixPath(f"host/src/ops/{op.name}CApi.cpp"), _render("host/op_capi.cpp.j2", package=ctx, op=op)
+        )
+        for op in ctx.ops
+    ]
     files += [
         PlannedFile(PurePosixPath("config") / config_name, source)
         for config_name, source in zip(config_names, package.sources)
     ]
     for op in ctx.ops:
-        files.append(PlannedFile(PurePosixPath(f"src/ops/{op.name}.cpp"),
-                                 _render("htp/op.cpp.j2", package=ctx, op=op), user_owned=True,
-                                 signature=f"static GraphStatus {op.body}({', '.join(op.body_params)})"))
+        files.append(
+            PlannedFile(
+                PurePosixPath(f"src/ops/{op.name}.cpp"),
+                _render("htp/op.cpp.j2", package=ctx, op=op),
+                user_owned=True,
+                signature=f"static GraphStatus {op.body}({', '.join(op.body_params)})",
+            )
+        )
         kernel_args = ", ".join(f"{a.qualifier}qco::TensorView& {a.name}" for a in op.args)
-        files.append(PlannedFile(PurePosixPath(f"kernels/{op.name}.h"),
-                                 _render("kernels/op.h.j2", package=ctx, op=op), user_owned=True,
-                                 signature=f"inline qco::Status {op.name}({kernel_args})"))
+        files.append(
+            PlannedFile(
+                PurePosixPath(f"kernels/{op.name}.h"),
+                _render("kernels/op.h.j2", package=ctx, op=op),
+                user_owned=True,
+                signature=f"inline qco::Status {op.name}({kernel_args})",
+            )
+        )
     return files
 
 

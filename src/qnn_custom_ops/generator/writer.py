@@ -11,9 +11,9 @@ import os
 import re
 import stat
 import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
 
 from ..errors import ReportedError
 from .render import PlannedFile
@@ -65,14 +65,22 @@ def plan_steps(root: Path, out_dir: Path, files: list[PlannedFile], force: bool)
     generated = read_manifest(root)
     records = [generated.get(f.path.as_posix(), ("", "")) for f in files]
     steps = [_step_for(root / f.path, f, force, boundary, record[0]) for f, record in zip(files, records)]
-    stale_signatures = [(step, f) for step, f, record in zip(steps, files, records)
-                        if step.action is Action.KEEP and record[1] and record[1] != _signature_digest(f)
-                        and not _declares(step.path, f.signature)]
+    stale_signatures = [
+        (step, f)
+        for step, f, record in zip(steps, files, records)
+        if step.action is Action.KEEP
+        and record[1]
+        and record[1] != _signature_digest(f)
+        and not _declares(step.path, f.signature)
+    ]
     if stale_signatures:
-        raise SignatureChangedError("\n".join(
-            f"{step.path}: edited by you, and the OpDef changed what it must declare; nothing was written. "
-            f"Change its declaration to: {f.signature}  (or regenerate it with --force)"
-            for step, f in stale_signatures))
+        raise SignatureChangedError(
+            "\n".join(
+                f"{step.path}: edited by you, and the OpDef changed what it must declare; nothing was written. "
+                f"Change its declaration to: {f.signature}  (or regenerate it with --force)"
+                for step, f in stale_signatures
+            )
+        )
     return steps + _stale_steps(root, {root / f.path for f in files}, generated)
 
 
@@ -80,10 +88,16 @@ def _stale_steps(root: Path, planned: set[Path], generated: Mapping[str, tuple[s
     """Files we generated for an op that left the config, and configs that are no longer the
     package's: reported, never deleted. Headers of your own (helpers beside the kernels) are not ours."""
     ours = sorted(root / name for name in generated if any(Path(name).match(g) for g in _USER_GLOBS))
-    stale = [Step(Action.STALE, path, "its op is no longer in the config; not deleted")
-             for path in ours if path not in planned and path.exists()]
-    stale += [Step(Action.STALE, path, "not a config of this package; not deleted, the Makefile ignores it")
-              for path in sorted(root.glob("config/*.xml")) if path not in planned]
+    stale = [
+        Step(Action.STALE, path, "its op is no longer in the config; not deleted")
+        for path in ours
+        if path not in planned and path.exists()
+    ]
+    stale += [
+        Step(Action.STALE, path, "not a config of this package; not deleted, the Makefile ignores it")
+        for path in sorted(root.glob("config/*.xml"))
+        if path not in planned
+    ]
     return stale
 
 
@@ -112,8 +126,10 @@ def read_manifest(root: Path) -> dict[str, tuple[str, str]]:
 def _step_for(target: Path, planned: PlannedFile, force: bool, boundary: Path, generated: str | None) -> Step:
     resolved = target.resolve()
     if not resolved.is_relative_to(boundary):
-        raise UnsafeOutputError(f"{target}: resolves to {resolved}, outside the output directory {boundary} "
-                                "(remove the symlink or choose another -o)")
+        raise UnsafeOutputError(
+            f"{target}: resolves to {resolved}, outside the output directory {boundary} "
+            "(remove the symlink or choose another -o)"
+        )
     if target.is_dir() or (target.exists() and not target.is_file()):
         raise UnsafeOutputError(f"{target}: exists and is not a regular file (move it away)")
     if not target.exists():
@@ -139,9 +155,12 @@ def check_destinations(steps: list[Step]) -> None:
             while not ancestor.exists() and not ancestor.is_symlink():
                 ancestor = ancestor.parent
             files_by_dir.setdefault(ancestor, []).append(step.path)
-    problems = [f"{paths[0]}{f' and {len(paths) - 1} other file(s)' if len(paths) > 1 else ''}: cannot be "
-                f"written, {ancestor} {reason}"
-                for ancestor, paths in files_by_dir.items() if (reason := _cannot_create_in(ancestor))]
+    problems = [
+        f"{paths[0]}{f' and {len(paths) - 1} other file(s)' if len(paths) > 1 else ''}: cannot be "
+        f"written, {ancestor} {reason}"
+        for ancestor, paths in files_by_dir.items()
+        if (reason := _cannot_create_in(ancestor))
+    ]
     if problems:
         raise UnsafeOutputError("; ".join(problems) + " (nothing was written; choose another -o)")
 
@@ -168,8 +187,9 @@ def output_lock(out_dir: Path) -> Iterator[None]:
         out_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
-        raise UnsafeOutputError(f"{out_dir}: cannot be used as the output directory: "
-                                f"{exc.strerror or exc} (choose another -o)") from exc
+        raise UnsafeOutputError(
+            f"{out_dir}: cannot be used as the output directory: {exc.strerror or exc} (choose another -o)"
+        ) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -216,8 +236,10 @@ class OutputWriteError(ReportedError, OSError):
 
 def _write_refused(path: Path, error: OSError) -> OutputWriteError:
     code = errno.errorcode.get(error.errno or 0, "no errno")
-    return OutputWriteError(f"{path}: cannot be written: {error.strerror or error} ({code}); nothing was written "
-                            "(free some space, or choose another output)")
+    return OutputWriteError(
+        f"{path}: cannot be written: {error.strerror or error} ({code}); nothing was written "
+        "(free some space, or choose another output)"
+    )
 
 
 def _writes_through(path: Path) -> bool:

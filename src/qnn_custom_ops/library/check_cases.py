@@ -68,8 +68,12 @@ def _cache_encoding(case: KernelCase) -> KernelCase | None:
         same = tensor.dtype is cache.dtype
         return dataclasses.replace(tensor, scale=cache.scale, offset=cache.offset) if same else tensor
 
-    return dataclasses.replace(case, label=f"{case.label} shared", outputs=tuple(map(shared, case.outputs)),
-                               inputs=(cache, *map(shared, case.inputs[1:])))
+    return dataclasses.replace(
+        case,
+        label=f"{case.label} shared",
+        outputs=tuple(map(shared, case.outputs)),
+        inputs=(cache, *map(shared, case.inputs[1:])),
+    )
 
 
 def hexagon_cases(package: OpPackage, seed: int = 0) -> list[KernelCase]:
