@@ -22,10 +22,11 @@ from qnn_custom_ops.runtime import HostRunner
 
 assert str(package_dir()).startswith(sys.argv[1]), package_dir()  # the wheel's copy, not the checkout's
 library = qco.build_host_library(package_dir(), llm_binding())
+rms_norm = llm_ops()["rms_norm"]
 
 class Norm(torch.nn.Module):
     def forward(self, x, weight):
-        return llm_ops()["rms_norm"](x, weight, 1e-6)
+        return rms_norm(x, weight, 1e-6)
 
 x, weight = torch.randn(3, 40), torch.randn(40)
 program = qco.lower(Norm(), (x, weight), llm_binding())
