@@ -104,12 +104,12 @@ def test_the_host_runner_isolated_names_the_kernel_that_crashed(faulty_package, 
         def forward(self, x):
             return MUL3(x)
 
-    runner = HostRunner([library], isolated=True)
-    for width, expected in [(2, KernelCrashError), (1, RunnerError)]:
-        x = torch.randn(1, 1, 3, width)
-        program = qco.lower(Mul3(), (x,), binding, output=tmp_path / f"w{width}.pte")
-        with pytest.raises(expected, match="kernel ExampleCustomOp crashed: SIGSEGV|row 7 is past the cache"):
-            runner.run(program.buffer, [(x,)])
+    runner = HostRunner([library], isolated=True)  # each run a fresh interpreter: the crash runs from the CLI below
+    x = torch.randn(1, 1, 3, 1)
+    program = qco.lower(Mul3(), (x,), binding)
+    with pytest.raises(RunnerError, match="row 7 is past the cache"):
+        runner.run(program.buffer, [(x,)])
+    qco.lower(Mul3(), (torch.randn(1, 1, 3, 2),), binding, output=tmp_path / "w2.pte")
     x = torch.randn(1, 1, 3, 6)
     program = qco.lower(Mul3(), (x,), binding, output=tmp_path / "ok.pte")
     (output,) = runner.run(program.buffer, [(x,)])[0]
