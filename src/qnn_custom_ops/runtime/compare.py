@@ -75,33 +75,21 @@ def _max_code_difference(got: torch.Tensor, want: torch.Tensor, encoding: Encodi
     return int((codes(got, encoding) - codes(want, encoding)).abs().max()) if got.numel() else 0
 
 
+def _unpaired(index: int, shape: tuple[int, ...], dtype: torch.dtype, problem: str) -> OutputReport:
+    """The report of an output no tolerance can pair with its golden (shape or dtype differ)."""
+    return OutputReport(index, shape, dtype, math.inf, math.inf, 0.0, -math.inf, False, problem)
+
+
 def compare_output(
     index: int, output: torch.Tensor, golden: torch.Tensor, tolerance: Tolerance, encoding: Encoding | None = None
 ) -> OutputReport:
     shape, dtype = tuple(output.shape), output.dtype
     if tuple(golden.shape) != shape:
-        return OutputReport(
-            index,
-            shape,
-            dtype,
-            math.inf,
-            math.inf,
-            0.0,
-            -math.inf,
-            False,
-            f"shape {list(shape)} but the golden is {list(golden.shape)}",
-        )
+        return _unpaired(index, shape, dtype, f"shape {list(shape)} but the golden is {list(golden.shape)}")
     if golden.dtype != dtype:
-        return OutputReport(
-            index,
-            shape,
-            dtype,
-            math.inf,
-            math.inf,
-            0.0,
-            -math.inf,
-            False,
-            f"dtype {str(dtype).replace('torch.', '')} but the golden is {str(golden.dtype).replace('torch.', '')}",
+        golden_dtype = str(golden.dtype).replace("torch.", "")
+        return _unpaired(
+            index, shape, dtype, f"dtype {str(dtype).replace('torch.', '')} but the golden is {golden_dtype}"
         )
     got, want = output.detach().double().flatten(), golden.detach().double().flatten()
     error = got - want
