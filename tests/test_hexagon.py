@@ -178,3 +178,14 @@ def test_the_readme_hvx_example_is_bit_exact_on_hexagon_and_a_changed_hvx_path_i
                                      lambda code: code.replace("m, -out_offset)", "m, 1 - out_offset)"))
     mutated = hexagon_check(mutated_dir, dtype_cases(package, README_SHAPES))
     assert not any(r.passed for r in mutated)  # the HVX branch is what runs on Hexagon
+
+
+@pytest.mark.slow
+def test_a_fresh_skeleton_is_not_checked_and_says_to_write_the_kernel(tmp_path, capsys):
+    """A generated package before its kernel is written: nothing passes, and the line says why."""
+    package_dir = generate(qco.load_package(OP_PACKAGES / "ExampleOpPackage/config/ExampleOpPackage.xml"),
+                           tmp_path).package_dir
+    assert main(["hexagon-check", str(package_dir)]) == 3
+    lines = capsys.readouterr().out.splitlines()
+    assert "NOT CHECKED" in lines[0] and "write the op's math in kernels/ExampleCustomOp.h" in lines[0], lines
+    assert lines[-1].startswith("0 of 2 case(s) bit-exact")

@@ -307,10 +307,20 @@ class CheckResult:
         if self.host_status != KernelStatus.Ok:
             return (
                 f"{self.op:<16}{self.label:<48}NOT CHECKED: the kernel refuses this case on both "
-                f"({_status(self.host_status)}); give shapes it takes with --shape, or make it take a datatype "
-                "its OpDef declares"
+                f"({_status(self.host_status)}): {_refusal_fix(self.host_status, self.op)}"
             )
         return f"{self.op:<16}{self.label:<48}ok  {cost}"
+
+
+def _refusal_fix(status: int, op: str) -> str:
+    """What to do about a case the kernel refuses, by the status it returned."""
+    if status == KernelStatus.NotImplemented:
+        return f"write the op's math in kernels/{op}.h (the generated skeleton returns this)"
+    if status == KernelStatus.ShapeMismatch:
+        return f"give shapes it takes with --shape {op}:TENSOR=DIMS,..."
+    if status == KernelStatus.UnsupportedDtype:
+        return "make it take every datatype its OpDef declares, or drop the datatype from the OpDef"
+    return f"give shapes and values it takes with --shape {op}:TENSOR=DIMS,..."
 
 
 def _status(status: int) -> str:
