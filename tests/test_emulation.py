@@ -111,24 +111,38 @@ def test_quantized_models_run_the_quantized_branch(quant_package, quant_dtype, a
     assert not far.passed and far.steps > 10
 
 
-@pytest.mark.slow
-def test_shipped_mul3_runs_its_uint8_branch(mul3):
-    binding, library = mul3
+@pytest.fixture(scope="module")
+def mul3_8a8w(mul3, tmp_path_factory):
+    """ConvMul3 quantized 8a8w and lowered once for this module, written with its encodings:
+    (samples, eager model, converted model, program, path of the .pte)."""
+    binding, _ = mul3
     samples = samples_of((1, 3, 8, 8))
-    converted = pt2e_quantize(ConvMul3().eval(), samples, binding, "8a8w")
-    program, outputs = run(converted, samples[0], binding, library)
+    model = ConvMul3().eval()
+    converted = pt2e_quantize(model, samples, binding, "8a8w")
+    pte = tmp_path_factory.mktemp("mul3-8a8w") / "m.pte"
+    return samples, model, converted, qco.lower(converted, samples[0], binding, output=pte), pte
+
+
+@pytest.mark.slow
+def test_shipped_mul3_runs_its_uint8_branch(mul3, mul3_8a8w):
+    _, library = mul3
+    samples, model, converted, program, _ = mul3_8a8w
+    outputs = HostRunner([library]).run(program.buffer, [samples[0]])[0]
     (emulated,) = program.emulated
     assert {str(e.datatype.short_name) for _, e in emulated.tensors} == {"UFIXED_POINT_8"}
     reports = compare_outputs(outputs, as_tuple(converted(*samples[0])), Tolerance(atol=0),
                               encodings=program.output_encodings)
     assert all(r.passed for r in reports), [str(r) for r in reports]
+    (against_float,) = compare_outputs(outputs, as_tuple(model(*samples[0])))
+    assert against_float.sqnr_db > 20, str(against_float)  # the quantization error, for scale
 
 
 @pytest.mark.slow
 def test_split_runs_with_two_output_encodings(split):
     binding, library = split
     samples = samples_of((2, 3, 8))
-    converted = pt2e_quantize(SplitModel().eval(), samples, binding, "8a8w")
+    model = SplitModel().eval()
+    converted = pt2e_quantize(model, samples, binding, "8a8w")
     program, outputs = run(converted, samples[0], binding, library)
     (emulated,) = program.emulated
     encodings = dict(emulated.tensors)
@@ -136,6 +150,7 @@ def test_split_runs_with_two_output_encodings(split):
     reports = compare_outputs(outputs, as_tuple(converted(*samples[0])), Tolerance(atol=0),
                               encodings=program.output_encodings)
     assert len(reports) == 2 and all(r.passed for r in reports), [str(r) for r in reports]
+    assert all(r.sqnr_db > 20 for r in compare_outputs(outputs, as_tuple(model(*samples[0]))))
 
 
 class GatherModel(torch.nn.Module):
@@ -219,21 +234,19 @@ def test_compare_refuses_a_dtype_mismatch():
 
 
 @pytest.mark.slow
-def test_cli_run_compares_in_steps_of_the_encodings_lower_recorded(mul3, tmp_path, capsys):
+def test_cli_run_compares_in_steps_of_the_encodings_lower_recorded(mul3, mul3_8a8w, tmp_path, capsys):
     from qnn_custom_ops import cli
 
-    binding, library = mul3
-    samples = samples_of((1, 3, 8, 8))
-    converted = pt2e_quantize(ConvMul3().eval(), samples, binding, "8a8w")
-    program = qco.lower(converted, samples[0], binding, output=tmp_path / "m.pte")
+    _, library = mul3
+    samples, _, converted, program, pte = mul3_8a8w
     (encoding,) = program.output_encodings
-    assert encoding is not None and (tmp_path / "m.pte.encodings.json").is_file()
+    assert encoding is not None and pte.with_name("m.pte.encodings.json").is_file()
     torch.save(samples[0][0], tmp_path / "x.pt")
     golden = converted(*samples[0])
     low, high = encoding.datatype.integer_range
     one_step = golden + encoding.scale * torch.where(golden / encoding.scale - encoding.offset < high, 1, -1)
     torch.save(one_step, tmp_path / "one_step.pt")  # one step off everywhere, inside the range
-    command = ["run", str(tmp_path / "m.pte"), "--inputs", str(tmp_path / "x.pt"), "--library", str(library),
+    command = ["run", str(pte), "--inputs", str(tmp_path / "x.pt"), "--library", str(library),
                "--golden", str(tmp_path / "one_step.pt"), "--atol", "0"]
     assert cli.main(command) == 0
     assert "(1 step of" in capsys.readouterr().out
