@@ -120,3 +120,22 @@ def no_network():
     socket.socket.connect = guarded_connect
     yield
     socket.socket.connect = real_connect
+
+
+@pytest.fixture(scope="session")
+def mul3_alone_pte(tmp_path_factory) -> Path:
+    """A program of my_ops::mul3 alone on a float32 [1, 2, 2, 4] input, lowered once per run
+    for the tests that only need some real program to run or feed bad input to."""
+    import torch
+
+    import qnn_custom_ops as qco
+
+    from .torch_ops import EXAMPLE_PACKAGE, MUL3
+
+    class Mul3Alone(torch.nn.Module):
+        def forward(self, x):
+            return MUL3(x)
+
+    pte = tmp_path_factory.mktemp("mul3-alone") / "m.pte"
+    qco.lower(Mul3Alone(), (torch.randn(1, 2, 2, 4),), qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3}), output=pte)
+    return pte

@@ -181,7 +181,7 @@ def test_opdef_from_torch_imports_modules_from_the_current_directory(tmp_path, m
 
 
 @pytest.mark.slow
-def test_build_host_prints_the_library_and_run_builds_it_itself(tmp_path, capsys):
+def test_build_host_prints_the_library_and_run_builds_it_itself(tmp_path, capsys, mul3_alone_pte):
     import torch
 
     package = str(REPO / "op_packages/ExampleOpPackage")
@@ -190,19 +190,11 @@ def test_build_host_prints_the_library_and_run_builds_it_itself(tmp_path, capsys
     library = Path(capsys.readouterr().out.strip())
     assert library.is_file() and library.name == "libqco_ExampleOpPackage_executorch.so"
 
-    from tests.torch_ops import MUL3
-
-    class Model(torch.nn.Module):
-        def forward(self, x):
-            return MUL3(x)
-
     x = torch.randn(1, 2, 2, 4)
-    program = qco.lower(Model(), (x,), qco.bind(qco.load_package(Path(package) / "config/ExampleOpPackage.xml"),
-                                                {"ExampleCustomOp": MUL3}), output=tmp_path / "m.pte")
     torch.save(x, tmp_path / "x.pt")
     torch.save(x * 3, tmp_path / "golden.pt")
-    assert program.buffer and cli.main(["run", str(tmp_path / "m.pte"), "--inputs", str(tmp_path / "x.pt"),
-                                        "--golden", str(tmp_path / "golden.pt"), "--package", package, *bind]) == 0
+    assert cli.main(["run", str(mul3_alone_pte), "--inputs", str(tmp_path / "x.pt"),
+                     "--golden", str(tmp_path / "golden.pt"), "--package", package, *bind]) == 0
     assert capsys.readouterr().out.strip().endswith("ok")
     assert cli.main(["build-host", package, "--bind", "ExampleCustomOp=nope::none"]) == 2
     assert "no torch op nope::none.default" in capsys.readouterr().err
@@ -211,18 +203,11 @@ def test_build_host_prints_the_library_and_run_builds_it_itself(tmp_path, capsys
 
 
 @pytest.mark.slow
-def test_run_calls_bad_input_bad_input(tmp_path, capsys):
+def test_run_calls_bad_input_bad_input(tmp_path, capsys, mul3_alone_pte):
     """Each is the user's input: exit 2 and one line naming the file, never an internal error."""
     import torch
 
-    from tests.torch_ops import EXAMPLE_PACKAGE, MUL3
-
-    class Model(torch.nn.Module):
-        def forward(self, x):
-            return MUL3(x)
-
-    pte = tmp_path / "m.pte"
-    qco.lower(Model(), (torch.randn(1, 2, 2, 4),), qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3}), output=pte)
+    pte = mul3_alone_pte
     cases = {
         "dict.pt": ({"x": torch.zeros(1)}, "holds a dict, not a tensor"),
         "shape.pt": (torch.zeros(3), "float32 [3], the program's input is float32 [1, 2, 2, 4]"),
