@@ -213,21 +213,26 @@ def shape_label(op: OpDef, shapes: dict[str, tuple[int, ...]]) -> str:
     return " ".join("x".join(map(str, shapes[t.name])) for t in op.inputs)
 
 
+def shape_specs(package: OpPackage, specs: Sequence[str]) -> Iterator[tuple[OpDef, str, str]]:
+    """(op, its ``tensor=DIMS,...`` text, the spec as errors name it) of each ``Op:tensor=DIMS,...``."""
+    for spec in specs:
+        name, _, assignments = spec.partition(":")
+        where = f"--shape {spec!r}"
+        yield op_of(package, name, where), assignments, where
+
+
 def cases_from_shapes(package: OpPackage, specs: Sequence[str], seed: int = 0) -> list[KernelCase]:
     """``OpType:tensor=DIMS,tensor=DIMS`` (every input and output of the op named) -> cases."""
     generator = np.random.default_rng(seed)
     cases = []
-    for spec in specs:
-        op_name, _, assignments = spec.partition(":")
-        where = f"--shape {spec!r}"
-        op = op_of(package, op_name, where)
+    for op, assignments, where in shape_specs(package, specs):
         dims = named_shapes(op, assignments, where)
         datatypes = {t.name: _measured_datatype(t, where) for t in op.outputs + op.inputs}
         check_case_size(dims, datatypes, where)
         made = {name: _tensor_for(datatypes[name], dims[name], generator) for name in dims}
         cases.append(
             KernelCase(
-                op_name,
+                op.name,
                 shape_label(op, dims),
                 tuple(made[t.name] for t in op.outputs),
                 tuple(made[t.name] for t in op.inputs),

@@ -16,7 +16,7 @@ from ..errors import UsageError
 from ..generator.abi import KernelDType
 from ..opdef import Datatype, OpDef, OpPackage, TensorDef
 from ..opdef.datatypes import DATATYPES
-from .cost import KernelCase, check_case_size, named_shapes, op_of, shape_label
+from .cost import KernelCase, check_case_size, named_shapes, shape_label, shape_specs
 from .kernel_abi import KernelTensor
 
 #: The dims every tensor of an op gets when no shape is given, cut to the tensor's rank (ND: 4).
@@ -73,12 +73,8 @@ def dtype_cases(package: OpPackage, specs: Sequence[str] = (), seed: int = 0) ->
     """One case per op and declared datatype for each ``Op:tensor=DIMS,...`` spec (or each op
     of the package with default dims when no spec is given); labels name the datatype."""
     generator = np.random.default_rng(seed)
-    specs = list(specs) or list(package.ops)
     cases = []
-    for spec in specs:
-        name, _, assignments = spec.partition(":")
-        where = f"--shape {spec!r}"
-        op = op_of(package, name, where)
+    for op, assignments, where in shape_specs(package, list(specs) or list(package.ops)):
         shapes = _shapes(op, assignments, where)
         label = shape_label(op, shapes)
         for wanted in case_datatypes(op):
