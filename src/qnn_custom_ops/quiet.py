@@ -37,28 +37,37 @@ def quiet_third_party(verbose: bool = False) -> None:
 
 
 @contextlib.contextmanager
-def native_noise_filtered(verbose: bool = False) -> Iterator[None]:
-    """Drop the runtime's known C++ chatter from stderr inside the block; keep every other line."""
-    if verbose:
-        yield
-        return
+def native_stderr_held() -> Iterator[list[str]]:
+    """Hold what is written to file descriptor 2 inside the block (native code's logs, and
+    Python's own stderr when it is the real one); the list holds its lines once the block ends,
+    raised or not, for the caller to replay, filter or report."""
     sys.stderr.flush()
     saved = os.dup(2)
+    lines: list[str] = []
     with tempfile.TemporaryFile(mode="w+b") as capture:
         os.dup2(capture.fileno(), 2)
         try:
-            yield
+            yield lines
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
             capture.seek(0)
-            kept = [
-                line
-                for line in capture.read().decode("utf-8", "replace").splitlines(keepends=True)
-                if not _NATIVE_NOISE.match(line)
-            ]
-            sys.stderr.write("".join(kept))
+            lines += capture.read().decode("utf-8", "replace").splitlines(keepends=True)
+
+
+@contextlib.contextmanager
+def native_noise_filtered(verbose: bool = False) -> Iterator[None]:
+    """Drop the runtime's known C++ chatter from stderr inside the block; keep every other line."""
+    if verbose:
+        yield
+        return
+    lines: list[str] = []
+    try:
+        with native_stderr_held() as lines:
+            yield
+    finally:
+        sys.stderr.write("".join(line for line in lines if not _NATIVE_NOISE.match(line)))
 
 
 @contextlib.contextmanager

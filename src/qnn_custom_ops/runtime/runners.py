@@ -17,13 +17,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from ..errors import ReportedError
 from ..opdef.datatypes import DATATYPES
 from ..qnn_sdk import require_sdk
+from ..quiet import native_stderr_held
 from .isolation import call_isolated
 from .loading import (
     check_program_kernels,
@@ -69,28 +69,18 @@ def _program_identifier() -> bytes:
 
 @contextlib.contextmanager
 def _runtime_log_held() -> Iterator[list[str]]:
-    """Hold what the runtime logs inside the block (through ``sys.stderr`` and file descriptor
-    2): replayed after it on success, handed to the caller instead when the block raises."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    lines: list[str] = []
-    with tempfile.TemporaryFile() as capture, io.StringIO() as python_side:
-        os.dup2(capture.fileno(), 2)
-        try:
-            with contextlib.redirect_stderr(python_side):
-                yield lines
-        except BaseException:
-            lines += _restored(saved, capture, python_side)
-            raise
-        sys.stderr.write("".join(_restored(saved, capture, python_side)))
-
-
-def _restored(saved: int, capture: Any, python_side: io.StringIO) -> list[str]:
-    os.dup2(saved, 2)
-    os.close(saved)
-    capture.seek(0)
-    native = capture.read().decode("utf-8", "replace")
-    return (native + python_side.getvalue()).splitlines(keepends=True)
+    """Hold what the runtime logs inside the block (through file descriptor 2 and through
+    ``sys.stderr``, whatever it is): replayed after it on success, handed to the caller instead
+    when the block raises."""
+    held: list[str] = []
+    python_side = io.StringIO()
+    try:
+        with native_stderr_held() as native, contextlib.redirect_stderr(python_side):
+            yield held
+    except BaseException:
+        held += native + python_side.getvalue().splitlines(keepends=True)
+        raise
+    sys.stderr.write("".join(native) + python_side.getvalue())
 
 
 def check_program(pte: bytes, where: str = "program") -> None:
