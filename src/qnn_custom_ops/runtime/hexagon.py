@@ -203,12 +203,11 @@ def decode_results(data: bytes, cases: Sequence[KernelCase]) -> list[tuple[int, 
 class HexagonRun:
     results: list[tuple[int, list[np.ndarray]]]
     packets: list[int]  # executed packets of each case's kernel call
-    instructions: list[int]
 
 
 def run_on_hexagon(program: Path, cases: Sequence[KernelCase], ops: Sequence[str]) -> HexagonRun:
     """Run the cases under qemu-hexagon, logging every executed translation block, and count
-    the packets (and instructions) executed between each call's begin and end marks."""
+    the packets executed between each call's begin and end marks."""
     with tempfile.TemporaryDirectory(prefix="qco-hexagon-") as tmp:
         work = Path(tmp)
         (work / "cases").write_bytes(encode_cases(cases, ops))
@@ -231,10 +230,8 @@ def run_on_hexagon(program: Path, cases: Sequence[KernelCase], ops: Sequence[str
                 f"{(result.stderr or result.stdout).strip()[-500:]}"
             )
         marks = dict(re.findall(r"(qco_call_begin|qco_call_end)=0x([0-9a-f]+)", result.stdout))
-        packets, instructions = count_packets(
-            work / "log", int(marks["qco_call_begin"], 16), int(marks["qco_call_end"], 16)
-        )
-        return HexagonRun(decode_results((work / "results").read_bytes(), cases), packets, instructions)
+        packets = count_packets(work / "log", int(marks["qco_call_begin"], 16), int(marks["qco_call_end"], 16))
+        return HexagonRun(decode_results((work / "results").read_bytes(), cases), packets)
 
 
 _BLOCK = re.compile(r"^IN: ")
@@ -242,24 +239,23 @@ _INSTRUCTION = re.compile(r"^0x([0-9a-f]{8}):\s+0x[0-9a-f]{8}\s+(\{)?")
 _EXEC = re.compile(r"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")
 
 
-def count_packets(log: Path, begin: int, end: int) -> tuple[list[int], list[int]]:
+def count_packets(log: Path, begin: int, end: int) -> list[int]:
     """Per window between an execution of ``begin`` and the next of ``end``: executed packets
-    and instructions (each translation block's counts, from ``in_asm``, times its executions)."""
-    sizes: dict[int, tuple[int, int]] = {}
-    packets, instructions = [], []
-    block_start, block_packets, block_instructions = None, 0, 0
+    (each translation block's packets, from ``in_asm``, times its executions)."""
+    sizes: dict[int, int] = {}
+    packets: list[int] = []
+    block_start, block_packets = None, 0
     counting = False
     with open(log, errors="replace") as lines:
         for line in lines:
             if _BLOCK.match(line):
-                block_start, block_packets, block_instructions = None, 0, 0
+                block_start, block_packets = None, 0
                 continue
             instruction = _INSTRUCTION.match(line)
             if instruction:
                 block_start = block_start if block_start is not None else int(instruction[1], 16)
                 block_packets += bool(instruction[2])
-                block_instructions += 1
-                sizes[block_start] = (block_packets, block_instructions)
+                sizes[block_start] = block_packets
                 continue
             executed = _EXEC.match(line)
             if not executed:
@@ -268,14 +264,11 @@ def count_packets(log: Path, begin: int, end: int) -> tuple[list[int], list[int]
             if pc == begin:
                 counting = True
                 packets.append(0)
-                instructions.append(0)
             elif pc == end:
                 counting = False
             elif counting:
-                block = sizes.get(pc, (0, 0))
-                packets[-1] += block[0]
-                instructions[-1] += block[1]
-    return packets, instructions
+                packets[-1] += sizes.get(pc, 0)
+    return packets
 
 
 @dataclass(frozen=True)
