@@ -19,7 +19,7 @@ quiet_third_party(verbose="--verbose" in sys.argv)  # after torch set its logger
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e  # noqa: E402
 
 import qnn_custom_ops as qco  # noqa: E402
-from qnn_custom_ops.partitioner import compile_spec, device_libraries, makefile_builds  # noqa: E402
+from qnn_custom_ops.lowering import compile_spec, device_libraries, makefile_builds  # noqa: E402
 from qnn_custom_ops.runtime import DeviceRunner, HostRunner, Tolerance, compare_outputs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

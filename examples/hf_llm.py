@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     programs = export_llm(model, prefill_len=8, ctx_len=64, cache=args.cache)
     print(f"{args.arch}: swapped {len(programs.swaps)} modules; programs {programs.shape}")
     if args.target == "qnn":
-        from qnn_custom_ops.partitioner import compile_spec, makefile_builds
+        from qnn_custom_ops.lowering import compile_spec, makefile_builds
         from executorch.backends.qualcomm.utils.utils import get_soc_to_htp_arch_map
 
         arch = int(get_soc_to_htp_arch_map()[args.soc].value)

@@ -18,7 +18,7 @@ from executorch.backends.qualcomm.serialization.qc_schema import QnnExecuTorchBa
 from executorch.backends.qualcomm.utils.utils import qnn_edge_config
 from executorch.exir import to_edge_transform_and_lower
 
-from qnn_custom_ops.builder.visitor import bound_visitors
+from qnn_custom_ops.lowering.op_builder import bound_visitors
 
 SCALAR = PyQnnManager.Qnn_ParamType_t.QNN_PARAMTYPE_SCALAR
 HTP = QnnExecuTorchBackendType.kHtpBackend

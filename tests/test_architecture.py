@@ -13,7 +13,7 @@ import torch
 from executorch.backends.qualcomm.builders import node_visitor_manager
 
 import qnn_custom_ops as qco
-from qnn_custom_ops.builder.visitor import BindingConflictError, bound_visitors
+from qnn_custom_ops.lowering.op_builder import BindingConflictError, bound_visitors
 
 from .conftest import REPO
 from .torch_ops import EXAMPLE_PACKAGE, MUL3, QUANT_PACKAGE, ConvMul3
@@ -22,9 +22,9 @@ SOURCE = REPO / "src" / "qnn_custom_ops"
 
 # DESIGN.md's picture, top to bottom: a module may import its own layer or the ones above.
 LAYERS = {
-    "opdef": 0, "errors": 0, "lazy": 0, "qnn_sdk": 0, "quiet": 0,
-    "generator": 1, "builder": 1,
-    "quantizer": 2, "partitioner": 2,
+    "opdef": 0, "errors": 0, "lazy": 0, "qnn_sdk": 0, "quiet": 0, "atomic_files": 0,
+    "generator": 1, "torch_bridge": 1,
+    "quantizer": 2, "lowering": 2,
     "runtime": 3,
     "library": 4, "cli": 4, "__init__": 4, "__main__": 4,
 }
@@ -84,9 +84,9 @@ def test_the_import_graph_has_no_cycle():
 
 
 def test_the_layer_check_sees_an_upward_import(tmp_path):
-    """The check can fail: a builder module importing the runtime is caught."""
+    """The check can fail: a torch bridge module importing the runtime is caught."""
     graph = our_graph()
-    graph["qnn_custom_ops.builder.spec"].add("qnn_custom_ops.runtime.host_library")
+    graph["qnn_custom_ops.torch_bridge.spec"].add("qnn_custom_ops.runtime.host_library")
     assert any(layer(b) > layer(a) for a, targets in graph.items() for b in targets)
 
 
@@ -156,7 +156,7 @@ def test_every_datatype_map_comes_from_the_one_table():
     from qnn_custom_ops.generator.render import adapter_context
     from qnn_custom_ops.opdef import Datatype
     from qnn_custom_ops.opdef.datatypes import DATATYPES
-    from qnn_custom_ops.runtime import host_library
+    from qnn_custom_ops.generator import executorch_library
 
     assert set(DATATYPES) == set(Datatype)
     kernel_rows = [r for r in DATATYPES.values() if r.kernel is not None]
@@ -164,7 +164,7 @@ def test_every_datatype_map_comes_from_the_one_table():
     assert len({r.kernel_value for r in kernel_rows}) == len(kernel_rows)
     carried = {kernel for _, kernels in adapter_context()["carriers"] for kernel in kernels}
     assert carried == {r.kernel for r in kernel_rows if r.htp is not None}
-    assert ("UInt32", "UInt32") in host_library._SCALAR_TYPES  # from the UINT_32 row alone
+    assert ("UInt32", "UInt32") in executorch_library._SCALAR_TYPES  # from the UINT_32 row alone
 
 
 def test_every_error_class_of_ours_is_a_reported_error():

@@ -10,7 +10,7 @@ import torch
 from executorch.exir import EdgeCompileConfig, to_edge
 
 import qnn_custom_ops as qco
-from qnn_custom_ops.builder import OpMappingError
+from qnn_custom_ops.torch_bridge import OpMappingError
 
 from .conftest import OP_PACKAGES
 from .torch_ops import ARG_KIND_PACKAGE, EXAMPLE_PACKAGE, MUL3, SPLIT, SPLIT_PACKAGE
@@ -218,7 +218,7 @@ def test_a_custom_op_without_out_variant_gets_the_one_line_fix_and_then_builds(t
     register_out_variant makes the host library build."""
     import warnings
 
-    from qnn_custom_ops.builder.binding import MissingOutVariantWarning
+    from qnn_custom_ops.torch_bridge.binding import MissingOutVariantWarning
 
     @torch.library.custom_op("qco_custom::triple", mutates_args=())
     def triple(input: torch.Tensor) -> torch.Tensor:
@@ -232,9 +232,9 @@ def test_a_custom_op_without_out_variant_gets_the_one_line_fix_and_then_builds(t
     with pytest.warns(MissingOutVariantWarning, match=r"qnn_custom_ops\.register_out_variant\("
                                                       r"torch\.ops\.qco_custom\.triple\.default\)"):
         binding = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": overload})
-    from qnn_custom_ops.runtime import HostBuildError
+    from qnn_custom_ops.generator.executorch_library import UnsupportedHostKernelError
 
-    with pytest.raises(HostBuildError, match=r"register_out_variant\(torch\.ops\.qco_custom\.triple"):
+    with pytest.raises(UnsupportedHostKernelError, match=r"register_out_variant\(torch\.ops\.qco_custom\.triple"):
         qco.build_host_library(OP_PACKAGES / "ExampleOpPackage", binding, build_root=tmp_path)
     out_variant = qco.register_out_variant(overload)
     out = torch.empty(2)

@@ -146,7 +146,7 @@ def test_a_config_from_a_pipe_is_read_once(tmp_path):
 def test_outputs_never_replace_symlinks_or_special_files(tmp_path):
     import threading
 
-    from qnn_custom_ops.generator.writer import UnsafeOutputError, write_atomic
+    from qnn_custom_ops.atomic_files import UnsafeOutputError, write_atomic
 
     target = tmp_path / "target.xml"
     target.write_text("mine")
@@ -262,7 +262,7 @@ def test_opdef_from_torch_dtype_static_and_activations_round_trip_through_bind(t
     assert [d.short_name for d in gather.datatypes("indices")] == ["INT_32"]
     import torch
 
-    from qnn_custom_ops.builder.binding import MissingOutVariantWarning
+    from qnn_custom_ops.torch_bridge.binding import MissingOutVariantWarning
 
     with pytest.warns(MissingOutVariantWarning):  # plain Library ops: no .out, fine for this check
         binding = qco.bind(package, {"RmsNorm": torch.ops.qco_norm.rms_norm.default,
@@ -324,7 +324,7 @@ def test_opdef_from_torch_checks_what_it_writes_by_loading_and_binding_it(monkey
     """A case no explicit check foresees is still refused: the XML is loaded and bound before it is returned."""
     import torch
 
-    from qnn_custom_ops.builder import from_torch
+    from qnn_custom_ops.torch_bridge import from_torch
     from qnn_custom_ops.errors import UsageError
 
     from .data import sample_ops  # noqa: F401  (registers qco_sample)

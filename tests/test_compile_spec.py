@@ -18,9 +18,9 @@ from executorch.backends.qualcomm.serialization.qc_schema_serialize import flatb
 from executorch.exir import to_edge_transform_and_lower
 
 import qnn_custom_ops as qco
-from qnn_custom_ops.partitioner import op_package_options
-from qnn_custom_ops.builder.visitor import BoundOpVisitor, bound_visitors
-from qnn_custom_ops.partitioner import (
+from qnn_custom_ops.lowering import op_package_options
+from qnn_custom_ops.lowering.op_builder import BoundOpVisitor, bound_visitors
+from qnn_custom_ops.lowering import (
     DEVICE_WORKSPACE,
     CompileSpecError,
     OpPackageBuild,

@@ -15,7 +15,7 @@ import torch
 import qnn_custom_ops as qco
 from qnn_custom_ops.runtime.loading import library_kernels
 from qnn_custom_ops.generator import generate
-from qnn_custom_ops.builder.quantized import Encoding
+from qnn_custom_ops.torch_bridge.quantized import Encoding
 from qnn_custom_ops.opdef import Datatype
 from qnn_custom_ops.runtime import HostRunner, RunnerError, Tolerance, compare_outputs
 

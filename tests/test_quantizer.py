@@ -14,9 +14,9 @@ from executorch.backends.qualcomm.serialization.qc_schema import QnnExecuTorchBa
 from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
 import qnn_custom_ops as qco
-from qnn_custom_ops.partitioner import op_package_options
-from qnn_custom_ops.builder.visitor import _EXECUTORCH_CUSTOM_OP
-from qnn_custom_ops.partitioner import OpPackageBuild
+from qnn_custom_ops.lowering import op_package_options
+from qnn_custom_ops.lowering.op_builder import _EXECUTORCH_CUSTOM_OP
+from qnn_custom_ops.lowering import OpPackageBuild
 from qnn_custom_ops.quantizer import FLOAT_TENSORS_KEY, Share
 
 from .conftest import DATA

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import qnn_custom_ops as qco
-from qnn_custom_ops.partitioner import op_package_options
-from qnn_custom_ops.partitioner import DEVICE_WORKSPACE, OpPackageBuild, device_libraries, device_library_path
+from qnn_custom_ops.lowering import op_package_options
+from qnn_custom_ops.lowering import DEVICE_WORKSPACE, OpPackageBuild, device_libraries, device_library_path
 from qnn_custom_ops.runtime import DeviceRunner, RawOutputError, RunnerError, X86Runner
 
 from .torch_ops import EXAMPLE_PACKAGE, MUL3

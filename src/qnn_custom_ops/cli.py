@@ -99,7 +99,7 @@ def _torch_overload(name: str, where: str, hint: str):
 
 
 def _cmd_opdef_from_torch(args: argparse.Namespace) -> int:
-    from .builder.from_torch import opdefs_from_torch, qnn_type_for, tensor_choices
+    from .torch_bridge.from_torch import opdefs_from_torch, qnn_type_for, tensor_choices
 
     ops: dict[str, Any] = {}
     for spec in args.ops:
@@ -120,7 +120,7 @@ def _cmd_opdef_from_torch(args: argparse.Namespace) -> int:
     tensors = tensor_choices(args.dtype, args.static, args.activations)
     xml = opdefs_from_torch(ops, package=args.package, enums=enums, tensors=tensors)
     if args.output:
-        from .generator.writer import write_atomic
+        from .atomic_files import write_atomic
 
         write_atomic(Path(args.output), xml.encode())
         print(f"wrote {args.output}: {', '.join(ops)}")
@@ -183,8 +183,8 @@ def _package_configs(package_dir: str) -> list[Path]:
 def _host_library(package_dir: str, binds: Sequence[str], modules: Sequence[str]) -> Path:
     """Build (cached) the host library of ``package_dir`` for ``QnnOp=ns::op`` bindings, after
     importing the modules that register the ops."""
-    from .builder import bind
     from .runtime import build_host_library
+    from .torch_bridge import bind
 
     for module in modules:
         _import_user_module(module, f"--import {module}")
@@ -294,7 +294,7 @@ def _runner(args: argparse.Namespace):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .partitioner.lowering import encodings_file, read_output_encodings
+    from .lowering.program import encodings_file, read_output_encodings
     from .runtime import Tolerance, compare_outputs, method_specs
 
     pte_path = Path(args.model)

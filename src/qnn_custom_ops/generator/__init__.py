@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..atomic_files import UnsafeOutputError
 from ..opdef import OpPackage
 from .render import PlannedFile, render_package
-from .writer import Action, Step, UnsafeOutputError, apply_steps, output_lock, plan_steps, remove_leftovers
+from .writer import Action, Step, apply_steps, output_lock, plan_steps, remove_leftovers
 
 __all__ = ["Action", "GenerationResult", "Step", "UnsafeOutputError", "generate"]
 

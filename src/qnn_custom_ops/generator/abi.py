@@ -13,6 +13,10 @@ from ..opdef.datatypes import kernel_rows
 
 ABI_VERSION = 2
 
+#: Precedes the list of kernel names embedded in every host library, where the loader reads it
+#: without loading the library.
+KERNEL_LIST_MARKER = "qco-kernel-list:"
+
 
 #: ``qco::DType``: the element type of a ``qco::TensorView``, one per kernel ABI tag of the
 #: datatype table (``KernelDType.UFixed8`` is ``UFIXED_POINT_8``'s).

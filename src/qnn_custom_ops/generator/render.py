@@ -25,14 +25,10 @@ class PlannedFile:
 
 
 @cache
-def template_environment(package: str = "qnn_custom_ops.generator") -> jinja2.Environment:
-    """The Jinja environment of ``package``'s templates/ (the generator's templates are
-    always reachable too, for shared pieces): strict, and whitespace as written."""
-    loaders = [jinja2.PackageLoader(package, "templates")]
-    if package != "qnn_custom_ops.generator":
-        loaders.append(jinja2.PackageLoader("qnn_custom_ops.generator", "templates"))
+def template_environment() -> jinja2.Environment:
+    """The Jinja environment of the generator's templates/: strict, and whitespace as written."""
     return jinja2.Environment(
-        loader=jinja2.ChoiceLoader(loaders),
+        loader=jinja2.PackageLoader("qnn_custom_ops.generator", "templates"),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import errno
 import fcntl
 import hashlib
 import os
-import re
-import stat
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..atomic_files import TEMPORARY_NAME, UnsafeOutputError, write_all_atomic
 from ..errors import ReportedError
 from .render import PlannedFile
 
@@ -23,8 +21,6 @@ _USER_GLOBS = ("src/ops/*.cpp", "kernels/*.h")
 # What we last wrote to each user-owned file (sha256 of the content and of its signature, path):
 # an unchanged file is ours to update; an edited one whose signature changed is reported.
 MANIFEST = ".qco-generated"
-# ``write_atomic``'s temporary name for ``name``: ``.name.XXXXXXXX.tmp``.
-_TEMPORARY = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.tmp\Z")
 
 
 class Action(str, enum.Enum):
@@ -49,10 +45,6 @@ class Step:
     @property
     def writes(self) -> bool:
         return self.action in (Action.CREATE, Action.UPDATE, Action.OVERWRITE)
-
-
-class UnsafeOutputError(ReportedError, ValueError):
-    """A target would land outside the output directory (through a symlink, say)."""
 
 
 class SignatureChangedError(ReportedError, ValueError):
@@ -206,7 +198,7 @@ def remove_leftovers(files: list[PlannedFile], root: Path) -> list[Path]:
     removed = []
     for directory, names in ours_by_dir.items():
         for leftover in directory.glob(".*.tmp") if directory.is_dir() else ():
-            match = _TEMPORARY.match(leftover.name)
+            match = TEMPORARY_NAME.match(leftover.name)
             if match and match["name"] in names and leftover.is_file() and not leftover.is_symlink():
                 leftover.unlink()
                 removed.append(leftover)
@@ -228,100 +220,3 @@ def apply_steps(steps: list[Step], files: list[PlannedFile], root: Path) -> None
     if written and (not (root / MANIFEST).is_file() or (root / MANIFEST).read_text() != text):
         writes.append((root / MANIFEST, text.encode()))
     write_all_atomic(writes)
-
-
-class OutputWriteError(ReportedError, OSError):
-    """The disk refused a write (full, quota, read-only); nothing was left half-written."""
-
-
-def _write_refused(path: Path, error: OSError) -> OutputWriteError:
-    code = errno.errorcode.get(error.errno or 0, "no errno")
-    return OutputWriteError(
-        f"{path}: cannot be written: {error.strerror or error} ({code}); nothing was written "
-        "(free some space, or choose another output)"
-    )
-
-
-def _writes_through(path: Path) -> bool:
-    """True for a stream written in place (``/dev/stdout``, a FIFO); refuses what must never be
-    replaced (a symbolic link, a directory, a socket) with ``UnsafeOutputError``."""
-    if path.is_symlink():
-        raise UnsafeOutputError(f"{path}: is a symbolic link; refusing to replace it (name its target, or remove it)")
-    if not path.exists():
-        return False
-    mode = path.stat().st_mode
-    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
-        return True
-    if not stat.S_ISREG(mode):
-        raise UnsafeOutputError(f"{path}: is not a regular file; refusing to replace it (choose a file path)")
-    return False
-
-
-def _staged(path: Path, data: bytes) -> Path:
-    """``data`` in a temporary file beside ``path`` (removed again if writing it fails)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return Path(tmp)
-
-
-def _make_parents(directory: Path) -> list[Path]:
-    """Create ``directory`` and its missing ancestors; the ones created, outermost first."""
-    missing = [d for d in (directory, *directory.parents) if not d.exists()][::-1]
-    for made in missing:
-        made.mkdir()
-    return missing
-
-
-def write_all_atomic(files: list[tuple[Path, bytes]]) -> None:
-    """Write every file or none: each is staged beside its target first, then all are renamed
-    over (a rename needs no space). A failure while staging -- a full disk -- removes what was
-    staged and the directories made for it, and raises ``OutputWriteError`` naming the path and errno."""
-    staged: list[tuple[Path, Path]] = []
-    created: list[Path] = []
-    try:
-        for path, data in files:
-            if _writes_through(path):
-                raise UnsafeOutputError(f"{path}: is a stream, not a file of the package (choose another -o)")
-            created += _make_parents(path.parent)
-            staged.append((_staged(path, data), path))
-    except OSError as error:
-        _undo(staged, created)
-        raise _write_refused(path, error) from None
-    except BaseException:
-        _undo(staged, created)
-        raise
-    for tmp, path in staged:
-        os.replace(tmp, path)
-
-
-def _undo(staged: list[tuple[Path, Path]], created: list[Path]) -> None:
-    for tmp, _ in staged:
-        tmp.unlink(missing_ok=True)
-    for directory in reversed(created):
-        with contextlib.suppress(OSError):
-            directory.rmdir()
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside ``path`` and rename it over: never half-written.
-
-    Only a regular file (or none) is replaced. A character device or a pipe (``/dev/stdout``,
-    ``/dev/null``, a FIFO) is written through, as the user means; anything else -- a symbolic
-    link, a directory, a socket -- is refused with ``UnsafeOutputError``, never replaced. A
-    write the disk refuses is ``OutputWriteError`` naming the path and errno.
-    """
-    try:
-        if _writes_through(path):
-            with path.open("wb") as stream:
-                stream.write(data)
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(_staged(path, data), path)
-    except OSError as error:
-        raise _write_refused(path, error) from None

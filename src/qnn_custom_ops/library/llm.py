@@ -17,12 +17,12 @@ from typing import Any
 
 import torch
 
-from ..builder import OpPackageBinding, bind
-from ..builder.define import define_torch_ops, out_arguments, returns_schema, schema_arguments
 from ..errors import UsageError
 from ..opdef import OpDef, OpPackage, Role, load_package
 from ..quantizer import Share
 from ..quantizer.annotation import Override
+from ..torch_bridge import OpPackageBinding, bind
+from ..torch_bridge.define import define_torch_ops, out_arguments, returns_schema, schema_arguments
 from .reference import (
     ctx_gather,
     ctx_gather_cb,

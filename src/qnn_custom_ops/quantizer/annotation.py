@@ -24,9 +24,9 @@ from torchao.quantization.pt2e.quantizer import (
 )
 from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
 
-from ..builder import OpBinding, OpPackageBinding, node_arguments, output_carrier, target_op_name
 from ..errors import ReportedError, UsageError
 from ..opdef import HTP, Datatype, Role, TensorDef
+from ..torch_bridge import OpBinding, OpPackageBinding, node_arguments, output_carrier, target_op_name
 
 QUANT_DTYPES = {
     "8a8w": QuantDtype.use_8a8w,

@@ -7,7 +7,7 @@ from typing import Any
 from executorch.backends.qualcomm.quantizer.quantizer import QnnQuantizer
 from executorch.backends.qualcomm.serialization.qc_schema import QcomChipset
 
-from ..builder import OpPackageBinding
+from ..torch_bridge import OpPackageBinding
 from .annotation import Overrides, quant_annotation, quant_dtype_of
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from ..atomic_files import write_atomic
 from ..errors import ReportedError
-from ..generator.writer import write_atomic
 
 
 class HostBuildError(ReportedError, RuntimeError):

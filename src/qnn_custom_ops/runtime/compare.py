@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..builder.quantized import Encoding
 from ..errors import ReportedError
+from ..torch_bridge.quantized import Encoding
 
 
 class CompareError(ReportedError, ValueError):

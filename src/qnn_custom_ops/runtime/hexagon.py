@@ -31,7 +31,7 @@ from filelock import FileLock
 
 from ..errors import ReportedError
 from ..generator.abi import KernelDType, KernelStatus
-from ..generator.render import template_environment
+from ..generator.hexagon_driver import driver_ops, render_driver
 from ..opdef.datatypes import kernel_rows
 from .cmake_build import cache_root, content_key, files_under
 from .cost import KernelCase
@@ -118,25 +118,12 @@ def check_toolchain() -> str:
     return result.stdout.strip()
 
 
-def _driver_ops(package_dir: Path) -> list[str]:
-    """The ops of the package's C ABI, in the order of the driver's table."""
-    return sorted(path.name[: -len("CApi.cpp")] for path in (package_dir / "host/src/ops").glob("*CApi.cpp"))
-
-
-def _driver_source(package_dir: Path, name: str) -> str:
-    return (
-        template_environment("qnn_custom_ops.runtime")
-        .get_template("hexagon_driver.cpp.j2")
-        .render(package=name, functions=[f"qco_{name}_{op}" for op in _driver_ops(package_dir)])
-    )
-
-
 def build_hexagon_driver(package_dir: str | Path) -> Path:
     """The package's kernels and the case driver as one static Hexagon program; cached by the
     content of ``kernels/`` and ``host/``, the driver, the flags and the compiler's version."""
     package_dir = Path(package_dir).resolve()
     name = package_name(package_dir)
-    driver = _driver_source(package_dir, name)
+    driver = render_driver(package_dir, name)
     extra = {"driver": driver, "flags": " ".join(HEXAGON_FLAGS), "ziglang": version("ziglang")}
     key = content_key(package_dir, files_under(package_dir / "kernels", package_dir / "host"), extra)
     entry = cache_root() / "hexagon" / f"{name}-{key}"
@@ -340,14 +327,14 @@ def first_mismatch(host: np.ndarray, hexagon: np.ndarray, tensor: KernelTensor, 
 def hexagon_packets(package_dir: str | Path, cases: Sequence[KernelCase]) -> list[int]:
     """Executed packets of each case's kernel call on Hexagon (emulated)."""
     package_dir = Path(package_dir).resolve()
-    return run_on_hexagon(build_hexagon_driver(package_dir), cases, _driver_ops(package_dir)).packets
+    return run_on_hexagon(build_hexagon_driver(package_dir), cases, driver_ops(package_dir)).packets
 
 
 def hexagon_check(package_dir: str | Path, cases: Sequence[KernelCase]) -> list[CheckResult]:
     """Run ``cases`` through the host build and under the emulator; one result per case."""
     package_dir = Path(package_dir).resolve()
     name = package_name(package_dir)
-    ops = _driver_ops(package_dir)
+    ops = driver_ops(package_dir)
     run = run_on_hexagon(build_hexagon_driver(package_dir), cases, ops)
     library = KernelLibrary(build_host_kernels(package_dir), name)
     results = []

@@ -12,16 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import ReportedError
+from ..generator.abi import KERNEL_LIST_MARKER
 from .cmake_build import is_valid_library
 from .isolation import trace_into
 
 _LOADED: dict[Path, ctypes.CDLL] = {}
 _OWNERS: dict[str, Path] = {}  # kernel name -> library that registered it
 _LOCK = threading.Lock()
-
-
-#: Precedes the list of kernel names embedded in every host library (``library_kernels``).
-KERNEL_LIST_MARKER = "qco-kernel-list:"
 
 
 def library_kernels(path: Path) -> list[str] | None:

@@ -234,7 +234,7 @@ class DeviceRunner:
     """Push, run and pull with ``adb``: the program, runner, QNN and op package libraries.
 
     ``op_package_libraries`` maps each device path the compile spec baked in (see
-    ``partitioner.OpPackageBuild.baked_path``) to the local library pushed there.
+    ``lowering.OpPackageBuild.baked_path``) to the local library pushed there.
     """
 
     serial: str
@@ -245,7 +245,7 @@ class DeviceRunner:
     workspace: str = ""
 
     def __post_init__(self) -> None:
-        from ..partitioner.compile_spec import DEVICE_WORKSPACE
+        from ..lowering.compile_spec import DEVICE_WORKSPACE
 
         self.workspace = self.workspace or DEVICE_WORKSPACE
 

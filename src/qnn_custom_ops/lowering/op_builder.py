@@ -20,9 +20,7 @@ from executorch.backends.qualcomm.builders.node_visitor import NodeVisitor
 from executorch.backends.qualcomm.utils.constants import QCOM_DATA, QCOM_QUANT_ATTRS
 
 from ..errors import ReportedError
-from .alignment import OpBinding
-from .binding import OpPackageBinding
-from .spec import QnnOpSpec, output_carrier, qnn_op_spec
+from ..torch_bridge import OpBinding, OpPackageBinding, QnnOpSpec, output_carrier, qnn_op_spec
 
 _EXECUTORCH_CUSTOM_OP = node_visitor_manager.CustomOp
 _ACTIVE: dict[str, OpBinding] = {}  # custom op name ("ns.op.overload") -> binding, inside bound_visitors

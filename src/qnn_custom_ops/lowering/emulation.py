@@ -4,7 +4,7 @@
   input and constant to int32, so a custom op fed one receives INT_32; the host casts too.
 - ``emulate_quantized``: QNN folds each dequantize -> op -> quantize into tensor encodings and
   the op's kernel computes on the quantized tensors. The host replaces the pattern with one
-  call of the op's quantized variant (``builder.quantized``), carrying the encodings QNN's op
+  call of the op's quantized variant (``torch_bridge.quantized``), carrying the encodings QNN's op
   wrapper gets: the kernel's quantized branch runs, as on the HTP.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from ..builder import OpBinding, OpPackageBinding, node_arguments, output_carrier
-from ..builder.quantized import (
+from ..torch_bridge import OpBinding, OpPackageBinding, node_arguments, output_carrier
+from ..torch_bridge.quantized import (
     Encoding,
     QuantizedEmulationError,
     assert_finite,

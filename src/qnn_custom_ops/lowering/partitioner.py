@@ -11,9 +11,9 @@ from executorch.backends.qualcomm.serialization.qc_schema import QnnExecuTorchBa
 from executorch.backends.qualcomm.serialization.qc_schema_serialize import flatbuffer_to_option
 from executorch.exir.backend.partitioner import PartitionResult
 
-from ..builder import OpPackageBinding
-from ..builder.visitor import bound_visitors
 from ..qnn_sdk import require_sdk
+from ..torch_bridge import OpPackageBinding
+from .op_builder import bound_visitors
 from .preflight import PreflightError, preflight
 
 _BACKENDS = {QnnExecuTorchBackendType.kHtpBackend: "HTP", QnnExecuTorchBackendType.kGpuBackend: "GPU"}

@@ -22,8 +22,8 @@ from executorch.backends.qualcomm.serialization.qc_schema import (
     QnnExecuTorchOpPackageTarget,
 )
 
-from ..builder import OpPackageBinding
 from ..errors import ReportedError
+from ..torch_bridge import OpPackageBinding
 
 DEVICE_WORKSPACE = "/data/local/tmp/qnn_custom_ops"
 

@@ -2,7 +2,7 @@
 
 ``bind`` checks the schemas once; the binding is then plain data (the package and its
 ``OpBinding``s) that maps graph nodes to their ops and to ``QnnOpSpec``s. The quantizer
-(``quant_annotation``, ``make_quantizer``) and the partitioner (``compile_spec``,
+(``quant_annotation``, ``make_quantizer``) and the lowering (``compile_spec``,
 ``lower``) take a binding; the binding knows neither.
 """
 

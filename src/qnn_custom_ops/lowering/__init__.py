@@ -1,4 +1,5 @@
-"""Compile spec (op package options) and the QNN partitioner with our builder and preflight."""
+"""Lowering: the compile spec (op package options), our custom op builder (fx node -> QNN node),
+the QNN partitioner with its preflight, host passes, and `lower` to a program."""
 
 from ..qnn_sdk import guard_sdk_download
 
@@ -16,9 +17,9 @@ from .compile_spec import (  # noqa: E402
     makefile_builds,
     op_package_options,
 )
-from .lowering import lower  # noqa: E402
 from .partitioner import QnnCustomOpPartitioner  # noqa: E402
 from .preflight import PreflightError, preflight  # noqa: E402
+from .program import lower  # noqa: E402
 
 __all__ = [
     "DEVICE_WORKSPACE",

@@ -10,11 +10,11 @@ from __future__ import annotations
 import torch
 from executorch.backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 
-from ..builder import OpBinding, OpMappingError, OpPackageBinding, output_carrier, target_op_name
-from ..builder.quantized import is_dequantize, is_quantize, quantized_datatype
 from ..errors import ReportedError
 from ..opdef import Datatype
 from ..opdef.datatypes import plain_datatype
+from ..torch_bridge import OpBinding, OpMappingError, OpPackageBinding, output_carrier, target_op_name
+from ..torch_bridge.quantized import is_dequantize, is_quantize, quantized_datatype
 
 
 class PreflightError(ReportedError, ValueError):

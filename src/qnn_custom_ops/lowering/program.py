@@ -15,13 +15,13 @@ from executorch.backends.qualcomm.utils.utils import qnn_edge_config
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import EdgeCompileConfig, ExecutorchProgramManager, to_edge_transform_and_lower
 
-from ..builder import OpPackageBinding
-from ..builder.quantized import Encoding, encoding_of, is_dequantize
-from ..builder.visitor import bound_visitors
+from ..atomic_files import write_atomic
 from ..errors import ReportedError, UsageError
-from ..generator.writer import write_atomic
 from ..opdef import Datatype
+from ..torch_bridge import OpPackageBinding
+from ..torch_bridge.quantized import Encoding, encoding_of, is_dequantize
 from .emulation import EmulatedOp, cast_int64_inputs, emulate_quantized
+from .op_builder import bound_visitors
 from .partitioner import QnnCustomOpPartitioner
 from .preflight import PreflightError, preflight
 

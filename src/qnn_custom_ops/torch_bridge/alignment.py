@@ -2,7 +2,7 @@
 
 Inputs match the schema's Tensor arguments by position; parameters match the other
 arguments by name (QNN orders parameters by name, torch by position). The result, an
-``OpBinding``, is trusted by the builder, the quantizer and the partitioner.
+``OpBinding``, is trusted by the custom op builder, the quantizer and the lowering.
 """
 
 from __future__ import annotations

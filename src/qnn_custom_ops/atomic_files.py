@@ -1,0 +1,122 @@
+"""Files written whole or not at all: staged beside their target, then renamed over.
+
+The lowest layer: the generator writes package trees with it, the lowering writes programs,
+the CLI writes configs, the runtime writes build files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import stat
+import tempfile
+from pathlib import Path
+
+from .errors import ReportedError
+
+#: The name of a file staged beside ``<name>`` (``_staged``): what a killed run leaves behind.
+TEMPORARY_NAME = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.tmp\Z")
+
+
+class UnsafeOutputError(ReportedError, ValueError):
+    """A destination that must not be written: outside the output directory (through a symlink,
+    say), or a link, directory or socket that a write would replace."""
+
+
+class OutputWriteError(ReportedError, OSError):
+    """The disk refused a write (full, quota, read-only); nothing was left half-written."""
+
+
+def _write_refused(path: Path, error: OSError) -> OutputWriteError:
+    code = errno.errorcode.get(error.errno or 0, "no errno")
+    return OutputWriteError(
+        f"{path}: cannot be written: {error.strerror or error} ({code}); nothing was written "
+        "(free some space, or choose another output)"
+    )
+
+
+def _writes_through(path: Path) -> bool:
+    """True for a stream written in place (``/dev/stdout``, a FIFO); refuses what must never be
+    replaced (a symbolic link, a directory, a socket) with ``UnsafeOutputError``."""
+    if path.is_symlink():
+        raise UnsafeOutputError(f"{path}: is a symbolic link; refusing to replace it (name its target, or remove it)")
+    if not path.exists():
+        return False
+    mode = path.stat().st_mode
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return True
+    if not stat.S_ISREG(mode):
+        raise UnsafeOutputError(f"{path}: is not a regular file; refusing to replace it (choose a file path)")
+    return False
+
+
+def _staged(path: Path, data: bytes) -> Path:
+    """``data`` in a temporary file beside ``path`` (removed again if writing it fails)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o644)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def _make_parents(directory: Path) -> list[Path]:
+    """Create ``directory`` and its missing ancestors; the ones created, outermost first."""
+    missing = [d for d in (directory, *directory.parents) if not d.exists()][::-1]
+    for made in missing:
+        made.mkdir()
+    return missing
+
+
+def write_all_atomic(files: list[tuple[Path, bytes]]) -> None:
+    """Write every file or none: each is staged beside its target first, then all are renamed
+    over (a rename needs no space). A failure while staging -- a full disk -- removes what was
+    staged and the directories made for it, and raises ``OutputWriteError`` naming the path and errno."""
+    staged: list[tuple[Path, Path]] = []
+    created: list[Path] = []
+    try:
+        for path, data in files:
+            if _writes_through(path):
+                raise UnsafeOutputError(f"{path}: is a stream, not a file of the package (choose another -o)")
+            created += _make_parents(path.parent)
+            staged.append((_staged(path, data), path))
+    except OSError as error:
+        _undo(staged, created)
+        raise _write_refused(path, error) from None
+    except BaseException:
+        _undo(staged, created)
+        raise
+    for tmp, path in staged:
+        os.replace(tmp, path)
+
+
+def _undo(staged: list[tuple[Path, Path]], created: list[Path]) -> None:
+    for tmp, _ in staged:
+        tmp.unlink(missing_ok=True)
+    for directory in reversed(created):
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write to a temporary file beside ``path`` and rename it over: never half-written.
+
+    Only a regular file (or none) is replaced. A character device or a pipe (``/dev/stdout``,
+    ``/dev/null``, a FIFO) is written through, as the user means; anything else -- a symbolic
+    link, a directory, a socket -- is refused with ``UnsafeOutputError``, never replaced. A
+    write the disk refuses is ``OutputWriteError`` naming the path and errno.
+    """
+    try:
+        if _writes_through(path):
+            with path.open("wb") as stream:
+                stream.write(data)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(_staged(path, data), path)
+    except OSError as error:
+        raise _write_refused(path, error) from None
