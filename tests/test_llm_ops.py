@@ -93,6 +93,25 @@ def test_references_follow_the_documented_semantics():
     assert ref.ctx_gather(out, torch.tensor([[2, 3]], dtype=torch.int32))[0, 0].tolist() == [[1, 1], [0, 0]]
 
 
+def test_rope_computes_hugging_faces_own_rotary_per_sequence_partial_neox_and_gptj():
+    """Each sequence at its own positions (continuous batching decode), 8 of 16 channels
+    rotating: the op gives what Phi-3's (neox, partial) and GPT-J's (gptj) own functions give."""
+    from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb as gptj_rotary
+    from transformers.models.phi3.modeling_phi3 import apply_rotary_pos_emb as phi3_rotary
+
+    positions = torch.tensor([[7, 8, 9, 10], [0, 1, 2, 3]])
+    rotary = 8
+    theta = positions[..., None].float() / 10000 ** (torch.arange(0, rotary, 2).float() / rotary)
+    cos, sin = theta.cos(), theta.sin()  # [batch, seq, rotary / 2]
+    q = torch.randn(2, 3, 4, 16, generator=torch.Generator().manual_seed(4))
+    expected, _ = phi3_rotary(q, q, torch.cat((cos, cos), -1), torch.cat((sin, sin), -1))
+    torch.testing.assert_close(OPS["rope"](q, cos, sin), expected)
+    by_position = q.transpose(1, 2)  # GPT-J's layout: [batch, seq, heads, head_dim]
+    turned = gptj_rotary(by_position[..., :rotary], sin, cos)
+    expected = torch.cat((turned, by_position[..., rotary:]), -1).transpose(1, 2)
+    torch.testing.assert_close(OPS["rope"](q, cos, sin, "gptj"), expected)
+
+
 @pytest.mark.slow
 def test_every_op_in_float32_on_executorch_matches_its_reference(library):
     model = AllOps().eval()
@@ -147,6 +166,8 @@ def kernel_tensor(tensor: torch.Tensor, dtype: KernelDType) -> KernelTensor:
     ("gelu_and_mul", "GeluAndMul", lambda g: (torch.randn(3, 18, generator=g),)),
     ("rope", "Rope", lambda g: (torch.randn(1, 2, 3, 6, generator=g), torch.rand(3, 3, generator=g),
                                 torch.rand(3, 3, generator=g))),
+    ("rope", "Rope", lambda g: (torch.randn(2, 2, 3, 10, generator=g), torch.rand(2, 3, 3, generator=g),
+                                torch.rand(2, 3, 3, generator=g))),  # per sequence, 6 of 10 rotate
 ])
 @pytest.mark.slow
 def test_fp16_kernels_match_the_reference_computed_in_float(kernels, op, qnn_type, args):
@@ -214,7 +235,10 @@ def test_gated_kernels_match_eager_at_infinities_and_nan(kernels, qnn_type, appr
     (lambda: OPS["silu_and_mul"](torch.randn(2, 7)), "its last dimension must be even"),
     (lambda: OPS["gelu_and_mul"](torch.randn(2, 8), "fast"), "approximate='fast'; use one of none, tanh"),
     (lambda: OPS["rope"](torch.randn(1, 1, 3, 4), torch.ones(3, 3), torch.ones(3, 3)),
-     r"cos has shape \[3, 3\], expected \[3, 2\]"),
+     r"cos has shape \[3, 3\], expected \[seq, rotary / 2\] or \[batch, seq, rotary / 2\] with 0 < rotary "
+     r"<= head_dim \(4\)"),
+    (lambda: OPS["rope"](torch.randn(2, 1, 3, 4), torch.ones(1, 3, 2), torch.ones(1, 3, 2)),
+     r"cos has shape \[1, 3, 2\], expected \[2, 3, 2\] \(\[batch, seq, rotary / 2\]\)"),
     (lambda: OPS["rope"](torch.randn(1, 1, 3, 4), torch.ones(3, 2), torch.ones(3, 2), "llama"), "style='llama'"),
     (lambda: OPS["ctx_scatter"](torch.zeros(1, 2, 4, 3), torch.zeros(1, 1, dtype=torch.int64), torch.zeros(1, 2, 1, 3)),
      r"position_ids must be int32 .*got torch.int64: pass position_ids.int\(\)"),
@@ -373,6 +397,12 @@ def angles(g: torch.Generator, seq: int, half: int) -> tuple[torch.Tensor, torch
     return torch.cos(theta), torch.sin(theta)
 
 
+def sequence_angles(g: torch.Generator, batch: int, seq: int, half: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tables of [batch, seq, half]: each sequence at its own positions."""
+    theta = torch.rand(batch, seq, half, generator=g) * 6.28
+    return torch.cos(theta), torch.sin(theta)
+
+
 QUANTIZED_OPS = {  # op: (qnn type, params, inputs of a hidden size, the reference on reals, static inputs)
     "rms_norm": ("RmsNorm", (), lambda g, n: (torch.randn(4, n, generator=g) * 3, torch.rand(n, generator=g) + 0.5),
                  ref.rms_norm, {1}),
@@ -387,6 +417,13 @@ QUANTIZED_OPS = {  # op: (qnn type, params, inputs of a hidden size, the referen
     "rope gptj": ("Rope", (KernelTensor(np.array(1, np.uint32), KernelDType.UInt32),),
                   lambda g, n: (torch.randn(1, 2, n // 64, 128, generator=g) * 2, *angles(g, n // 64, 64)),
                   lambda x, c, s: ref.rope(x, c, s, "gptj"), set()),
+    # each sequence at its own positions, 48 of 80 channels rotating (partial rotary)
+    "rope per-sequence partial": ("Rope", (), lambda g, n: (torch.randn(2, 2, n // 128, 80, generator=g) * 2,
+                                                           *sequence_angles(g, 2, n // 128, 24)), ref.rope, set()),
+    "rope per-sequence partial gptj": ("Rope", (KernelTensor(np.array(1, np.uint32), KernelDType.UInt32),),
+                                       lambda g, n: (torch.randn(2, 2, n // 128, 80, generator=g) * 2,
+                                                     *sequence_angles(g, 2, n // 128, 24)),
+                                       lambda x, c, s: ref.rope(x, c, s, "gptj"), set()),
 }
 U8, U16, S8, S16 = KernelDType.UFixed8, KernelDType.UFixed16, KernelDType.SFixed8, KernelDType.SFixed16
 

@@ -18,29 +18,51 @@ namespace LlmOpPackage {
 // Arguments: outputs, then inputs, then parameters, in the order of the OpDef.
 //   output y: mandatory, rank 4, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
 //   input x: mandatory, rank 4, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
-//   input cos: mandatory, rank 2, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
-//   input sin: mandatory, rank 2, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
+//   input cos: mandatory, rank N, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
+//   input sin: mandatory, rank N, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
 //   param style: optional, rank 0, UINT_32
 enum RopeStyle : uint32_t { kRopeNeox = 0, kRopeGptj = 1 };  // the OpDef's enum order
 
-// Rotates each [head_dim] row of x at sequence position s by angle pairs (cos[s, i], sin[s, i]).
-// neox pairs element i with i + head_dim/2; gptj pairs 2i with 2i + 1.
+// Where each row of x finds its angles. The tables are [seq, rotary/2], shared by every
+// sequence, or [batch, seq, rotary/2], one per sequence (continuous batching: each sequence at
+// its own positions). The first `rotary` elements of a row rotate; the rest pass through
+// (partial rotary). neox pairs element i with i + rotary/2; gptj pairs 2i with 2i + 1.
+struct RopeGeometry {
+  int64_t rows;      // batch * heads * seq rows of head_dim elements
+  int64_t head_dim;
+  int64_t half;      // rotary / 2: the angles of a row, and the pairs it rotates
+  int64_t seq;
+  int64_t heads;
+  bool per_sequence;
+  RopeStyle style;
+
+  // The first angle of row r (batch b, head h, position s) in the tables.
+  int64_t angles(int64_t r) const {
+    const int64_t s = r % seq;
+    return (per_sequence ? r / (heads * seq) * seq + s : s) * half;
+  }
+  int64_t table_rows() const { return per_sequence ? rows / heads : seq; }
+  int64_t stride() const { return style == kRopeNeox ? half : 1; }  // between the two elements of a pair
+  int64_t step() const { return style == kRopeNeox ? 1 : 2; }       // between consecutive pairs
+};
+
+inline RopeGeometry rope_geometry(const qco::TensorView& x, const qco::TensorView& cos_table, RopeStyle style) {
+  return {extent(x, 0, 3), x.dims[3], cos_table.dims[cos_table.rank - 1], x.dims[2], x.dims[1],
+          cos_table.rank == 3, style};
+}
+
 template <typename Access>
 void rope_rows(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos_table,
-               const qco::TensorView& sin_table, RopeStyle style) {
+               const qco::TensorView& sin_table, const RopeGeometry& g) {
   const auto in = Access::in(x);
   const auto cosine = Access::in(cos_table);
   const auto sine = Access::in(sin_table);
   const auto out = Access::out(y);
-  const int64_t seq = x.dims[2];
-  const int64_t half = x.dims[3] / 2;
-  const int64_t rows = extent(x, 0, 3);
-  const int64_t stride = style == kRopeNeox ? half : 1;   // distance between the two elements of a pair
-  const int64_t step = style == kRopeNeox ? 1 : 2;        // distance between consecutive pairs
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t base = r * 2 * half;
-    const int64_t angles = (r % seq) * half;
-    for (int64_t i = 0; i < half; ++i) {
+  const int64_t stride = g.stride(), step = g.step();
+  for (int64_t r = 0; r < g.rows; ++r) {
+    const int64_t base = r * g.head_dim;
+    const int64_t angles = g.angles(r);
+    for (int64_t i = 0; i < g.half; ++i) {
       const float c = cosine(angles + i);
       const float s = sine(angles + i);
       const float a = in(base + i * step);
@@ -48,6 +70,7 @@ void rope_rows(qco::TensorView& y, const qco::TensorView& x, const qco::TensorVi
       out(base + i * step, a * c - b * s);
       out(base + i * step + stride, b * c + a * s);
     }
+    for (int64_t j = 2 * g.half; j < g.head_dim; ++j) out(base + j, in(base + j));
   }
 }
 
@@ -88,9 +111,27 @@ inline std::vector<int32_t> centered_codes(const qco::TensorView& table) {
   return centered;
 }
 
+// The elements past the rotary ones, x's codes in y's encoding: copied when the encodings are
+// the same, else requantized with a fixed-point multiplier.
+template <typename Code>
+void pass_through_codes(qco::TensorView& y, const qco::TensorView& x, const RopeGeometry& g) {
+  if (2 * g.half == g.head_dim) return;
+  const Code* in = x.as<const Code>();
+  Code* out = y.as<Code>();
+  const FixedMultiplier ratio = activation_multiplier(x.scale * (1.0f / y.scale), x.dtype);
+  const bool same = same_encoding(x, y);
+  const int32_t offset = x.offset;
+  const CodeRange range = code_range(y);
+  for (int64_t r = 0; r < g.rows; ++r) {
+    for (int64_t j = r * g.head_dim + 2 * g.half; j < (r + 1) * g.head_dim; ++j) {
+      out[j] = same ? in[j] : static_cast<Code>(saturate_code(apply(ratio, in[j] + offset), range));
+    }
+  }
+}
+
 template <typename Code>
 void rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos_table,
-                const qco::TensorView& sin_table, RopeStyle style) {
+                const qco::TensorView& sin_table, const RopeGeometry& g) {
   const Code* in = x.as<const Code>();
   Code* out = y.as<Code>();
   const std::vector<int32_t> cosines = centered_codes(cos_table), sines = centered_codes(sin_table);
@@ -103,18 +144,17 @@ void rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorV
   const int32_t offset = x.offset;
   const CodeRange range = code_range(y);
   const FixedMultiplier shift{1, scale.shift};
-  const int64_t seq = x.dims[2], half = x.dims[3] / 2, rows = extent(x, 0, 3);
-  const int64_t stride = style == kRopeNeox ? half : 1;
-  const int64_t step = style == kRopeNeox ? 1 : 2;
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t base = r * 2 * half, angles = (r % seq) * half;
-    for (int64_t i = 0; i < half; ++i) {
+  const int64_t stride = g.stride(), step = g.step();
+  for (int64_t r = 0; r < g.rows; ++r) {
+    const int64_t base = r * g.head_dim, angles = g.angles(r);
+    for (int64_t i = 0; i < g.half; ++i) {
       const int64_t c = cosine[angles + i] * k_c, s = sine[angles + i] * k_s;
       const int64_t a = in[base + i * step] + offset, b = in[base + i * step + stride] + offset;
       out[base + i * step] = static_cast<Code>(saturate_code(apply(shift, a * c - b * s), range));
       out[base + i * step + stride] = static_cast<Code>(saturate_code(apply(shift, b * c + a * s), range));
     }
   }
+  pass_through_codes<Code>(y, x, g);
 }
 
 #if defined(__HVX__)
@@ -143,13 +183,13 @@ inline HVX_VectorPair rotated(const RopeLanes& lanes, const RopeScale& scale, in
   return Q6_W_vcombine_VV(Q6_Vh_vsat_VwVw(second[1], second[0]), Q6_Vh_vsat_VwVw(first[1], first[0]));
 }
 
-// A table's centered codes as int16, each row of `half` angles padded to whole blocks of
-// `block`; neox's rows split even/odd per block as its codes are.
-inline std::vector<int16_t> table_lanes(const std::vector<int32_t>& centered, int64_t seq, int64_t half,
+// A table's centered codes as int16, each of its `rows` rows of `half` angles padded to whole
+// blocks of `block`; neox's rows split even/odd per block as its codes are.
+inline std::vector<int16_t> table_lanes(const std::vector<int32_t>& centered, int64_t rows, int64_t half,
                                         int64_t block, bool even_odd) {
   const int64_t padded = (half + block - 1) / block * block;
-  std::vector<int16_t> lanes(static_cast<size_t>(seq * padded), 0);
-  for (int64_t s = 0; s < seq; ++s) {
+  std::vector<int16_t> lanes(static_cast<size_t>(rows * padded), 0);
+  for (int64_t s = 0; s < rows; ++s) {
     for (int64_t i = 0; i < half; ++i) {
       const int64_t lane = even_odd ? i / block * block + (i % 2) * (block / 2) + i % block / 2 : i;
       lanes[s * padded + lane] = static_cast<int16_t>(centered[s * half + i]);
@@ -190,59 +230,64 @@ inline void rope_neox_row_hvx(uint8_t* out, const uint8_t* row, const int16_t* c
 }
 
 inline void rope_u8_hvx(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos_table,
-                        const qco::TensorView& sin_table, RopeStyle style) {
-  const int64_t seq = x.dims[2], half = x.dims[3] / 2, rows = extent(x, 0, 3);
-  const bool neox = style == kRopeNeox;
+                        const qco::TensorView& sin_table, const RopeGeometry& g) {
+  const bool neox = g.style == kRopeNeox;
+  const int64_t half = g.half;
   const int64_t block = neox ? qco::hvx::kBytes : qco::hvx::kBytes / 2;
   const int64_t padded = (half + block - 1) / block * block;
-  const std::vector<int16_t> cosine = table_lanes(centered_codes(cos_table), seq, half, block, neox);
-  const std::vector<int16_t> sine = table_lanes(centered_codes(sin_table), seq, half, block, neox);
+  const std::vector<int16_t> cosine = table_lanes(centered_codes(cos_table), g.table_rows(), half, block, neox);
+  const std::vector<int16_t> sine = table_lanes(centered_codes(sin_table), g.table_rows(), half, block, neox);
   const RopeScale scale = rope_scale(y, x, cos_table, sin_table);
   const uint8_t* in = x.as<const uint8_t>();
   uint8_t* out = y.as<uint8_t>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t base = r * 2 * half, angles = (r % seq) * padded;
+  for (int64_t r = 0; r < g.rows; ++r) {
+    const int64_t base = r * g.head_dim, angles = g.angles(r) / half * padded;
     if (neox) {
       rope_neox_row_hvx(out + base, in + base, &cosine[angles], &sine[angles], half, scale, x.offset, -y.offset);
     } else {
       rope_gptj_row_hvx(out + base, in + base, &cosine[angles], &sine[angles], half, scale, x.offset, -y.offset);
     }
   }
+  pass_through_codes<uint8_t>(y, x, g);
 }
 #endif
 
 // Runs the integer branch when it applies; false otherwise.
 inline bool run_rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
-                           const qco::TensorView& sin, RopeStyle style) {
+                           const qco::TensorView& sin, const RopeGeometry& g) {
   if (!is_unsigned_code(x.dtype) || y.dtype != x.dtype || !is_fixed_point(cos.dtype) || !is_fixed_point(sin.dtype)) {
     return false;
   }
   if (x.dtype == qco::DType::kUFixed16) {
-    rope_codes<uint16_t>(y, x, cos, sin, style);
+    rope_codes<uint16_t>(y, x, cos, sin, g);
     return true;
   }
 #if defined(__HVX__)
   if (is_8_bit(cos.dtype) && is_8_bit(sin.dtype)) {
-    rope_u8_hvx(y, x, cos, sin, style);
+    rope_u8_hvx(y, x, cos, sin, g);
     return true;
   }
 #endif
-  rope_codes<uint8_t>(y, x, cos, sin, style);
+  rope_codes<uint8_t>(y, x, cos, sin, g);
   return true;
+}
+
+// cos and sin are [seq, rotary/2] or [batch, seq, rotary/2], with 0 < rotary <= head_dim.
+inline bool rope_tables_fit(const qco::TensorView& x, const qco::TensorView& cos, const qco::TensorView& sin) {
+  if (!cos.same_shape(sin) || (cos.rank != 2 && cos.rank != 3)) return false;
+  const int32_t last = cos.rank - 1;
+  const bool sequences = cos.rank == 2 || cos.dims[0] == x.dims[0];
+  return sequences && cos.dims[last - 1] == x.dims[2] && cos.dims[last] >= 1 && 2 * cos.dims[last] <= x.dims[3];
 }
 
 inline qco::Status Rope(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
                         const qco::TensorView& sin, const qco::TensorView& style) {
-  if (x.rank != 4 || !y.same_shape(x) || x.dims[3] % 2 != 0 || !cos.same_shape(sin) || cos.rank != 2 ||
-      cos.dims[0] != x.dims[2] || cos.dims[1] != x.dims[3] / 2) {
-    return qco::Status::kShapeMismatch;
-  }
+  if (x.rank != 4 || !y.same_shape(x) || !rope_tables_fit(x, cos, sin)) return qco::Status::kShapeMismatch;
   const uint32_t mode = enum_or(style, kRopeNeox);
   if (mode != kRopeNeox && mode != kRopeGptj) return qco::Status::kInvalidArgument;
-  if (run_rope_codes(y, x, cos, sin, static_cast<RopeStyle>(mode))) return qco::Status::kOk;
-  return dispatch({&y, &x, &cos, &sin}, [&](auto access) {
-    rope_rows<decltype(access)>(y, x, cos, sin, static_cast<RopeStyle>(mode));
-  });
+  const RopeGeometry geometry = rope_geometry(x, cos, static_cast<RopeStyle>(mode));
+  if (run_rope_codes(y, x, cos, sin, geometry)) return qco::Status::kOk;
+  return dispatch({&y, &x, &cos, &sin}, [&](auto access) { rope_rows<decltype(access)>(y, x, cos, sin, geometry); });
 }
 
 }  // namespace LlmOpPackage

@@ -15,7 +15,7 @@ from ..runtime.kernel_abi import KernelDType, KernelTensor
 
 #: Per op: its tensors' dims. Hidden sizes 769, 5125 and 8199 (no power of two above 1 divides
 #: them): every row but the first starts off a vector boundary and ends in a tail; rope's half
-#: of 130 is a whole vector of pairs and a tail.
+#: of 130 is a whole vector of pairs and a tail; its tables per sequence, with a partial rotary.
 SHAPES = (
     "RmsNorm:y=3x769,x=3x769,weight=769",
     "RmsNorm:y=2x8199,x=2x8199,weight=8199",
@@ -25,6 +25,7 @@ SHAPES = (
     "GeluAndMul:y=2x5125,x=2x10250",
     "Rope:y=1x2x5x64,x=1x2x5x64,cos=5x32,sin=5x32",
     "Rope:y=1x2x3x260,x=1x2x3x260,cos=3x130,sin=3x130",
+    "Rope:y=2x2x3x80,x=2x2x3x80,cos=2x3x24,sin=2x3x24",  # per sequence, 48 of 80 rotate
     "CtxScatter:out=1x2x16x8,cache=1x2x16x8,position_ids=1x5,updates=1x2x5x8",
     "CtxGather:out=1x2x5x8,cache=1x2x16x8,ctx_indices=1x5",
     "CtxScatterCb:out=2x2x16x8,cache=2x2x16x8,batch_index=2,position_ids=2x3,updates=2x2x3x8",

@@ -81,15 +81,14 @@ class StaticAttention(torch.nn.Module):
     heads: int
     kv_heads: int
     head_dim: int
-    rotary_dim: int
     cache: str
     ops: dict[str, Any]
 
-    def __init__(self, attention: HFModule, heads: int, kv_heads: int, rotary_dim: int, cache: str):
+    def __init__(self, attention: HFModule, heads: int, kv_heads: int, cache: str):
         super().__init__()
         self.attention = attention  # HF's module: its projections and scaling
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, attention.head_dim
-        self.rotary_dim, self.cache = rotary_dim, cache
+        self.cache = cache
         self.ops = llm_ops()
 
     def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -103,13 +102,6 @@ class StaticAttention(torch.nn.Module):
             t.view(1, -1, n, self.head_dim).transpose(1, 2)
             for t, n in zip((q, k, v), (self.heads, self.kv_heads, self.kv_heads))
         )
-
-    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """RoPE on the first ``rotary_dim`` channels (all of them but for partial rotary)."""
-        if self.rotary_dim == self.head_dim:
-            return self.ops["rope"](x, cos, sin)
-        rotated = self.ops["rope"](x[..., : self.rotary_dim], cos, sin)
-        return torch.cat((rotated, x[..., self.rotary_dim :]), dim=-1)
 
     def _grouped(self, q: torch.Tensor) -> torch.Tensor:
         """``[1, heads, seq, d]`` -> ``[1, kv_heads, group * seq, d]``: query head h uses KV head
@@ -128,7 +120,7 @@ class StaticAttention(torch.nn.Module):
         v_cache: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = self._project(x)
-        q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+        q, k = self.ops["rope"](q, cos, sin), self.ops["rope"](k, cos, sin)
         grouped = self._grouped(q)
         group = self.heads // self.kv_heads
         mask = mask.repeat(group, 1)
@@ -339,9 +331,7 @@ def export_llm(
         cache,
     )
     layers = [
-        StaticLayer(
-            layer, StaticAttention(attention, heads, kv_heads, 2 * inv_freq.numel(), cache), _window(attention, config)
-        )
+        StaticLayer(layer, StaticAttention(attention, heads, kv_heads, cache), _window(attention, config))
         for layer, attention in zip(model.model.layers, attentions)
     ]
     module = StaticCausalLM(model, shape, layers, inv_freq, rope_scaling).eval()

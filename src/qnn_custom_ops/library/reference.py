@@ -111,28 +111,44 @@ def gelu_and_mul(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
 
 
 def rope_shape(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str) -> torch.Size:
+    """cos and sin are [seq, rotary / 2] (every sequence at the same positions) or
+    [batch, seq, rotary / 2] (each sequence at its own: continuous batching decode), with
+    0 < rotary <= head_dim; the elements past ``rotary`` pass through (partial rotary)."""
     _require(style in ROPE_STYLES, "rope", f"style={style!r}; use one of {', '.join(ROPE_STYLES)}")
     _require_float("rope", x=x, cos=cos, sin=sin)
     _require(
-        x.dim() == 4 and x.shape[-1] % 2 == 0,
+        x.dim() == 4,
         "rope",
-        f"x has shape {list(x.shape)}, expected [batch, heads, seq, head_dim] with an even head_dim",
+        f"x has shape {list(x.shape)}, expected [batch, heads, seq, head_dim]",
     )
-    table = [x.shape[2], x.shape[3] // 2]
-    _require_shape("rope", "cos", cos, table, "[seq, head_dim / 2]")
-    _require_shape("rope", "sin", sin, table, "[seq, head_dim / 2]")
+    batch, _, seq, head_dim = x.shape
+    _require(
+        cos.dim() in (2, 3) and 1 <= cos.shape[-1] <= head_dim // 2,
+        "rope",
+        f"cos has shape {list(cos.shape)}, expected [seq, rotary / 2] or [batch, seq, rotary / 2] "
+        f"with 0 < rotary <= head_dim ({head_dim})",
+    )
+    table = [seq, cos.shape[-1]] if cos.dim() == 2 else [batch, seq, cos.shape[-1]]
+    what = "[seq, rotary / 2]" if cos.dim() == 2 else "[batch, seq, rotary / 2]"
+    _require_shape("rope", "cos", cos, table, what)
+    _require_shape("rope", "sin", sin, table, f"{what}, as cos")
     return x.shape
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str = "neox") -> torch.Tensor:
     rope_shape(x, cos, sin, style)
-    real, c, s = x.float(), cos.float(), sin.float()
-    half = x.shape[-1] // 2
+    real = x.float()
+    # [seq, half] broadcasts over batch and heads; [batch, seq, half] over heads
+    c, s = (cos.float(), sin.float()) if cos.dim() == 2 else (cos.float()[:, None], sin.float()[:, None])
+    half = cos.shape[-1]
+    rotary, passed = real[..., : 2 * half], real[..., 2 * half :]
     if style == "neox":
-        a, b = real[..., :half], real[..., half:]
-        return torch.cat((a * c - b * s, b * c + a * s), dim=-1).to(x.dtype)
-    a, b = real[..., 0::2], real[..., 1::2]
-    return torch.stack((a * c - b * s, b * c + a * s), dim=-1).flatten(-2).to(x.dtype)
+        a, b = rotary[..., :half], rotary[..., half:]
+        rotated = torch.cat((a * c - b * s, b * c + a * s), dim=-1)
+    else:
+        a, b = rotary[..., 0::2], rotary[..., 1::2]
+        rotated = torch.stack((a * c - b * s, b * c + a * s), dim=-1).flatten(-2)
+    return torch.cat((rotated, passed), dim=-1).to(x.dtype)
 
 
 def _slots(op: str, cache: torch.Tensor, name: str, indices: torch.Tensor, batch_index: torch.Tensor | None) -> None:
