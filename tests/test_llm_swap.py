@@ -139,6 +139,29 @@ def test_an_rmsnorm_named_module_that_computes_something_else_stays_native_with_
     assert isinstance(model[0], MeanRMSNorm)
 
 
+class FixedEpsRMSNorm(torch.nn.Module):
+    """An RMSNorm that keeps no eps attribute: its eps is written into forward."""
+
+    def __init__(self, eps: float):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, 16))
+        self.fixed = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.fixed) * self.weight
+
+
+def test_an_rmsnorm_without_an_eps_attribute_gets_qefficients_default_eps_if_it_computes_with_it():
+    model = torch.nn.Sequential(FixedEpsRMSNorm(1e-5))
+    assert [s.op for s in swap_modules(model)] == ["rms_norm"]
+    assert model[0].eps == 1e-5
+    x = torch.randn(3, 16) * 1e-3  # small enough that eps shows
+    torch.testing.assert_close(model(x), FixedEpsRMSNorm(1e-5)(x))
+    other = torch.nn.Sequential(FixedEpsRMSNorm(0.1))
+    with pytest.warns(SwapWarning, match=r"0 \(FixedEpsRMSNorm\) looks like rms_norm but differs"):
+        assert swap_modules(other) == []
+
+
 transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 
 

@@ -1,7 +1,8 @@
 """Put the library's ops into a model, QEfficient style: modules are replaced in place.
 
 What is swapped is decided by what a module computes, not only by its class: a candidate
-(``torch.nn.RMSNorm``, a ``*RMSNorm`` with a 1-D ``weight`` and ``eps``/``variance_epsilon``, a
+(``torch.nn.RMSNorm``, a ``*RMSNorm`` with a 1-D ``weight`` and ``eps``/``variance_epsilon`` or
+QEfficient's default eps, 1e-5, when it keeps none; a
 gated MLP with ``gate_proj``/``up_proj`` or Phi-3's fused ``gate_up_proj``, ``down_proj`` and an
 ``act_fn``/``activation_fn``) is run once on a probe input beside its replacement. Gemma's
 ``x̂ * (1 + weight)`` norm becomes ``rms_norm`` over ``1 + weight`` (folded once into the weight
@@ -24,6 +25,9 @@ from ..errors import ReportedError, UsageError
 from .llm import llm_ops
 
 SWAPPABLE = ("rms_norm", "silu_and_mul", "gelu_and_mul")
+#: The eps of a ``*RMSNorm`` that keeps none in ``eps``/``variance_epsilon``: QEfficient's
+#: default (its ``CustomRMSNorm``); the probe still checks the module computes with it.
+DEFAULT_RMS_NORM_EPS = 1e-5
 _PROBE_ROWS = 4
 
 
@@ -171,6 +175,7 @@ def _rms_norm_candidates(module: torch.nn.Module) -> list[QcoRMSNorm]:
         return []
     weight = getattr(module, "weight", None)
     eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+    eps = DEFAULT_RMS_NORM_EPS if eps is None else eps
     if not isinstance(weight, torch.Tensor) or weight.dim() != 1 or not isinstance(eps, (int, float)):
         return []
     offset = (1.0 + weight.detach().float()).to(weight.dtype)
