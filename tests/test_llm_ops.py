@@ -37,16 +37,19 @@ def kernels(library):
 
 class AllOps(torch.nn.Module):
     """Every op of the library, with odd sizes (13, 5, 7: no multiple of 8), batch 2, each
-    parameter value, padding positions and out-of-range reads."""
+    parameter value, padding positions and out-of-range reads; RoPE tables per sequence with a
+    partial rotary, and the KV ops on QEfficient's int64 [b, 1] slots and [b, 1, n] indices."""
 
     def __init__(self):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, 13))
 
-    def forward(self, x, gated, rot, cos, sin, cache, slots, positions, updates, indices, batch_index):
+    def forward(self, x, gated, rot, cos, sin, cache, slots, positions, updates, indices, batch_index,
+                sequence_cos, sequence_sin, qeff_slots, qeff_positions, qeff_indices):
         return (
             OPS["rms_norm"](x, self.weight),
             OPS["rms_norm"](x, self.weight, 1e-2),
+            *OPS["fused_add_rms_norm"](x, x.flip(0), self.weight),
             OPS["silu_and_mul"](gated),
             OPS["gelu_and_mul"](gated),
             OPS["gelu_and_mul"](gated, "tanh"),
@@ -56,6 +59,10 @@ class AllOps(torch.nn.Module):
             OPS["ctx_gather"](cache, indices),
             OPS["ctx_scatter_cb"](slots, batch_index, positions, updates),
             OPS["ctx_gather_cb"](slots, batch_index, indices),
+            OPS["rope"](rot, sequence_cos, sequence_sin),
+            OPS["rope"](rot, sequence_cos, sequence_sin, "gptj"),
+            OPS["ctx_scatter_cb"](slots, qeff_slots, qeff_positions, updates, "from_end"),
+            OPS["ctx_gather_cb"](slots, qeff_slots, qeff_indices, "from_end"),
         )
 
 
@@ -73,6 +80,11 @@ def all_ops_inputs(seed: int) -> tuple:
         torch.randn(2, 3, 2, 6, generator=g),
         torch.tensor([[0, 6, 9], [2, 2, 5]], dtype=torch.int32),  # 9: outside the cache, reads 0
         torch.tensor([3, 1], dtype=torch.int32),
+        torch.cos(angles[None, :, :3].expand(2, 5, 3) + torch.tensor([[[0.0]], [[1.0]]])),  # 6 of 10 rotate
+        torch.sin(angles[None, :, :3].expand(2, 5, 3) + torch.tensor([[[0.0]], [[1.0]]])),
+        torch.tensor([[3], [1]]),  # int64, as QEfficient passes them
+        torch.tensor([[1, 4], [0, -1]]),  # -1: QEfficient's padding, written to the last row
+        torch.tensor([[[0, -1, 2]], [[-1, 5, 9]]]),
     )
 
 
@@ -112,6 +124,63 @@ def test_rope_computes_hugging_faces_own_rotary_per_sequence_partial_neox_and_gp
     torch.testing.assert_close(OPS["rope"](q, cos, sin, "gptj"), expected)
 
 
+def qefficient_cache(batch: int = 2, heads: int = 3, ctx_len: int = 8, dim: int = 4):
+    """A cache and a prefill's rows as QEfficient hands them to its CtxScatter/CtxGather: int64
+    positions with -1 for padding, batch_index [batch, 1], ctx_indices [batch, 1, ctx_len] with
+    the rows past each sequence's last position pointed at row 0 (its eager ``invalid_idx_value``)."""
+    g = torch.Generator().manual_seed(5)
+    cache = torch.randn(batch, heads, ctx_len, dim, generator=g)
+    positions = torch.tensor([[3, 4, 5], [0, 1, -1]])
+    updates = torch.randn(batch, heads, 3, dim, generator=g)
+    batch_index = torch.tensor([[1], [0]])
+    limit = positions.max(1, keepdim=True).values.unsqueeze(1)
+    ctx_indices = torch.arange(ctx_len)[None, None, :].expand(batch, 1, ctx_len)
+    return cache, positions, updates, batch_index, torch.where(ctx_indices > limit, 0, ctx_indices)
+
+
+def test_kv_ops_from_end_are_qefficients_indexing_on_its_shapes_and_int64_indices():
+    """QEfficient's CtxScatter/CtxGather (and CB) are torch advanced indexing: its padding
+    position -1 writes and reads the last row. ``negative="from_end"`` gives exactly that."""
+    cache, positions, updates, batch_index, ctx_indices = qefficient_cache()
+    heads = torch.arange(cache.shape[1]).view(1, -1, 1)
+
+    expected = cache.clone()
+    expected[batch_index.view(-1, 1, 1), heads, positions.unsqueeze(1)] = updates
+    scattered = OPS["ctx_scatter_cb"](cache, batch_index, positions, updates, "from_end")
+    assert torch.equal(scattered, expected) and expected[0, :, -1].ne(cache[0, :, -1]).all()  # the last row written
+    gathered = OPS["ctx_gather_cb"](scattered, batch_index, ctx_indices, "from_end")
+    assert torch.equal(gathered, expected[batch_index.view(-1, 1, 1), heads, ctx_indices])
+
+    expected = cache.clone()
+    expected[torch.arange(2).view(-1, 1, 1), heads, positions.unsqueeze(1)] = updates
+    scattered = OPS["ctx_scatter"](cache, positions, updates, "from_end")
+    assert torch.equal(scattered, expected)
+    gathered = OPS["ctx_gather"](scattered, ctx_indices, "from_end")
+    assert torch.equal(gathered, expected[torch.arange(2).view(-1, 1, 1), heads, ctx_indices])
+
+    skipped = OPS["ctx_scatter"](cache, positions, updates)  # ours: padding is not written
+    assert torch.equal(skipped[1, :, -1], cache[1, :, -1])
+    assert torch.equal(OPS["ctx_gather"](cache, torch.tensor([[-1, 9]]).expand(2, 2)), torch.zeros(2, 3, 2, 4))
+
+
+@pytest.mark.parametrize("negative", [0, 1], ids=["skip", "from_end"])
+def test_kv_kernels_compute_their_reference_on_qefficients_shapes(kernels, negative):
+    """The kernels take [batch, 1] slots and [batch, 1, n] indices, and both index modes."""
+    cache, positions, updates, batch_index, ctx_indices = qefficient_cache()
+    mode = ref.NEGATIVE_INDICES[negative]
+    param = [KernelTensor(np.array(negative, np.uint32), KernelDType.UInt32)]
+    index = [KernelTensor(t.int().numpy(), I32) for t in (batch_index, positions, ctx_indices)]
+    scattered = KernelTensor.empty(cache.shape, F32)
+    kernels.run("CtxScatterCb", [scattered], [kernel_tensor(cache, F32), index[0], index[1],
+                                               kernel_tensor(updates, F32)], param)
+    expected = ref.ctx_scatter_cb(cache, batch_index, positions, updates, mode)
+    assert torch.equal(torch.from_numpy(scattered.array), expected)
+    gathered = KernelTensor.empty(ctx_indices.shape[:1] + cache.shape[1:2] + ctx_indices.shape[2:] + cache.shape[3:],
+                                  F32)
+    kernels.run("CtxGatherCb", [gathered], [scattered, index[0], index[2]], param)
+    assert torch.equal(torch.from_numpy(gathered.array), ref.ctx_gather_cb(expected, batch_index, ctx_indices, mode))
+
+
 @pytest.mark.slow
 def test_every_op_in_float32_on_executorch_matches_its_reference(library):
     model = AllOps().eval()
@@ -139,7 +208,8 @@ def test_every_op_quantized_matches_the_converted_model_within_one_step(library,
     program = qco.lower(converted, samples[0], llm_binding(), target="host")
     outputs = HostRunner([library]).run(program.buffer, [samples[0]])[0]
     assert {e.qnn_op_type for e in program.emulated} == {
-        "RmsNorm", "SiluAndMul", "GeluAndMul", "Rope", "CtxScatter", "CtxGather", "CtxScatterCb", "CtxGatherCb"}
+        "RmsNorm", "FusedAddRmsNorm", "SiluAndMul", "GeluAndMul", "Rope", "CtxScatter", "CtxGather", "CtxScatterCb",
+        "CtxGatherCb"}
     for emulated in program.emulated:
         encodings = dict(emulated.tensors)
         if emulated.qnn_op_type == "RmsNorm":
@@ -153,7 +223,7 @@ def test_every_op_quantized_matches_the_converted_model_within_one_step(library,
     with torch.no_grad():
         reference = converted(*samples[0])
     reports = compare_outputs(outputs, reference, Tolerance(atol=0, lsb=1), encodings=program.output_encodings)
-    assert all(r.passed for r in reports), [str(r) for r in reports]
+    assert all(r.passed for r in reports), [str(r) for r in reports if not r.passed]
 
 
 def kernel_tensor(tensor: torch.Tensor, dtype: KernelDType) -> KernelTensor:
@@ -240,8 +310,12 @@ def test_gated_kernels_match_eager_at_infinities_and_nan(kernels, qnn_type, appr
     (lambda: OPS["rope"](torch.randn(2, 1, 3, 4), torch.ones(1, 3, 2), torch.ones(1, 3, 2)),
      r"cos has shape \[1, 3, 2\], expected \[2, 3, 2\] \(\[batch, seq, rotary / 2\]\)"),
     (lambda: OPS["rope"](torch.randn(1, 1, 3, 4), torch.ones(3, 2), torch.ones(3, 2), "llama"), "style='llama'"),
-    (lambda: OPS["ctx_scatter"](torch.zeros(1, 2, 4, 3), torch.zeros(1, 1, dtype=torch.int64), torch.zeros(1, 2, 1, 3)),
-     r"position_ids must be int32 .*got torch.int64: pass position_ids.int\(\)"),
+    (lambda: OPS["ctx_scatter"](torch.zeros(1, 2, 4, 3), torch.zeros(1, 1), torch.zeros(1, 2, 1, 3)),
+     r"position_ids must be int32 .* or int64, got torch.float32: pass position_ids.int\(\)"),
+    (lambda: OPS["ctx_gather"](torch.zeros(1, 2, 4, 3), torch.zeros(1, 2, 1, dtype=torch.int32)),
+     r"ctx_indices has shape \[1, 2, 1\], expected \[batch, n\] or \[batch, 1, n\]"),
+    (lambda: OPS["ctx_gather"](torch.zeros(1, 2, 4, 3), torch.zeros(1, 1, dtype=torch.int32), "wrap"),
+     "negative='wrap'; use one of skip, from_end"),
     (lambda: OPS["ctx_scatter"](torch.zeros(1, 2, 4, 3), torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1, 2, 2, 3)),
      r"updates has shape \[1, 2, 2, 3\], expected \[1, 2, 1, 3\]"),
     (lambda: OPS["ctx_gather"](torch.zeros(2, 2, 4, 3), torch.zeros(1, 1, dtype=torch.int32)),
@@ -432,6 +506,36 @@ U8, U16, S8, S16 = KernelDType.UFixed8, KernelDType.UFixed16, KernelDType.SFixed
 def c_abi():
     """The package's kernels through the C ABI alone (no torch binding)."""
     return KernelLibrary(build_host_kernels(package_dir()), "LlmOpPackage")
+
+
+@pytest.mark.parametrize("activation, weight", [(U8, S8), (U16, U8), (U16, S16)], ids=["8a8w", "16a8w", "16a16w"])
+def test_fused_add_rms_norm_codes_are_within_one_step_of_the_float_reference(c_abi, activation, weight):
+    """Both outputs within one step of the float reference requantized: the sum, and the norm
+    of the sum (taken before the sum is stored, as vLLM takes it)."""
+    g = torch.Generator().manual_seed(7)
+    (x, x_real), (residual, residual_real) = (quantized_tensor(torch.randn(4, 769, generator=g) * s, activation)
+                                              for s in (2, 5))
+    gain, gain_real = quantized_tensor(torch.rand(769, generator=g) + 0.5, weight)
+    norm_real, sum_real = ref.fused_add_rms_norm(x_real, residual_real, gain_real)
+    encodings = [calibrated(real, activation) for real in (norm_real, sum_real)]
+    outs = [KernelTensor.empty((4, 769), activation, *encoding) for encoding in encodings]
+    c_abi.run("FusedAddRmsNorm", outs, [x, residual, gain])
+    for out, real, encoding in zip(outs, (norm_real, sum_real), encodings):
+        steps = (torch.from_numpy(out.array.astype(np.int64)) - requantized(real, activation, *encoding)).abs()
+        assert steps.max() <= 1
+
+
+def test_fused_add_rms_norm_is_vllms_residual_add_and_norm():
+    """vLLM's native RMSNorm with a residual: x + residual in float32, normalised, then the
+    weight; the sum is returned as the new residual (fp16 here, where the order shows)."""
+    g = torch.Generator().manual_seed(8)
+    x, residual = (torch.randn(3, 64, generator=g).half() for _ in range(2))
+    weight = (torch.rand(64, generator=g) + 0.5).half()
+    summed = x.float() + residual.float()
+    normed = summed * torch.rsqrt(summed.pow(2).mean(-1, keepdim=True) + 1e-6)
+    y, new_residual = OPS["fused_add_rms_norm"](x, residual, weight)
+    assert torch.equal(new_residual, summed.half())
+    torch.testing.assert_close(y, (normed * weight.float()).half(), rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.slow

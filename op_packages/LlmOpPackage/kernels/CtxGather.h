@@ -1,10 +1,18 @@
 // Kernel of LlmOpPackage::CtxGather: the op's math, once, in portable C++17.
 // Generated once by qnn-custom-ops; this file is yours: regeneration never overwrites it
 // (unless --force). The same source builds for the HTP (src/ops/CtxGather.cpp), for
-// ExecuTorch on the host and for the C ABI in host/. Hexagon-only fast paths go behind
-// #ifdef __hexagon__.
+// ExecuTorch on the host and for the C ABI in host/. An HVX fast path goes behind
+// #if defined(__HVX__), computing the portable path's integers (README "An HVX path for your
+// kernel"); `qnn-custom-ops hexagon-check` compares the two bit for bit.
 // Read rows of a static KV cache (QEfficient CtxGather). out[b, :, i] = cache[b, :,
-// ctx_indices[b, i]]; indices outside [0, ctx_len) read zeros
+// ctx_indices[b, i]]; indices outside [0, ctx_len) read zeros (see negative)
+//
+// Helpers shipped beside it in kernels/qco/: tensor_view.h (qco::load_real/store_real, one
+// element of any dtype), access.h (write the math once as a template over Float32Access and
+// RealAccess, qco::with_access picks one: float32 loops vectorize; qco::param_or for
+// defaulted params), math.h (qco::vector_exp, vector_erfc), hvx.h (fixed-point requantization
+// a portable loop and HVX compute alike; HVX loads with tails, a 256-entry table lookup).
+// README "Writing a kernel" and "An HVX path for your kernel" show them.
 #pragma once
 
 #include "kv_cache.h"
@@ -14,9 +22,11 @@ namespace LlmOpPackage {
 // Arguments: outputs, then inputs, then parameters, in the order of the OpDef.
 //   output out: mandatory, rank 4, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
 //   input cache: mandatory, rank 4, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
-//   input ctx_indices: mandatory, rank 2, INT_32
-inline qco::Status CtxGather(qco::TensorView& out, const qco::TensorView& cache, const qco::TensorView& ctx_indices) {
-  return gather(out, cache, nullptr, ctx_indices);
+//   input ctx_indices: mandatory, ND, INT_32
+//   param negative: optional, rank 0, UINT_32
+inline qco::Status CtxGather(qco::TensorView& out, const qco::TensorView& cache, const qco::TensorView& ctx_indices,
+                             const qco::TensorView& negative) {
+  return gather(out, cache, nullptr, ctx_indices, negative);
 }
 
 }  // namespace LlmOpPackage

@@ -1,11 +1,19 @@
 // Kernel of LlmOpPackage::CtxScatter: the op's math, once, in portable C++17.
 // Generated once by qnn-custom-ops; this file is yours: regeneration never overwrites it
 // (unless --force). The same source builds for the HTP (src/ops/CtxScatter.cpp), for
-// ExecuTorch on the host and for the C ABI in host/. Hexagon-only fast paths go behind
-// #ifdef __hexagon__.
+// ExecuTorch on the host and for the C ABI in host/. An HVX fast path goes behind
+// #if defined(__HVX__), computing the portable path's integers (README "An HVX path for your
+// kernel"); `qnn-custom-ops hexagon-check` compares the two bit for bit.
 // Write new keys or values into a static KV cache (QEfficient CtxScatter). out =
 // cache.clone(); out[b, :, position_ids[b, s]] = updates[b, :, s]; positions outside [0,
-// ctx_len) are skipped (padding)
+// ctx_len) are skipped (padding; see negative)
+//
+// Helpers shipped beside it in kernels/qco/: tensor_view.h (qco::load_real/store_real, one
+// element of any dtype), access.h (write the math once as a template over Float32Access and
+// RealAccess, qco::with_access picks one: float32 loops vectorize; qco::param_or for
+// defaulted params), math.h (qco::vector_exp, vector_erfc), hvx.h (fixed-point requantization
+// a portable loop and HVX compute alike; HVX loads with tails, a 256-entry table lookup).
+// README "Writing a kernel" and "An HVX path for your kernel" show them.
 #pragma once
 
 #include "kv_cache.h"
@@ -17,9 +25,10 @@ namespace LlmOpPackage {
 //   input cache: mandatory, rank 4, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
 //   input position_ids: mandatory, rank 2, INT_32
 //   input updates: mandatory, rank 4, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
+//   param negative: optional, rank 0, UINT_32
 inline qco::Status CtxScatter(qco::TensorView& out, const qco::TensorView& cache, const qco::TensorView& position_ids,
-                              const qco::TensorView& updates) {
-  return scatter(out, cache, nullptr, position_ids, updates);
+                              const qco::TensorView& updates, const qco::TensorView& negative) {
+  return scatter(out, cache, nullptr, position_ids, updates, negative);
 }
 
 }  // namespace LlmOpPackage

@@ -18,8 +18,8 @@ namespace LlmOpPackage {
 // Arguments: outputs, then inputs, then parameters, in the order of the OpDef.
 //   output y: mandatory, rank 4, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
 //   input x: mandatory, rank 4, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
-//   input cos: mandatory, rank N, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
-//   input sin: mandatory, rank N, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
+//   input cos: mandatory, ND, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
+//   input sin: mandatory, ND, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
 //   param style: optional, rank 0, UINT_32
 enum RopeStyle : uint32_t { kRopeNeox = 0, kRopeGptj = 1 };  // the OpDef's enum order
 

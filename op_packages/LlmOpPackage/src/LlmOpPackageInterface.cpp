@@ -21,6 +21,7 @@ BEGIN_PKG_OPS_OPTS_LIST()
 
 // The order here is the order in which ops are registered with the HTP core.
 DECLARE_PKG_OPS_OPTS_LIST(PKG_RmsNorm)
+DECLARE_PKG_OPS_OPTS_LIST(PKG_FusedAddRmsNorm)
 DECLARE_PKG_OPS_OPTS_LIST(PKG_SiluAndMul)
 DECLARE_PKG_OPS_OPTS_LIST(PKG_GeluAndMul)
 DECLARE_PKG_OPS_OPTS_LIST(PKG_Rope)
@@ -34,7 +35,7 @@ END_PKG_OPS_OPTS_LIST()
 // The package name comes from the config (-DTHIS_PKG_NAME=LlmOpPackage in the Makefile).
 static constexpr auto sg_packageName = THIS_PKG_NAME_STR;
 
-static std::array<const char*, 8> sg_opNames{{"RmsNorm", "SiluAndMul", "GeluAndMul", "Rope", "CtxScatter", "CtxGather", "CtxScatterCb", "CtxGatherCb"}};
+static std::array<const char*, 9> sg_opNames{{"RmsNorm", "FusedAddRmsNorm", "SiluAndMul", "GeluAndMul", "Rope", "CtxScatter", "CtxGather", "CtxScatterCb", "CtxGatherCb"}};
 
 static Qnn_ApiVersion_t sg_sdkApiVersion = QNN_HTP_API_VERSION_INIT;
 static QnnOpPackage_Info_t sg_packageInfo = QNN_OP_PACKAGE_INFO_INIT;
@@ -112,6 +113,12 @@ Qnn_ErrorHandle_t LlmOpPackageValidateOpConfig(Qnn_OpConfig_t opConfig) {
                           opConfig.v1.numOfParams >= 0 && opConfig.v1.numOfParams <= 1;
     return countsOk ? QNN_SUCCESS : QNN_OP_PACKAGE_ERROR_VALIDATION_FAILURE;
   }
+  if (typeName == "FusedAddRmsNorm") {
+    const bool countsOk = opConfig.v1.numOfOutputs == 2 &&
+                          opConfig.v1.numOfInputs >= 3 && opConfig.v1.numOfInputs <= 3 &&
+                          opConfig.v1.numOfParams >= 0 && opConfig.v1.numOfParams <= 1;
+    return countsOk ? QNN_SUCCESS : QNN_OP_PACKAGE_ERROR_VALIDATION_FAILURE;
+  }
   if (typeName == "SiluAndMul") {
     const bool countsOk = opConfig.v1.numOfOutputs == 1 &&
                           opConfig.v1.numOfInputs >= 1 && opConfig.v1.numOfInputs <= 1 &&
@@ -133,25 +140,25 @@ Qnn_ErrorHandle_t LlmOpPackageValidateOpConfig(Qnn_OpConfig_t opConfig) {
   if (typeName == "CtxScatter") {
     const bool countsOk = opConfig.v1.numOfOutputs == 1 &&
                           opConfig.v1.numOfInputs >= 3 && opConfig.v1.numOfInputs <= 3 &&
-                          opConfig.v1.numOfParams >= 0 && opConfig.v1.numOfParams <= 0;
+                          opConfig.v1.numOfParams >= 0 && opConfig.v1.numOfParams <= 1;
     return countsOk ? QNN_SUCCESS : QNN_OP_PACKAGE_ERROR_VALIDATION_FAILURE;
   }
   if (typeName == "CtxGather") {
     const bool countsOk = opConfig.v1.numOfOutputs == 1 &&
                           opConfig.v1.numOfInputs >= 2 && opConfig.v1.numOfInputs <= 2 &&
-                          opConfig.v1.numOfParams >= 0 && opConfig.v1.numOfParams <= 0;
+                          opConfig.v1.numOfParams >= 0 && opConfig.v1.numOfParams <= 1;
     return countsOk ? QNN_SUCCESS : QNN_OP_PACKAGE_ERROR_VALIDATION_FAILURE;
   }
   if (typeName == "CtxScatterCb") {
     const bool countsOk = opConfig.v1.numOfOutputs == 1 &&
                           opConfig.v1.numOfInputs >= 4 && opConfig.v1.numOfInputs <= 4 &&
-                          opConfig.v1.numOfParams >= 0 && opConfig.v1.numOfParams <= 0;
+                          opConfig.v1.numOfParams >= 0 && opConfig.v1.numOfParams <= 1;
     return countsOk ? QNN_SUCCESS : QNN_OP_PACKAGE_ERROR_VALIDATION_FAILURE;
   }
   if (typeName == "CtxGatherCb") {
     const bool countsOk = opConfig.v1.numOfOutputs == 1 &&
                           opConfig.v1.numOfInputs >= 3 && opConfig.v1.numOfInputs <= 3 &&
-                          opConfig.v1.numOfParams >= 0 && opConfig.v1.numOfParams <= 0;
+                          opConfig.v1.numOfParams >= 0 && opConfig.v1.numOfParams <= 1;
     return countsOk ? QNN_SUCCESS : QNN_OP_PACKAGE_ERROR_VALIDATION_FAILURE;
   }
   return QNN_OP_PACKAGE_ERROR_VALIDATION_FAILURE;

@@ -19,6 +19,7 @@ from ..runtime.kernel_abi import KernelDType, KernelTensor
 SHAPES = (
     "RmsNorm:y=3x769,x=3x769,weight=769",
     "RmsNorm:y=2x8199,x=2x8199,weight=8199",
+    "FusedAddRmsNorm:y=3x769,residual_out=3x769,x=3x769,residual=3x769,weight=769",
     "SiluAndMul:y=3x769,x=3x1538",
     "SiluAndMul:y=2x5125,x=2x10250",
     "GeluAndMul:y=3x769,x=3x1538",
@@ -30,24 +31,32 @@ SHAPES = (
     "CtxGather:out=1x2x5x8,cache=1x2x16x8,ctx_indices=1x5",
     "CtxScatterCb:out=2x2x16x8,cache=2x2x16x8,batch_index=2,position_ids=2x3,updates=2x2x3x8",
     "CtxGatherCb:out=2x2x3x8,cache=2x2x16x8,batch_index=2,ctx_indices=2x3",
+    # QEfficient's shapes: batch_index [batch, 1], ctx_indices [batch, 1, n]
+    "CtxScatterCb:out=2x2x16x8,cache=2x2x16x8,batch_index=2x1,position_ids=2x3,updates=2x2x3x8",
+    "CtxGatherCb:out=2x2x16x8,cache=2x2x16x8,batch_index=2x1,ctx_indices=2x1x16",
 )
-#: Enum parameters checked at each of their values: (op, parameter index, value count).
-ENUM_PARAMS = {"GeluAndMul": 2, "Rope": 2}  # approximate none/tanh, style neox/gptj
+#: The ops whose one enum parameter is checked at each of its values: op -> value count.
+ENUM_PARAMS = {  # approximate none/tanh, style neox/gptj, negative skip/from_end
+    "GeluAndMul": 2,
+    "Rope": 2,
+    **dict.fromkeys(("CtxScatter", "CtxGather", "CtxScatterCb", "CtxGatherCb"), 2),
+}
 CTX_LEN = 16
 FIXED_POINT = (KernelDType.UFixed8, KernelDType.UFixed16)
 
 
-def _indices(case: KernelCase, generator: np.random.Generator) -> KernelCase:
-    """The case with its int32 inputs made meaningful: positions in [-1, CTX_LEN] (padding and
-    one past the end included), batch slots a permutation."""
+def _indices(case: KernelCase, package: OpPackage, generator: np.random.Generator) -> KernelCase:
+    """The case with its int32 inputs made meaningful: positions in [-2, CTX_LEN] (padding, a
+    row counted from the end, one past the end), batch slots a permutation."""
     inputs = []
-    for tensor in case.inputs:
+    for tensor, definition in zip(case.inputs, package.ops[case.op].inputs):
         if tensor.dtype is not KernelDType.Int32:
             inputs.append(tensor)
-        elif tensor.array.ndim == 1:
-            inputs.append(KernelTensor(generator.permutation(tensor.array.size).astype(np.int32), tensor.dtype))
+        elif definition.name == "batch_index":
+            slots = generator.permutation(tensor.array.size).astype(np.int32).reshape(tensor.array.shape)
+            inputs.append(KernelTensor(slots, tensor.dtype))
         else:
-            positions = generator.integers(-1, CTX_LEN, size=tensor.array.shape, endpoint=True)
+            positions = generator.integers(-2, CTX_LEN, size=tensor.array.shape, endpoint=True)
             inputs.append(KernelTensor(positions.astype(np.int32), tensor.dtype))
     return dataclasses.replace(case, inputs=tuple(inputs))
 
@@ -83,7 +92,7 @@ def hexagon_cases(package: OpPackage, seed: int = 0) -> list[KernelCase]:
     generator = np.random.default_rng(seed)
     cases = []
     for case in dtype_cases(package, SHAPES, seed):
-        case = _indices(case, generator)
+        case = _indices(case, package, generator)
         values = ENUM_PARAMS.get(case.op, 0)
         cases += [_with_enum(case, value) for value in range(values)] if values else [case]
         cases += [shared for shared in [_cache_encoding(case)] if shared is not None]

@@ -30,6 +30,8 @@ from .reference import (
     ctx_scatter,
     ctx_scatter_cb,
     ctx_scatter_shape,
+    fused_add_rms_norm,
+    fused_add_rms_norm_shape,
     gated_shape,
     gelu_and_mul,
     gelu_and_mul_shape,
@@ -55,13 +57,16 @@ def package_dir() -> Path:
     return path
 
 
+Result = torch.Tensor | tuple[torch.Tensor, ...]
+
+
 @dataclass(frozen=True)
 class LlmOp:
-    """One op of the library: its QNN type, PyTorch reference and fake (output shape only)."""
+    """One op of the library: its QNN type, PyTorch reference and fake (output shapes only)."""
 
     qnn_type: str
-    reference: Callable[..., torch.Tensor]
-    fake: Callable[..., torch.Tensor]
+    reference: Callable[..., Result]
+    fake: Callable[..., Result]
 
     @property
     def name(self) -> str:
@@ -77,19 +82,43 @@ def _like(shape_of: Callable[..., Any]) -> Callable[..., torch.Tensor]:
     return fake
 
 
+def _fused_add_rms_norm_fake(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
+) -> Result:
+    shape = fused_add_rms_norm_shape(x, residual, weight)
+    return x.new_empty(shape), x.new_empty(shape)
+
+
 LLM_OPS: tuple[LlmOp, ...] = (
     LlmOp("RmsNorm", rms_norm, _like(lambda x, weight, eps=1e-6: rms_norm_shape(x, weight))),
+    LlmOp("FusedAddRmsNorm", fused_add_rms_norm, _fused_add_rms_norm_fake),
     LlmOp("SiluAndMul", silu_and_mul, _like(lambda x: gated_shape("silu_and_mul", x))),
     LlmOp("GeluAndMul", gelu_and_mul, _like(lambda x, approximate="none": gelu_and_mul_shape(x, approximate))),
     LlmOp("Rope", rope, _like(lambda x, cos, sin, style="neox": rope_shape(x, cos, sin, style))),
-    LlmOp("CtxScatter", ctx_scatter, _like(ctx_scatter_shape)),
-    LlmOp("CtxGather", ctx_gather, _like(ctx_gather_shape)),
+    LlmOp(
+        "CtxScatter",
+        ctx_scatter,
+        _like(
+            lambda cache, position_ids, updates, negative="skip": ctx_scatter_shape(
+                cache, position_ids, updates, None, "ctx_scatter", negative
+            )
+        ),
+    ),
+    LlmOp(
+        "CtxGather",
+        ctx_gather,
+        _like(
+            lambda cache, ctx_indices, negative="skip": ctx_gather_shape(
+                cache, ctx_indices, None, "ctx_gather", negative
+            )
+        ),
+    ),
     LlmOp(
         "CtxScatterCb",
         ctx_scatter_cb,
         _like(
-            lambda cache, batch_index, position_ids, updates: ctx_scatter_shape(
-                cache, position_ids, updates, batch_index, "ctx_scatter_cb"
+            lambda cache, batch_index, position_ids, updates, negative="skip": ctx_scatter_shape(
+                cache, position_ids, updates, batch_index, "ctx_scatter_cb", negative
             )
         ),
     ),
@@ -97,7 +126,9 @@ LLM_OPS: tuple[LlmOp, ...] = (
         "CtxGatherCb",
         ctx_gather_cb,
         _like(
-            lambda cache, batch_index, ctx_indices: ctx_gather_shape(cache, ctx_indices, batch_index, "ctx_gather_cb")
+            lambda cache, batch_index, ctx_indices, negative="skip": ctx_gather_shape(
+                cache, ctx_indices, batch_index, "ctx_gather_cb", negative
+            )
         ),
     ),
 )
@@ -109,20 +140,41 @@ def llm_package() -> OpPackage:
     return load_package(package_dir() / "config" / f"{PACKAGE_NAME}.xml")
 
 
+def _results(result: Result) -> tuple[torch.Tensor, ...]:
+    return result if isinstance(result, tuple) else (result,)
+
+
+def _out_tensors(outputs: int, kwargs: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+    """The ``.out`` tensors, taken out of ``kwargs``: ``out``, or ``out0, out1, ...``."""
+    names = ["out"] if outputs == 1 else [f"out{i}" for i in range(outputs)]
+    return tuple(kwargs.pop(name) for name in names)
+
+
+def _returned(outs: tuple[torch.Tensor, ...]) -> Result:
+    return outs[0] if len(outs) == 1 else outs
+
+
 def _define_checked_out(library: torch.library.Library, op: LlmOp, opdef: OpDef) -> None:
     """``qco_llm::<op>.out`` with the schema ``define_torch_ops`` would give it, whose kernel and
     fake refuse an ``out`` unlike the result (the generic one copies into it: a silent cast or
     broadcast). Defined first, so ``define_torch_ops`` keeps it."""
-    library.define(f"{op.name}.out({schema_arguments(opdef)}, *, {out_arguments(1)}) -> {returns_schema(1, out=True)}")
+    outputs = len(opdef.outputs)
+    library.define(
+        f"{op.name}.out({schema_arguments(opdef)}, *, {out_arguments(outputs)}) -> {returns_schema(outputs, out=True)}"
+    )
 
-    def kernel(*args: object, out: torch.Tensor, **kwargs: object) -> torch.Tensor:
-        result = op.reference(*args, **kwargs)
-        require_out_like(op.name, out, result)
-        return out.copy_(result)
+    def kernel(*args: object, **kwargs: Any) -> Result:
+        outs = _out_tensors(outputs, kwargs)
+        for out, result in zip(outs, _results(op.reference(*args, **kwargs))):
+            require_out_like(op.name, out, result)
+            out.copy_(result)
+        return _returned(outs)
 
-    def fake(*args: object, out: torch.Tensor, **kwargs: object) -> torch.Tensor:
-        require_out_like(op.name, out, op.fake(*args, **kwargs))
-        return out
+    def fake(*args: object, **kwargs: Any) -> Result:
+        outs = _out_tensors(outputs, kwargs)
+        for out, result in zip(outs, _results(op.fake(*args, **kwargs))):
+            require_out_like(op.name, out, result)
+        return _returned(outs)
 
     library.impl(f"{op.name}.out", kernel, "CompositeExplicitAutograd")
     torch.library.register_fake(f"{NAMESPACE}::{op.name}.out", fake, lib=library)

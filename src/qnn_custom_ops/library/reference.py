@@ -16,6 +16,10 @@ from ..errors import ReportedError
 
 GELU_APPROXIMATIONS = ("none", "tanh")
 ROPE_STYLES = ("neox", "gptj")
+#: What the KV-cache ops make of an index outside [0, ctx_len): "skip" (padding: not written,
+#: read as zeros) or "from_end" (QEfficient's, torch indexing's: a negative index counts from
+#: the end, so its padding position -1 writes and reads the last row; others are skipped).
+NEGATIVE_INDICES = ("skip", "from_end")
 
 
 class LlmOpInputError(ReportedError, ValueError):
@@ -32,12 +36,13 @@ def _require_float(op: str, **tensors: torch.Tensor) -> None:
         _require(tensor.is_floating_point(), op, f"{name} must be a floating tensor, got {tensor.dtype}")
 
 
-def _require_int32(op: str, **tensors: torch.Tensor) -> None:
+def _require_index(op: str, **tensors: torch.Tensor) -> None:
+    """int32, the op's INT_32, or int64, which QNN's lowering casts to int32 (as the ops do)."""
     for name, tensor in tensors.items():
         _require(
-            tensor.dtype == torch.int32,
+            tensor.dtype in (torch.int32, torch.int64),
             op,
-            f"{name} must be int32 (the op's INT_32 input), got {tensor.dtype}: pass {name}.int()",
+            f"{name} must be int32 (the op's INT_32 input) or int64, got {tensor.dtype}: pass {name}.int()",
         )
 
 
@@ -77,6 +82,23 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     rms_norm_shape(x, weight)
     real = x.float()
     return (real * torch.rsqrt(real.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+
+
+def fused_add_rms_norm_shape(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> torch.Size:
+    _require_float("fused_add_rms_norm", residual=residual)
+    _require_shape("fused_add_rms_norm", "residual", residual, list(x.shape), "the shape of x")
+    return rms_norm_shape(x, weight)
+
+
+def fused_add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's ``fused_add_rms_norm``, functional: (the norm of ``x + residual``, the sum). The
+    sum is taken in float32 and normalised before it is rounded to x's dtype, as vLLM does;
+    the residual returned is that sum in x's dtype."""
+    fused_add_rms_norm_shape(x, residual, weight)
+    summed = x.float() + residual.float()
+    return rms_norm(summed, weight, eps).to(x.dtype), summed.to(x.dtype)
 
 
 def gated_shape(op: str, x: torch.Tensor) -> torch.Size:
@@ -152,12 +174,17 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str = "ne
 
 
 def _slots(op: str, cache: torch.Tensor, name: str, indices: torch.Tensor, batch_index: torch.Tensor | None) -> None:
-    """The checks scatter and gather share: a 4-D float cache, int32 [batch, n] indices and
-    (continuous batching) an int32 [batch] batch_index, else batch == the cache's slots."""
+    """The checks scatter and gather share: a 4-D float cache, integer indices [batch, n] (or
+    QEfficient's [batch, 1, n]) and (continuous batching) a batch_index [batch] (or QEfficient's
+    [batch, 1]), else batch == the cache's slots."""
     _require_float(op, cache=cache)
     _require(cache.dim() == 4, op, f"cache has shape {list(cache.shape)}, expected [batch, heads, ctx_len, head_dim]")
-    _require_int32(op, **{name: indices})
-    _require(indices.dim() == 2, op, f"{name} has shape {list(indices.shape)}, expected [batch, n]")
+    _require_index(op, **{name: indices})
+    _require(
+        indices.dim() == 2 or (indices.dim() == 3 and indices.shape[1] == 1),
+        op,
+        f"{name} has shape {list(indices.shape)}, expected [batch, n] or [batch, 1, n]",
+    )
     if batch_index is None:
         _require(
             indices.shape[0] == cache.shape[0],
@@ -165,13 +192,23 @@ def _slots(op: str, cache: torch.Tensor, name: str, indices: torch.Tensor, batch
             f"{name} has batch {indices.shape[0]}, the cache {cache.shape[0]} (ctx_*_cb takes a batch_index)",
         )
         return
-    _require_int32(op, batch_index=batch_index)
-    _require_shape(op, "batch_index", batch_index, [indices.shape[0]], "[batch]")
+    _require_index(op, batch_index=batch_index)
+    _require(
+        tuple(batch_index.shape) in ((indices.shape[0],), (indices.shape[0], 1)),
+        op,
+        f"batch_index has shape {list(batch_index.shape)}, expected [{indices.shape[0]}] or [{indices.shape[0]}, 1]",
+    )
+
+
+def _as_int32(indices: torch.Tensor) -> torch.Tensor:
+    """Indices as the kernel sees them: int64 cast to int32 as QNN's lowering casts it, [b, 1, n]
+    as [b, n]."""
+    return indices.to(torch.int32).reshape(indices.shape[0], -1).long()
 
 
 def _slot_indices(op: str, cache: torch.Tensor, batch: int, batch_index: torch.Tensor | None) -> torch.Tensor:
     """The cache slot of each sequence: ``batch_index`` (checked against the cache) or 0..batch-1."""
-    slots = torch.arange(batch) if batch_index is None else batch_index.long()
+    slots = torch.arange(batch) if batch_index is None else _as_int32(batch_index)[:, 0]
     _require(
         bool(((slots >= 0) & (slots < cache.shape[0])).all()),
         op,
@@ -180,66 +217,100 @@ def _slot_indices(op: str, cache: torch.Tensor, batch: int, batch_index: torch.T
     return slots
 
 
+def _require_negative(op: str, negative: str) -> None:
+    _require(negative in NEGATIVE_INDICES, op, f"negative={negative!r}; use one of {', '.join(NEGATIVE_INDICES)}")
+
+
+def _cache_rows(indices: torch.Tensor, ctx_len: int, negative: str) -> torch.Tensor:
+    """The row each index names, or -1 for none (see ``NEGATIVE_INDICES``)."""
+    rows = _as_int32(indices)
+    if negative == "from_end":
+        rows = torch.where(rows < 0, rows + ctx_len, rows)
+    return torch.where((rows >= 0) & (rows < ctx_len), rows, -1)
+
+
 def ctx_scatter_shape(
     cache: torch.Tensor,
     position_ids: torch.Tensor,
     updates: torch.Tensor,
     batch_index: torch.Tensor | None = None,
     op: str = "ctx_scatter",
+    negative: str = "skip",
 ) -> torch.Size:
+    _require_negative(op, negative)
     _slots(op, cache, "position_ids", position_ids, batch_index)
     _require_float(op, updates=updates)
-    batch, seq = position_ids.shape
+    batch, seq = position_ids.shape[0], position_ids.shape[-1]
     expected = [batch, cache.shape[1], seq, cache.shape[3]]
     _require_shape(op, "updates", updates, expected, "[batch, heads, seq, head_dim] of the cache and position_ids")
     return cache.shape
 
 
 def _scatter(
-    cache: torch.Tensor, batch_index: torch.Tensor | None, position_ids: torch.Tensor, updates: torch.Tensor, op: str
+    cache: torch.Tensor,
+    batch_index: torch.Tensor | None,
+    position_ids: torch.Tensor,
+    updates: torch.Tensor,
+    op: str,
+    negative: str,
 ) -> torch.Tensor:
-    ctx_scatter_shape(cache, position_ids, updates, batch_index, op)
-    batch, seq = position_ids.shape
+    ctx_scatter_shape(cache, position_ids, updates, batch_index, op, negative)
+    batch, seq = position_ids.shape[0], position_ids.shape[-1]
     slots = _slot_indices(op, cache, batch, batch_index)
-    positions = position_ids.long()
-    valid = (positions >= 0) & (positions < cache.shape[2])  # padding positions are skipped
+    positions = _cache_rows(position_ids, cache.shape[2], negative)
+    valid = positions >= 0  # padding positions are skipped
     rows = slots[:, None].expand(batch, seq)
     out = cache.clone()
     out[rows[valid], :, positions[valid]] = updates.permute(0, 2, 1, 3)[valid].to(cache.dtype)
     return out
 
 
-def ctx_scatter(cache: torch.Tensor, position_ids: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
-    return _scatter(cache, None, position_ids, updates, "ctx_scatter")
+def ctx_scatter(
+    cache: torch.Tensor, position_ids: torch.Tensor, updates: torch.Tensor, negative: str = "skip"
+) -> torch.Tensor:
+    return _scatter(cache, None, position_ids, updates, "ctx_scatter", negative)
 
 
 def ctx_scatter_cb(
-    cache: torch.Tensor, batch_index: torch.Tensor, position_ids: torch.Tensor, updates: torch.Tensor
+    cache: torch.Tensor,
+    batch_index: torch.Tensor,
+    position_ids: torch.Tensor,
+    updates: torch.Tensor,
+    negative: str = "skip",
 ) -> torch.Tensor:
-    return _scatter(cache, batch_index, position_ids, updates, "ctx_scatter_cb")
+    return _scatter(cache, batch_index, position_ids, updates, "ctx_scatter_cb", negative)
 
 
 def ctx_gather_shape(
-    cache: torch.Tensor, ctx_indices: torch.Tensor, batch_index: torch.Tensor | None = None, op: str = "ctx_gather"
+    cache: torch.Tensor,
+    ctx_indices: torch.Tensor,
+    batch_index: torch.Tensor | None = None,
+    op: str = "ctx_gather",
+    negative: str = "skip",
 ) -> list[int]:
+    _require_negative(op, negative)
     _slots(op, cache, "ctx_indices", ctx_indices, batch_index)
-    return [ctx_indices.shape[0], cache.shape[1], ctx_indices.shape[1], cache.shape[3]]
+    return [ctx_indices.shape[0], cache.shape[1], ctx_indices.shape[-1], cache.shape[3]]
 
 
-def _gather(cache: torch.Tensor, batch_index: torch.Tensor | None, ctx_indices: torch.Tensor, op: str) -> torch.Tensor:
-    ctx_gather_shape(cache, ctx_indices, batch_index, op)
+def _gather(
+    cache: torch.Tensor, batch_index: torch.Tensor | None, ctx_indices: torch.Tensor, op: str, negative: str
+) -> torch.Tensor:
+    ctx_gather_shape(cache, ctx_indices, batch_index, op, negative)
     batch = ctx_indices.shape[0]
     slots = _slot_indices(op, cache, batch, batch_index)
-    indices = ctx_indices.long()
-    b, i = ((indices >= 0) & (indices < cache.shape[2])).nonzero(as_tuple=True)
-    rows = cache.new_zeros(batch, indices.shape[1], cache.shape[1], cache.shape[3])  # out-of-range rows read 0
+    indices = _cache_rows(ctx_indices, cache.shape[2], negative)
+    b, i = (indices >= 0).nonzero(as_tuple=True)
+    rows = cache.new_zeros(batch, indices.shape[1], cache.shape[1], cache.shape[3])  # rows named by none read 0
     rows[b, i] = cache[slots[b], :, indices[b, i]]  # only rows inside the cache: any ctx_len, 0 included
     return rows.permute(0, 2, 1, 3).contiguous()
 
 
-def ctx_gather(cache: torch.Tensor, ctx_indices: torch.Tensor) -> torch.Tensor:
-    return _gather(cache, None, ctx_indices, "ctx_gather")
+def ctx_gather(cache: torch.Tensor, ctx_indices: torch.Tensor, negative: str = "skip") -> torch.Tensor:
+    return _gather(cache, None, ctx_indices, "ctx_gather", negative)
 
 
-def ctx_gather_cb(cache: torch.Tensor, batch_index: torch.Tensor, ctx_indices: torch.Tensor) -> torch.Tensor:
-    return _gather(cache, batch_index, ctx_indices, "ctx_gather_cb")
+def ctx_gather_cb(
+    cache: torch.Tensor, batch_index: torch.Tensor, ctx_indices: torch.Tensor, negative: str = "skip"
+) -> torch.Tensor:
+    return _gather(cache, batch_index, ctx_indices, "ctx_gather_cb", negative)

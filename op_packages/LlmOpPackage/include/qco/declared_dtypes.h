@@ -18,6 +18,15 @@ struct RmsNorm {
   static constexpr uint32_t eps = qco::htp::bit(qco::DType::kFloat32);
 };
 
+struct FusedAddRmsNorm {
+  static constexpr uint32_t y = qco::htp::bit(qco::DType::kFloat32) | qco::htp::bit(qco::DType::kFloat16) | qco::htp::bit(qco::DType::kUFixed8) | qco::htp::bit(qco::DType::kUFixed16);
+  static constexpr uint32_t residual_out = qco::htp::bit(qco::DType::kFloat32) | qco::htp::bit(qco::DType::kFloat16) | qco::htp::bit(qco::DType::kUFixed8) | qco::htp::bit(qco::DType::kUFixed16);
+  static constexpr uint32_t x = qco::htp::bit(qco::DType::kFloat32) | qco::htp::bit(qco::DType::kFloat16) | qco::htp::bit(qco::DType::kUFixed8) | qco::htp::bit(qco::DType::kUFixed16);
+  static constexpr uint32_t residual = qco::htp::bit(qco::DType::kFloat32) | qco::htp::bit(qco::DType::kFloat16) | qco::htp::bit(qco::DType::kUFixed8) | qco::htp::bit(qco::DType::kUFixed16);
+  static constexpr uint32_t weight = qco::htp::bit(qco::DType::kFloat32) | qco::htp::bit(qco::DType::kFloat16) | qco::htp::bit(qco::DType::kSFixed8) | qco::htp::bit(qco::DType::kUFixed8) | qco::htp::bit(qco::DType::kSFixed16);
+  static constexpr uint32_t eps = qco::htp::bit(qco::DType::kFloat32);
+};
+
 struct SiluAndMul {
   static constexpr uint32_t y = qco::htp::bit(qco::DType::kFloat32) | qco::htp::bit(qco::DType::kFloat16) | qco::htp::bit(qco::DType::kUFixed8) | qco::htp::bit(qco::DType::kUFixed16);
   static constexpr uint32_t x = qco::htp::bit(qco::DType::kFloat32) | qco::htp::bit(qco::DType::kFloat16) | qco::htp::bit(qco::DType::kUFixed8) | qco::htp::bit(qco::DType::kUFixed16);
@@ -42,12 +51,14 @@ struct CtxScatter {
   static constexpr uint32_t cache = qco::htp::bit(qco::DType::kFloat32) | qco::htp::bit(qco::DType::kFloat16) | qco::htp::bit(qco::DType::kUFixed8) | qco::htp::bit(qco::DType::kUFixed16);
   static constexpr uint32_t position_ids = qco::htp::bit(qco::DType::kInt32);
   static constexpr uint32_t updates = qco::htp::bit(qco::DType::kFloat32) | qco::htp::bit(qco::DType::kFloat16) | qco::htp::bit(qco::DType::kUFixed8) | qco::htp::bit(qco::DType::kUFixed16);
+  static constexpr uint32_t negative = qco::htp::bit(qco::DType::kUInt32);
 };
 
 struct CtxGather {
   static constexpr uint32_t out = qco::htp::bit(qco::DType::kFloat32) | qco::htp::bit(qco::DType::kFloat16) | qco::htp::bit(qco::DType::kUFixed8) | qco::htp::bit(qco::DType::kUFixed16);
   static constexpr uint32_t cache = qco::htp::bit(qco::DType::kFloat32) | qco::htp::bit(qco::DType::kFloat16) | qco::htp::bit(qco::DType::kUFixed8) | qco::htp::bit(qco::DType::kUFixed16);
   static constexpr uint32_t ctx_indices = qco::htp::bit(qco::DType::kInt32);
+  static constexpr uint32_t negative = qco::htp::bit(qco::DType::kUInt32);
 };
 
 struct CtxScatterCb {
@@ -56,6 +67,7 @@ struct CtxScatterCb {
   static constexpr uint32_t batch_index = qco::htp::bit(qco::DType::kInt32);
   static constexpr uint32_t position_ids = qco::htp::bit(qco::DType::kInt32);
   static constexpr uint32_t updates = qco::htp::bit(qco::DType::kFloat32) | qco::htp::bit(qco::DType::kFloat16) | qco::htp::bit(qco::DType::kUFixed8) | qco::htp::bit(qco::DType::kUFixed16);
+  static constexpr uint32_t negative = qco::htp::bit(qco::DType::kUInt32);
 };
 
 struct CtxGatherCb {
@@ -63,6 +75,7 @@ struct CtxGatherCb {
   static constexpr uint32_t cache = qco::htp::bit(qco::DType::kFloat32) | qco::htp::bit(qco::DType::kFloat16) | qco::htp::bit(qco::DType::kUFixed8) | qco::htp::bit(qco::DType::kUFixed16);
   static constexpr uint32_t batch_index = qco::htp::bit(qco::DType::kInt32);
   static constexpr uint32_t ctx_indices = qco::htp::bit(qco::DType::kInt32);
+  static constexpr uint32_t negative = qco::htp::bit(qco::DType::kUInt32);
 };
 
 }  // namespace declared

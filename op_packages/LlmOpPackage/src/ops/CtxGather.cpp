@@ -4,7 +4,7 @@
 // The math lives in kernels/CtxGather.h; this file only adapts HTP tensors to it.
 //==============================================================================
 // Read rows of a static KV cache (QEfficient CtxGather). out[b, :, i] = cache[b, :,
-// ctx_indices[b, i]]; indices outside [0, ctx_len) read zeros
+// ctx_indices[b, i]]; indices outside [0, ctx_len) read zeros (see negative)
 
 #include "HTP/core/constraints.h"
 #include "HTP/core/op_package_feature_support.h"
@@ -22,11 +22,13 @@ BEGIN_PKG_OP_DEFINITION(PKG_CtxGather);
 // scalar or tensor, arrives as a tensor. An absent optional input is nullptr.
 //   output out: mandatory, rank 4, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
 //   input cache: mandatory, rank 4, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
-//   input ctx_indices: mandatory, rank 2, INT_32
+//   input ctx_indices: mandatory, ND, INT_32
+//   param negative: optional, rank 0, UINT_32
 static GraphStatus ctxGatherImplBody(
     Tensor& out,
     const Tensor* cache,
-    const Tensor* ctx_indices)
+    const Tensor* ctx_indices,
+    const Tensor* negative)
 {
   // Outputs keep the static shape the graph declared; call set_dims() here first if the
   // op's output shape depends on its inputs.
@@ -34,25 +36,38 @@ static GraphStatus ctxGatherImplBody(
   qco::htp::View qco_view_out(out, qco_declared::out);
   qco::htp::View qco_view_cache(cache, qco_declared::cache);
   qco::htp::View qco_view_ctx_indices(ctx_indices, qco_declared::ctx_indices);
+  qco::htp::View qco_view_negative(negative, qco_declared::negative);
   const GraphStatus qco_failure = qco::htp::first_failure({
       &qco_view_out,
       &qco_view_cache,
-      &qco_view_ctx_indices});
+      &qco_view_ctx_indices,
+      &qco_view_negative});
   if (qco_failure != GraphStatus::Success) return qco_failure;
   return qco::htp::status_of(LlmOpPackage::CtxGather(
       qco_view_out.view,
       qco_view_cache.view,
-      qco_view_ctx_indices.view));
+      qco_view_ctx_indices.view,
+      qco_view_negative.view));
 }
 
 // The implementation for 2 input(s): the HTP registers one per input count.
 static GraphStatus ctxGatherImpl(
     Tensor& out,
     const Tensor& cache,
-    const Tensor& ctx_indices) {
-  return ctxGatherImplBody(out, &cache, &ctx_indices);
+    const Tensor& ctx_indices,
+    const Tensor& negative) {
+  return ctxGatherImplBody(out, &cache, &ctx_indices, &negative);
 }
 
 DEF_PACKAGE_OP(ctxGatherImpl, "CtxGather")
+
+static Qnn_Scalar_t sg_opDefaultCtxGather_negativeScalar = {
+    .dataType = Qnn_DataType_t::QNN_DATATYPE_UINT_32, .uint32Value = 0u};
+static Qnn_Param_t sg_opDefaultCtxGather_negative = {
+    .paramType = QNN_PARAMTYPE_SCALAR, .scalarParam = sg_opDefaultCtxGather_negativeScalar};
+
+// Parameter order: name, mandatory, default (nullptr: no default the HTP can apply).
+DEF_PACKAGE_PARAM_ORDER("CtxGather",
+                        "negative", false, &sg_opDefaultCtxGather_negative)
 
 END_PKG_OP_DEFINITION(PKG_CtxGather);

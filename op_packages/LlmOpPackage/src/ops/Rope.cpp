@@ -22,8 +22,8 @@ BEGIN_PKG_OP_DEFINITION(PKG_Rope);
 // scalar or tensor, arrives as a tensor. An absent optional input is nullptr.
 //   output y: mandatory, rank 4, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
 //   input x: mandatory, rank 4, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
-//   input cos: mandatory, rank N, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
-//   input sin: mandatory, rank N, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
+//   input cos: mandatory, ND, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
+//   input sin: mandatory, ND, FLOAT_32, FLOAT_16, UFIXED_POINT_8, UFIXED_POINT_16
 //   param style: optional, rank 0, UINT_32
 static GraphStatus ropeImplBody(
     Tensor& y,

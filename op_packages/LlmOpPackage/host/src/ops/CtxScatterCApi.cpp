@@ -10,7 +10,7 @@ QCO_EXPORT int32_t qco_LlmOpPackage_CtxScatter(
   using qco_capi::arg_at;
   if (!qco_capi::counts_ok(num_outputs, 1, 1, outputs) ||
       !qco_capi::counts_ok(num_inputs, 3, 3, inputs) ||
-      !qco_capi::counts_ok(num_params, 0, 0, params)) {
+      !qco_capi::counts_ok(num_params, 0, 1, params)) {
     return static_cast<int32_t>(qco::Status::kInvalidArgument);
   }
   (void)params;
@@ -19,6 +19,7 @@ QCO_EXPORT int32_t qco_LlmOpPackage_CtxScatter(
         outputs[0],
         arg_at(inputs, num_inputs, 0),
         arg_at(inputs, num_inputs, 1),
-        arg_at(inputs, num_inputs, 2));
+        arg_at(inputs, num_inputs, 2),
+        arg_at(params, num_params, 0));
   });
 }
