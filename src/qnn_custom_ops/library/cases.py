@@ -31,11 +31,14 @@ class LlmCase:
         return f"{self.phase} " + " ".join("x".join(map(str, a.shape)) for a in self.args)
 
     def kernel_case(self) -> KernelCase:
-        out = torch.empty(OPS_BY_NAME[self.op].reference(*self.args).shape)
+        result = OPS_BY_NAME[self.op].reference(*self.args)
+        results = result if isinstance(result, tuple) else (result,)
+        outputs = tuple(KernelTensor(torch.empty(r.shape).numpy(), KernelDType.Float32) for r in results)
         inputs = tuple(KernelTensor(a.numpy(), _KERNEL_DTYPES[a.dtype]) for a in self.args)
-        output = KernelTensor(out.numpy(), KernelDType.Float32)
-        moved = 2 * out.nbytes + self.args[1].nbytes if self.op == "ctx_gather" else None  # only the rows read
-        return KernelCase(OPS_BY_NAME[self.op].qnn_type, self.label, (output,), inputs, (), moved)
+        read = 2 * outputs[0].array.nbytes + self.args[1].nbytes  # a gather moves only the rows it reads
+        return KernelCase(
+            OPS_BY_NAME[self.op].qnn_type, self.label, outputs, inputs, (), read if self.op == "ctx_gather" else None
+        )
 
 
 def _scatter_indexed(cache: torch.Tensor, position_ids: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
