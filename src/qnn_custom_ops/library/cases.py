@@ -35,10 +35,8 @@ class LlmCase:
         results = result if isinstance(result, tuple) else (result,)
         outputs = tuple(KernelTensor(torch.empty(r.shape).numpy(), KernelDType.Float32) for r in results)
         inputs = tuple(KernelTensor(a.numpy(), _KERNEL_DTYPES[a.dtype]) for a in self.args)
-        read = 2 * outputs[0].array.nbytes + self.args[1].nbytes  # a gather moves only the rows it reads
-        return KernelCase(
-            OPS_BY_NAME[self.op].qnn_type, self.label, outputs, inputs, (), read if self.op == "ctx_gather" else None
-        )
+        moved = 2 * outputs[0].array.nbytes + self.args[1].nbytes if self.op == "ctx_gather" else None  # rows read
+        return KernelCase(OPS_BY_NAME[self.op].qnn_type, self.label, outputs, inputs, (), moved)
 
 
 def _scatter_indexed(cache: torch.Tensor, position_ids: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
