@@ -1,13 +1,15 @@
 // The gated activations (SiluAndMul, GeluAndMul) on codes: y = act(a) * b with a, b codes of x
-// (one encoding) and y a code of the same dtype. act(a), times the ratio of scales, is a
-// fixed-point value per gate code (a table of 256 entries for 8-bit codes; for 16-bit codes a
-// table of 65536 built only when the tensor has more elements, else each value computed where
-// it is used: the same function either way); the product with b - zero point is an integer,
-// requantized by a rounding shift.
+// (one encoding) and y a code of the same dtype, in integers that the portable loops and the HVX
+// loops compute alike. 8-bit codes: act(a) in the output's units is a table of 256 values
+// (computed in float, once), its product with b - zero point requantized by a rounding shift.
+// 16-bit codes: a table of 65536 values has no HVX lookup (vlut16 reads 256 entries; VTCM
+// gathers are not for every target), so act(a) = v g(v) is computed from a table of 256
+// segments of g that vlut16 reads, and the rest in integer arithmetic (the scheme below).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "llm_fixed.h"
@@ -16,8 +18,10 @@ namespace LlmOpPackage {
 
 using Activation = float (*)(float);
 
-// act(v) scaled into the output's units and by 2^shift, magnitude below 2^bits: 15 bits for
-// 8-bit codes (its product with a 9-bit b fits a 32-bit lane, an int16 table), 31 for 16-bit.
+// ---- 8-bit codes: a table of act(a) per code ----
+
+// act(v) scaled into the output's units and by 2^shift, magnitude below 2^15 (its product with
+// a 9-bit b fits a 32-bit lane, an int16 table).
 struct GateScale {
   float ratio;    // x.scale / y.scale
   int32_t shift;  // of the rounding shift that requantizes act(a) * (b - zp)
@@ -26,8 +30,7 @@ struct GateScale {
 
 // The shift from a bound on |act(v)| over every code: |silu(v)|, |gelu(v)| <= |v| + 1.
 inline GateScale gate_scale(const qco::TensorView& y, const qco::TensorView& x) {
-  const int32_t bits = x.dtype == qco::DType::kUFixed8 ? 15 : 31;
-  const int32_t max_shift = x.dtype == qco::DType::kUFixed8 ? 30 : 62;
+  const int32_t bits = 15, max_shift = 30;
   const float ratio = x.scale * (1.0f / y.scale);
   const int32_t low = x.offset, high = max_code(x.dtype) + x.offset;
   const float largest = x.scale * static_cast<float>(low < -high ? -low : high) + 1.0f;
@@ -35,7 +38,7 @@ inline GateScale gate_scale(const qco::TensorView& y, const qco::TensorView& x) 
   std::frexp(largest * ratio, &exponent);  // largest * ratio < 2^exponent
   int32_t shift = bits - exponent;
   shift = shift < 1 ? 1 : (shift > max_shift ? max_shift : shift);
-  return {ratio, shift, static_cast<int32_t>((int64_t{1} << bits) - 1)};
+  return {ratio, shift, (1 << bits) - 1};
 }
 
 // The fixed-point value of act(dequantize(code)).
@@ -47,38 +50,215 @@ inline int32_t gate_value(Activation act, const qco::TensorView& x, const GateSc
   return static_cast<int32_t>(std::nearbyint(scaled));
 }
 
-// Every gate code's value, or none when the tensor has fewer elements than codes.
-inline std::vector<int32_t> gate_table(Activation act, const qco::TensorView& x, const GateScale& scale,
-                                       int64_t elements) {
-  const int32_t codes = max_code(x.dtype) + 1;
-  std::vector<int32_t> table;
-  if (x.dtype == qco::DType::kUFixed16 && elements < codes) return table;
-  table.resize(static_cast<size_t>(codes));
-  for (int32_t code = 0; code < codes; ++code) table[code] = gate_value(act, x, scale, code);
-  return table;
-}
-
-template <typename Code>
-void gated_codes(qco::TensorView& y, const qco::TensorView& x, Activation act) {
-  const Code* in = x.as<const Code>();
-  Code* out = y.as<Code>();
+// y[r, i] = saturate(apply({1, shift}, value(x[r, i]) * (x[r, d + i] + offset)) - y.offset), the
+// values from a table of the 256 codes.
+inline void gated_u8(qco::TensorView& y, const qco::TensorView& x, Activation act) {
+  const uint8_t* in = x.as<const uint8_t>();
+  uint8_t* out = y.as<uint8_t>();
   const int64_t d = y.dims[y.rank - 1];
   const int64_t rows = d == 0 ? 0 : y.numel() / d;
   const GateScale scale = gate_scale(y, x);
-  const std::vector<int32_t> table = gate_table(act, x, scale, y.numel());
+  int32_t values[256];
+  for (int32_t code = 0; code < 256; ++code) values[code] = gate_value(act, x, scale, code);
   // Locals, not members: a uint8_t store may alias anything, so those would be reloaded per store.
-  const int32_t* values = table.empty() ? nullptr : table.data();
+  const int32_t* table = values;
   const int32_t offset = x.offset;
   const CodeRange range = code_range(y);
-  const FixedMultiplier shift{1, scale.shift};
+  const FixedMultiplier rounding{1, scale.shift};
   for (int64_t r = 0; r < rows; ++r) {
-    const Code* gate = in + 2 * d * r;
+    const uint8_t* gate = in + 2 * d * r;
     for (int64_t i = 0; i < d; ++i) {
-      const int32_t value = values == nullptr ? gate_value(act, x, scale, gate[i]) : values[gate[i]];
-      const int64_t product = static_cast<int64_t>(value) * (gate[d + i] + offset);
-      out[r * d + i] = static_cast<Code>(saturate_code(apply(shift, product), range));
+      const int64_t product = static_cast<int64_t>(table[gate[i]]) * (gate[d + i] + offset);
+      out[r * d + i] = static_cast<uint8_t>(saturate_code(apply(rounding, product), range));
     }
   }
+}
+
+// ---- 16-bit codes: g(v) from a table of 256 segments, in integers ----
+//
+// SiLU and both GELUs are act(v) = v g(v) with g(-v) = 1 - g(v) (g the sigmoid, the normal CDF,
+// the sigmoid of 2u). With c = a + offset, n = |c|, u = b + offset and tail(z) = g(-z) <= 1/2,
+//   y = act(v) b / y.scale = sign(c u) * n |u| * g * x.scale^2 / y.scale,
+//   g = 1 - tail(scale n) for c >= 0, tail(scale n) for c < 0.
+// n |u| < 2^32 is exact; g comes from a table of 256 segments of 2^k consecutive n, each a cubic
+// in block floating point (its coefficients scaled by 2^e, e in [0, 31], so that its values use
+// 29-30 bits: a tail of 1e-9 keeps the precision of one of 0.3), evaluated in 32-bit fixed point:
+//   t    = the position of n within its segment, a 16-bit fraction
+//   tail = c0 + ((c1 + ((c2 + ((c3 t) >> 16)) t >> 16)) t >> 16)    (in units of unit 2^-e)
+//   c < 0:  value = tail,                drop = e
+//   c >= 0: value = unit - (tail >> e),  drop = 0
+//   y = sign(c u) * apply({1, shift}, (value * n |u|) >> drop) - y.offset
+// Every >> is an arithmetic shift of an exact product (HVX's vmpye: (word * uhalf) >> 16; the
+// 64-bit product and its shifts by vmpye/vmpyo and per-lane shifts). `unit` (2^29..2^30) is the
+// mantissa of x.scale^2 / y.scale and 2^shift its exponent, so the only error beyond the final
+// rounding is the table's: the cubic through tail at the segment's Chebyshev nodes, which over
+// every pair of codes moves an output by at most 0.003 step at calibrated encodings (x.scale^2 /
+// y.scale ~ 1e-4) and 0.18 step at the domain's edge (2^4), plus tail's own float32 error.
+// tests/test_gated_u16.py measures outputs within 0.5 + 0.014 step of the exact act(v) b.
+// The table reaches as far as an output could notice tail (tail 2^32 x.scale^2/y.scale < 1/16):
+// 255 segments of 2^k codes (k the least that covers that or every code); past it tail is 0.
+
+constexpr int32_t kSegments = 256;
+constexpr int32_t kExponentBits = 5;  // the low bits of c3 holding its segment's e
+
+struct Gate16 {
+  std::vector<int32_t> coefficients;  // c0, c1, c2, c3 | e of segment s at [s], [256 + s], ...
+  int32_t unit;                       // g = 1: round(mantissa of x.scale^2 / y.scale * 2^30)
+  int32_t segment_bits;               // k: 2^k codes of n per segment
+  int32_t offset;                     // x.offset: c = a + offset
+  int32_t shift;                      // of the rounding shift that requantizes the products
+};
+
+// g of one gate code: value 2^-drop in units of `unit`.
+struct GateTerm {
+  int32_t value;
+  int32_t drop;
+};
+
+// (a * b) >> 16 for a 32-bit a and a 16-bit unsigned b: HVX's vmpye.
+inline int32_t mul_shift16(int32_t a, int32_t b) { return static_cast<int32_t>((int64_t{a} * b) >> 16); }
+
+// g(dequantize(code)) for a 16-bit code (the scheme above).
+inline GateTerm gate16_term(const Gate16& gate, int32_t code) {
+  const int32_t centered = code + gate.offset;
+  const int32_t n = centered < 0 ? -centered : centered;
+  const int32_t k = gate.segment_bits;
+  const int32_t segment = (n >> k) < kSegments - 1 ? n >> k : kSegments - 1;
+  const int32_t t = (n & ((1 << k) - 1)) << (16 - k);
+  const int32_t* c = gate.coefficients.data() + segment;
+  const int32_t exponent = c[3 * kSegments] & ((1 << kExponentBits) - 1);
+  const int32_t cubic = c[3 * kSegments] - exponent;
+  const int32_t tail = c[0] + mul_shift16(c[kSegments] + mul_shift16(c[2 * kSegments] + mul_shift16(cubic, t), t), t);
+  if (centered < 0) return {tail, exponent};
+  return {gate.unit - (tail >> exponent), 0};
+}
+
+// g(-x) = act(-x) / -x for x > 0 (1/2 at 0), in float as act computes it.
+inline float tail_of(Activation act, float x) { return x > 0.0f ? act(-x) / -x : 0.5f; }
+
+// The first whole x from which tail(x) < below (x at most 64).
+inline float tail_reach(Activation act, double below) {
+  float reach = 1.0f;
+  while (reach < 64.0f && tail_of(act, reach) >= below) reach += 1.0f;
+  return reach;
+}
+
+// c0..c3 of tail over the codes n = j 2^k + i, i < 2^k, as a polynomial in t = i / 2^k: the
+// codes' own values when the segment holds one or two, else the cubic through tail at the
+// Chebyshev nodes of [0, 1] (Newton's divided differences, expanded). In float, as tail is: the
+// float32 error of tail at its argument is most of the table's.
+inline void fit_segment(float (&c)[4], Activation act, float scale, int32_t j, int32_t k) {
+  const float codes = static_cast<float>(1 << k);
+  const auto at = [&](float t) { return tail_of(act, (static_cast<float>(j) + t) * codes * scale); };
+  c[1] = c[2] = c[3] = 0.0f;
+  if (k <= 1) {
+    c[0] = at(0.0f);
+    if (k == 1) c[1] = 2.0f * (at(0.5f) - c[0]);
+    return;
+  }
+  const float nodes[4] = {0.0380602337f, 0.308658284f, 0.691341716f, 0.961939766f};  // (1 - cos((2i + 1) pi / 8)) / 2
+  // 1 / (nodes[i] - nodes[i - order]) for order 1, 2, 3 at i = order .. 3
+  const float inverse[3][3] = {{3.69551813f, 2.61312593f, 3.69551813f}, {1.53073373f, 1.53073373f}, {1.0823922f}};
+  float newton[4];  // divided differences, in place
+  for (int32_t i = 0; i < 4; ++i) newton[i] = at(nodes[i]);
+  for (int32_t order = 1; order < 4; ++order) {
+    for (int32_t i = 3; i >= order; --i) newton[i] = (newton[i] - newton[i - 1]) * inverse[order - 1][i - order];
+  }
+  // p = newton[0] + (t - t0)(newton[1] + (t - t1)(newton[2] + (t - t2) newton[3])), expanded
+  c[0] = newton[3];
+  for (int32_t i = 2; i >= 0; --i) {
+    for (int32_t m = 3 - i; m > 0; --m) c[m] = c[m - 1] - nodes[i] * c[m];
+    c[0] = newton[i] - nodes[i] * c[0];
+  }
+}
+
+// A segment's coefficients in units of unit 2^-e (e in [0, 31], the largest keeping c0 under
+// 2^29: its cubic's values under 2^30), e in c3's low bits.
+inline void store_segment(Gate16& gate, const float (&c)[4], int32_t j) {
+  const float unit = static_cast<float>(gate.unit);
+  int power = 0;
+  std::frexp(c[0] * unit, &power);  // c0 unit < 2^power
+  const int32_t exponent = c[0] > 0.0f ? (power > 29 ? 0 : (power < -2 ? 31 : 29 - power)) : 31;
+  const float scale = std::ldexp(unit, exponent);
+  const auto fixed = [scale](float v) {
+    const float limit = 0x1p31f - 128.0f;  // the largest float below 2^31
+    v *= scale;
+    // to the nearest integer (ties to even) by adding and subtracting 1.5 2^23, as vector_exp
+    // does; from 2^22 on a float is whole already
+    const float shifter = 12582912.0f;
+    v = v > -0x1p22f && v < 0x1p22f ? (v + shifter) - shifter : v;
+    return static_cast<int32_t>(v < -limit ? -limit : (v > limit ? limit : v));
+  };
+  const uint32_t low = (1u << kExponentBits) - 1;
+  gate.coefficients[j] = fixed(c[0]);
+  gate.coefficients[kSegments + j] = fixed(c[1]);
+  gate.coefficients[2 * kSegments + j] = fixed(c[2]);
+  gate.coefficients[3 * kSegments + j] = static_cast<int32_t>((static_cast<uint32_t>(fixed(c[3])) & ~low) | exponent);
+}
+
+// The scheme's integers for this activation and these encodings, or false outside its domain
+// (the float path then runs): zero points that are codes, positive finite scales, and
+// 2^-33 <= x.scale^2 / y.scale < 2^4.
+inline bool make_gate16(Gate16& gate, Activation act, const qco::TensorView& y, const qco::TensorView& x) {
+  const float infinity = std::numeric_limits<float>::infinity();
+  if (!(x.scale > 0.0f && x.scale < infinity && y.scale > 0.0f && y.scale < infinity)) return false;
+  if (x.offset < -65535 || x.offset > 0 || y.offset < -65535 || y.offset > 0) return false;
+  const float real = x.scale * (x.scale * (1.0f / y.scale));
+  int exponent = 0;
+  const float mantissa = std::frexp(real, &exponent);  // real = mantissa 2^exponent
+  if (!(real > 0.0f) || exponent > 4 || exponent < -32) return false;
+  gate.unit = static_cast<int32_t>(std::nearbyint(std::ldexp(mantissa, 30)));
+  gate.shift = 30 - exponent;
+  gate.offset = x.offset;
+  const int32_t largest = -x.offset > 65535 + x.offset ? -x.offset : 65535 + x.offset;  // of n
+  const float reach = tail_reach(act, std::ldexp(1.0, -36) / real);
+  const auto beyond = [&](int32_t n) { return n > largest || x.scale * static_cast<float>(n) >= reach; };
+  int32_t k = 0;
+  while (!beyond((kSegments - 1) << k)) ++k;
+  gate.segment_bits = k;
+  gate.coefficients.assign(4 * kSegments, 0);
+  for (int32_t j = 0; j < kSegments - 1 && !beyond(j << k); ++j) {
+    float c[4];
+    fit_segment(c, act, x.scale, j, k);
+    store_segment(gate, c, j);
+  }
+  return true;
+}
+
+// y = sign(c u) apply({1, shift}, (value n |u|) >> drop) - y.offset over the rows, each gate
+// code's (value, drop) from `term`.
+template <typename Term>
+void gated_u16_rows(qco::TensorView& y, const qco::TensorView& x, const Gate16& gate, const Term& term) {
+  const uint16_t* in = x.as<const uint16_t>();
+  uint16_t* out = y.as<uint16_t>();
+  const int64_t d = y.dims[y.rank - 1];
+  const int64_t rows = d == 0 ? 0 : y.numel() / d;
+  const int32_t offset = x.offset;
+  const CodeRange range = code_range(y);
+  const FixedMultiplier rounding{1, gate.shift};
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* gate_row = in + 2 * d * r;
+    for (int64_t i = 0; i < d; ++i) {
+      const int32_t c = gate_row[i] + offset, u = gate_row[d + i] + offset;
+      const int64_t product = int64_t{c < 0 ? -c : c} * (u < 0 ? -u : u);  // < 2^32
+      const GateTerm g = term(gate_row[i]);
+      const int64_t magnitude = apply(rounding, (g.value * product) >> g.drop);
+      out[r * d + i] = static_cast<uint16_t>(saturate_code((c < 0) != (u < 0) ? -magnitude : magnitude, range));
+    }
+  }
+}
+
+// Each gate code's term from a table of all 65536 when the tensor has more elements, else
+// computed where it is used: the same integers either way.
+inline void gated_u16(qco::TensorView& y, const qco::TensorView& x, const Gate16& gate) {
+  if (y.numel() < 65536) {
+    gated_u16_rows(y, x, gate, [&gate](int32_t code) { return gate16_term(gate, code); });
+    return;
+  }
+  std::vector<GateTerm> terms(65536);
+  for (int32_t code = 0; code < 65536; ++code) terms[code] = gate16_term(gate, code);
+  const GateTerm* table = terms.data();
+  gated_u16_rows(y, x, gate, [table](int32_t code) { return table[code]; });
 }
 
 #if defined(__HVX__)
@@ -103,19 +283,145 @@ inline void gated_u8_hvx(qco::TensorView& y, const qco::TensorView& x, Activatio
     }
   }
 }
+
+// n, the tail polynomial (unit 2^e) and e of 128 gate codes, four word vectors each in the layout
+// of lookup_words: [0] and [2] the even and odd elements of the first vector, [1] and [3] of the
+// second. Horner's steps follow the lookups of c3, c2, c1, c0 (fewer vectors live at once).
+struct Tails16 {
+  HVX_Vector n[4], tail[4], exponent[4];
+};
+
+inline Tails16 tails_u16(const qco::hvx::Lut32* luts, HVX_Vector n0, HVX_Vector n1, const Gate16& gate) {
+  const int32_t k = gate.segment_bits;
+  const HVX_Vector last = Q6_Vh_vsplat_R(kSegments - 1);
+  // byte 4j + m: the segment of element 2j of n0 (m = 0), of n1 (1), element 2j + 1 of n0 (2), of n1 (3)
+  const HVX_Vector segments = Q6_Vb_vshuffe_VbVb(Q6_Vuh_vmin_VuhVuh(Q6_Vuh_vlsr_VuhR(n1, k), last),
+                                                 Q6_Vuh_vmin_VuhVuh(Q6_Vuh_vlsr_VuhR(n0, k), last));
+  const HVX_VectorPair wide0 = Q6_Wuw_vzxt_Vuh(n0), wide1 = Q6_Wuw_vzxt_Vuh(n1);
+  Tails16 r = {{Q6_V_lo_W(wide0), Q6_V_lo_W(wide1), Q6_V_hi_W(wide0), Q6_V_hi_W(wide1)}, {}, {}};
+  HVX_Vector t[4];
+  const qco::hvx::Words4 cubic = qco::hvx::lookup_words(luts[3], segments);
+  for (int32_t g = 0; g < 4; ++g) {
+    t[g] = Q6_Vw_vasl_VwR(Q6_V_vand_VV(r.n[g], Q6_V_vsplat_R((1 << k) - 1)), 16 - k);
+    r.exponent[g] = Q6_V_vand_VV(cubic.v[g], Q6_V_vsplat_R((1 << kExponentBits) - 1));
+    r.tail[g] = Q6_Vw_vsub_VwVw(cubic.v[g], r.exponent[g]);
+  }
+  for (int32_t m = 2; m >= 0; --m) {
+    const qco::hvx::Words4 c = qco::hvx::lookup_words(luts[m], segments);
+    for (int32_t g = 0; g < 4; ++g) r.tail[g] = Q6_Vw_vadd_VwVw(c.v[g], Q6_Vw_vmpye_VwVuh(r.tail[g], t[g]));
+  }
+  return r;
+}
+
+// gated_u16_rows on 32 lanes: the gate and up codes and n |u| (words), n, the tail and e of the
+// gate codes; y + y.offset as words. kLow: the rounding shift is at most 32.
+template <bool kLow>
+inline HVX_Vector gated_u16_words(HVX_Vector gate_codes, HVX_Vector up_codes, HVX_Vector product, HVX_Vector tail,
+                                  HVX_Vector exponent, const Gate16& gate) {
+  const HVX_Vector zero = Q6_V_vzero(), zero_point = Q6_V_vsplat_R(-gate.offset);
+  const HVX_VectorPred gate_negative = Q6_Q_vcmp_gt_VwVw(zero_point, gate_codes);
+  const HVX_Vector small = Q6_Vw_vasr_VwVw(tail, exponent);  // tail in units of `unit`
+  const HVX_Vector value = Q6_V_vmux_QVV(gate_negative, tail, Q6_Vw_vsub_VwVw(Q6_V_vsplat_R(gate.unit), small));
+  const HVX_Vector drop = Q6_V_vmux_QVV(gate_negative, exponent, zero);
+  const HVX_VectorPair wide = qco::hvx::shift_right_wide(qco::hvx::products_wide_unsigned(value, product), drop);
+  const HVX_Vector magnitude =
+      kLow ? qco::hvx::rounding_shift_low(wide, gate.shift) : qco::hvx::rounding_shift_high(wide, gate.shift);
+  const HVX_VectorPred negative = Q6_Q_xor_QQ(gate_negative, Q6_Q_vcmp_gt_VwVw(zero_point, up_codes));
+  return Q6_V_vmux_QVV(negative, Q6_Vw_vsub_VwVw(zero, magnitude), magnitude);
+}
+
+// 64 uint16 output codes from 64 gate and up codes, the gate codes' n = |a - zero point| and
+// their tails' groups `even` and `odd` (of Tails16).
+template <bool kLow>
+inline HVX_Vector gated_u16_vector(HVX_Vector gate_codes, HVX_Vector up_codes, HVX_Vector n, const Tails16& tails,
+                                   int32_t even, int32_t odd, const Gate16& gate, HVX_Vector out_zero_point) {
+  const HVX_VectorPair products = Q6_Wuw_vmpy_VuhVuh(n, Q6_Vuh_vabsdiff_VuhVuh(up_codes, Q6_Vh_vsplat_R(-gate.offset)));
+  const HVX_VectorPair gates = Q6_Wuw_vzxt_Vuh(gate_codes), ups = Q6_Wuw_vzxt_Vuh(up_codes);  // lo even, hi odd
+  const HVX_Vector even_codes = gated_u16_words<kLow>(Q6_V_lo_W(gates), Q6_V_lo_W(ups), Q6_V_lo_W(products),
+                                                      tails.tail[even], tails.exponent[even], gate);
+  const HVX_Vector odd_codes = gated_u16_words<kLow>(Q6_V_hi_W(gates), Q6_V_hi_W(ups), Q6_V_hi_W(products),
+                                                     tails.tail[odd], tails.exponent[odd], gate);
+  return qco::hvx::saturate_u16(Q6_Vw_vadd_VwVw(even_codes, out_zero_point),
+                                Q6_Vw_vadd_VwVw(odd_codes, out_zero_point));
+}
+
+// 128 elements of a row from their gate and up codes (two vectors each): two vectors of y.
+template <bool kLow>
+inline HVX_VectorPair gated_u16_block(const qco::hvx::Lut32* luts, HVX_Vector gate0, HVX_Vector gate1, HVX_Vector up0,
+                                      HVX_Vector up1, const Gate16& gate, HVX_Vector out_zero_point) {
+  const HVX_Vector zero_point = Q6_Vh_vsplat_R(-gate.offset);
+  const HVX_Vector n0 = Q6_Vuh_vabsdiff_VuhVuh(gate0, zero_point), n1 = Q6_Vuh_vabsdiff_VuhVuh(gate1, zero_point);
+  const Tails16 tails = tails_u16(luts, n0, n1, gate);
+  return Q6_W_vcombine_VV(gated_u16_vector<kLow>(gate1, up1, n1, tails, 1, 3, gate, out_zero_point),
+                          gated_u16_vector<kLow>(gate0, up0, n0, tails, 0, 2, gate, out_zero_point));
+}
+
+// 16-bit codes on HVX, 128 elements per step: whole steps with plain loads and stores, the last
+// of a row through load_bytes/store_bytes.
+template <bool kLow>
+void gated_u16_hvx_rows(qco::TensorView& y, const qco::TensorView& x, const Gate16& gate) {
+  constexpr int64_t kCodes = qco::hvx::kBytes / 2;  // uint16 codes per vector
+  const uint16_t* in = x.as<const uint16_t>();
+  uint16_t* out = y.as<uint16_t>();
+  const int64_t d = y.dims[y.rank - 1];
+  const int64_t rows = d == 0 ? 0 : y.numel() / d;
+  std::vector<qco::hvx::Lut32> tables(4);
+  for (int32_t m = 0; m < 4; ++m) tables[m] = qco::hvx::lut32(gate.coefficients.data() + m * kSegments);
+  const qco::hvx::Lut32* luts = tables.data();
+  const HVX_Vector out_zero_point = Q6_V_vsplat_R(-y.offset);
+  // The `count` codes at `at` (zeros past them; none when count <= 0).
+  const auto load = [](const uint16_t* at, int64_t count) {
+    return count > 0 ? qco::hvx::load_bytes(at, 2 * count) : Q6_V_vzero();
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* gate_row = in + 2 * d * r;
+    const uint16_t* up_row = gate_row + d;
+    uint16_t* out_row = out + r * d;
+    int64_t i = 0;
+    for (; i + 2 * kCodes <= d; i += 2 * kCodes) {
+      const HVX_VectorPair codes = gated_u16_block<kLow>(
+          luts, qco::hvx::load(gate_row + i), qco::hvx::load(gate_row + i + kCodes), qco::hvx::load(up_row + i),
+          qco::hvx::load(up_row + i + kCodes), gate, out_zero_point);
+      qco::hvx::store(out_row + i, Q6_V_lo_W(codes));
+      qco::hvx::store(out_row + i + kCodes, Q6_V_hi_W(codes));
+    }
+    if (i == d) continue;
+    const int64_t left = d - i, second = left - kCodes;
+    const HVX_VectorPair codes =
+        gated_u16_block<kLow>(luts, load(gate_row + i, left), load(gate_row + i + kCodes, second),
+                              load(up_row + i, left), load(up_row + i + kCodes, second), gate, out_zero_point);
+    qco::hvx::store_bytes(out_row + i, Q6_V_lo_W(codes), 2 * (left < kCodes ? left : kCodes));
+    if (second > 0) qco::hvx::store_bytes(out_row + i + kCodes, Q6_V_hi_W(codes), 2 * second);
+  }
+}
+
+inline void gated_u16_hvx(qco::TensorView& y, const qco::TensorView& x, const Gate16& gate) {
+  if (gate.shift >= 33) {
+    gated_u16_hvx_rows<false>(y, x, gate);
+  } else {
+    gated_u16_hvx_rows<true>(y, x, gate);
+  }
+}
 #endif
 
-// True when the gated op runs on codes: x and y of one unsigned fixed-point dtype; then runs it.
+// True when the gated op runs on codes (x and y of one unsigned fixed-point dtype; for 16-bit
+// codes, encodings inside make_gate16's domain); then runs it.
 inline bool run_gated_codes(qco::TensorView& y, const qco::TensorView& x, Activation act) {
   if (!is_unsigned_code(x.dtype) || y.dtype != x.dtype) return false;
   if (x.dtype == qco::DType::kUFixed16) {
-    gated_codes<uint16_t>(y, x, act);
+    Gate16 gate;
+    if (!make_gate16(gate, act, y, x)) return false;
+#if defined(__HVX__)
+    gated_u16_hvx(y, x, gate);
+#else
+    gated_u16(y, x, gate);
+#endif
     return true;
   }
 #if defined(__HVX__)
   gated_u8_hvx(y, x, act);
 #else
-  gated_codes<uint8_t>(y, x, act);
+  gated_u8(y, x, act);
 #endif
   return true;
 }

@@ -191,6 +191,75 @@ inline HVX_VectorPair lookup(const Lut16& lut, HVX_Vector codes) {
   return values;
 }
 
+// A table of 256 int32 values indexed by uint8 codes: its upper and lower halfwords as two Lut16.
+struct Lut32 {
+  Lut16 high, low;
+};
+
+inline Lut32 lut32(const int32_t* table) {  // table[0..255]
+  int16_t high[256], low[256];
+  for (int32_t i = 0; i < 256; ++i) {
+    high[i] = static_cast<int16_t>(table[i] >> 16);
+    low[i] = static_cast<int16_t>(table[i] & 0xFFFF);
+  }
+  return {lut16(high), lut16(low)};
+}
+
+// Four vectors of 32 int32 lanes.
+struct Words4 {
+  HVX_Vector v[4];
+};
+
+// table[codes[4 i + m]] in lane i of v[m], for 128 codes: the halfword lookups (lo holds the
+// even codes, hi the odd ones) joined into words by vshuffe (codes 4i, 4i + 1) and vshuffo
+// (4i + 2, 4i + 3).
+inline Words4 lookup_words(const Lut32& lut, HVX_Vector codes) {
+  const HVX_VectorPair high = lookup(lut.high, codes), low = lookup(lut.low, codes);
+  Words4 words;
+  words.v[0] = Q6_Vh_vshuffe_VhVh(Q6_V_lo_W(high), Q6_V_lo_W(low));
+  words.v[1] = Q6_Vh_vshuffe_VhVh(Q6_V_hi_W(high), Q6_V_hi_W(low));
+  words.v[2] = Q6_Vh_vshuffo_VhVh(Q6_V_lo_W(high), Q6_V_lo_W(low));
+  words.v[3] = Q6_Vh_vshuffo_VhVh(Q6_V_hi_W(high), Q6_V_hi_W(low));
+  return words;
+}
+
+// The 64-bit products a * b of 32 int32 lanes a and uint32 lanes b, whole: hi holds their upper
+// words, lo their lower. vmpye takes b's low halfword unsigned, vmpyo its high one signed, which
+// for b >= 2^31 subtracts a 2^32: added back to hi.
+inline HVX_VectorPair products_wide_unsigned(HVX_Vector a, HVX_Vector b) {
+  const HVX_VectorPair signed_product = Q6_W_vmpyoacc_WVwVh(Q6_W_vmpye_VwVuh(a, b), a, b);
+  const HVX_Vector high = Q6_Vw_condacc_QVwVw(Q6_Q_vcmp_gt_VwVw(Q6_V_vzero(), b), Q6_V_hi_W(signed_product), a);
+  return Q6_W_vcombine_VV(high, Q6_V_lo_W(signed_product));
+}
+
+// p >> amount (arithmetic) on 32 lanes of 64-bit values p (hi: upper words, lo: lower), each
+// lane's amount in [0, 31]. The bits hi passes down to lo are (hi << 1) << (31 - amount): no
+// shift by 32 where the amount is 0.
+inline HVX_VectorPair shift_right_wide(HVX_VectorPair p, HVX_Vector amounts) {
+  const HVX_Vector high = Q6_V_hi_W(p);
+  const HVX_Vector carried = Q6_Vw_vasl_VwVw(Q6_Vw_vasl_VwR(high, 1), Q6_Vw_vsub_VwVw(Q6_V_vsplat_R(31), amounts));
+  return Q6_W_vcombine_VV(Q6_Vw_vasr_VwVw(high, amounts), Q6_V_vor_VV(Q6_Vw_vlsr_VwVw(Q6_V_lo_W(p), amounts), carried));
+}
+
+// apply({1, shift}, p) on 32 lanes of 64-bit values p (hi: upper words, lo: lower) for
+// shift >= 33, where the upper words hold all of p >> (shift - 1); rounding_shift_low below takes
+// shifts from 3 to 32 (decide once per loop, not per vector).
+inline HVX_Vector rounding_shift_high(HVX_VectorPair p, int32_t shift) {
+  const HVX_Vector shifted = Q6_Vw_vasr_VwR(Q6_V_hi_W(p), shift - 33);  // p >> (shift - 1)
+  return Q6_Vw_vavg_VwVw_rnd(shifted, Q6_V_vzero());                    // (shifted + 1) >> 1
+}
+
+// apply({1, shift}, p) for 3 <= shift <= 32. A lane whose p >> (shift - 1) does not fit 32 bits
+// gets a result of the same sign and magnitude at least 2^29 (its upper word clamped), so
+// saturating it to a code of up to 16 bits gives what apply() and a saturation give.
+inline HVX_Vector rounding_shift_low(HVX_VectorPair p, int32_t shift) {
+  const int32_t bits = shift - 1, reach = 1 << (bits - 1);  // p >> bits fits when hi is in [-reach, reach)
+  const HVX_Vector high =
+      Q6_Vw_vmin_VwVw(Q6_Vw_vmax_VwVw(Q6_V_hi_W(p), Q6_V_vsplat_R(-reach)), Q6_V_vsplat_R(reach - 1));
+  const HVX_Vector shifted = Q6_V_vor_VV(Q6_Vw_vasl_VwR(high, 32 - bits), Q6_Vuw_vlsr_VuwR(Q6_V_lo_W(p), bits));
+  return Q6_Vw_vavg_VwVw_rnd(shifted, Q6_V_vzero());  // (shifted + 1) >> 1, no overflow at 2^31 - 1
+}
+
 }  // namespace hvx
 #endif
 
