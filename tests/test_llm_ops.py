@@ -538,6 +538,27 @@ def test_fused_add_rms_norm_is_vllms_residual_add_and_norm():
     torch.testing.assert_close(y, (normed * weight.float()).half(), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("cache_dtype, rows_dtype", [(U8, U8), (U8, U16), (U16, U8), (U16, U16)])
+def test_kv_rows_in_another_encoding_are_requantized_within_one_step(c_abi, cache_dtype, rows_dtype):
+    """Updates and gathered rows in an encoding other than the cache's (a quantizer that did not
+    share them): each code within one step of its real requantized, in both directions."""
+    g = torch.Generator().manual_seed(9)
+    cache, cache_real = quantized_tensor(torch.randn(1, 2, 8, 24, generator=g) * 3, cache_dtype)
+    updates, updates_real = quantized_tensor(torch.randn(1, 2, 3, 24, generator=g), rows_dtype)
+    positions = torch.tensor([[6, 0, 3]], dtype=torch.int32)
+    expected_real = ref.ctx_scatter(cache_real, positions, updates_real)
+    scattered = KernelTensor.empty(cache.array.shape, cache_dtype, cache.scale, cache.offset)
+    c_abi.run("CtxScatter", [scattered], [cache, KernelTensor(positions.numpy(), I32), updates])
+    steps = torch.from_numpy(scattered.array.astype(np.int64)) - requantized(expected_real, cache_dtype, cache.scale,
+                                                                              cache.offset)
+    assert steps.abs().max() <= 1
+    rows_scale, rows_offset = calibrated(cache_real, rows_dtype)
+    gathered = KernelTensor.empty((1, 2, 3, 24), rows_dtype, rows_scale * 1.37, rows_offset // 2)
+    c_abi.run("CtxGather", [gathered], [cache, KernelTensor(positions.numpy(), I32)])
+    expected = requantized(ref.ctx_gather(cache_real, positions), rows_dtype, gathered.scale, gathered.offset)
+    assert (torch.from_numpy(gathered.array.astype(np.int64)) - expected).abs().max() <= 1
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("activation, weight", [(U8, S8), (U16, U8), (U16, S16)], ids=["8a8w", "16a8w", "16a16w"])
 @pytest.mark.parametrize("hidden", [769, 5125])

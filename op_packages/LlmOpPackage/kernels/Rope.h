@@ -10,6 +10,7 @@
 #include <cmath>
 #include <vector>
 
+#include "element_copy.h"
 #include "llm_access.h"
 #include "llm_fixed.h"
 
@@ -111,21 +112,13 @@ inline std::vector<int32_t> centered_codes(const qco::TensorView& table) {
   return centered;
 }
 
-// The elements past the rotary ones, x's codes in y's encoding: copied when the encodings are
-// the same, else requantized with a fixed-point multiplier.
-template <typename Code>
-void pass_through_codes(qco::TensorView& y, const qco::TensorView& x, const RopeGeometry& g) {
-  if (2 * g.half == g.head_dim) return;
-  const Code* in = x.as<const Code>();
-  Code* out = y.as<Code>();
-  const FixedMultiplier ratio = activation_multiplier(x.scale * (1.0f / y.scale), x.dtype);
-  const bool same = same_encoding(x, y);
-  const int32_t offset = x.offset;
-  const CodeRange range = code_range(y);
+// The elements past the rotary ones (partial rotary), row by row: x's codes in y's encoding.
+inline void pass_through_codes(qco::TensorView& y, const qco::TensorView& x, const RopeGeometry& g) {
+  const int64_t passed = g.head_dim - 2 * g.half;
+  if (passed == 0) return;
   for (int64_t r = 0; r < g.rows; ++r) {
-    for (int64_t j = r * g.head_dim + 2 * g.half; j < (r + 1) * g.head_dim; ++j) {
-      out[j] = same ? in[j] : static_cast<Code>(saturate_code(apply(ratio, in[j] + offset), range));
-    }
+    const int64_t at = r * g.head_dim + 2 * g.half;
+    copy_elements(y, at, x, at, passed);
   }
 }
 
@@ -154,7 +147,7 @@ void rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorV
       out[base + i * step + stride] = static_cast<Code>(saturate_code(apply(shift, b * c + a * s), range));
     }
   }
-  pass_through_codes<Code>(y, x, g);
+  pass_through_codes(y, x, g);
 }
 
 #if defined(__HVX__)
@@ -248,7 +241,7 @@ inline void rope_u8_hvx(qco::TensorView& y, const qco::TensorView& x, const qco:
       rope_gptj_row_hvx(out + base, in + base, &cosine[angles], &sine[angles], half, scale, x.offset, -y.offset);
     }
   }
-  pass_through_codes<uint8_t>(y, x, g);
+  pass_through_codes(y, x, g);
 }
 #endif
 

@@ -1,11 +1,12 @@
 // The static KV cache of the LlmOpPackage (QEfficient's CtxScatter/CtxGather and their
 // continuous-batching variants): cache [slots, heads, ctx_len, head_dim]. Rows move as codes
-// when the tensors share one encoding, else each value is requantized.
+// when the tensors share one encoding, else each value is requantized (in integers between
+// fixed-point encodings).
 #pragma once
 
 #include <cstdint>
 
-#include "llm_access.h"
+#include "element_copy.h"
 
 namespace LlmOpPackage {
 
