@@ -139,3 +139,61 @@ def mul3_alone_pte(tmp_path_factory) -> Path:
     pte = tmp_path_factory.mktemp("mul3-alone") / "m.pte"
     qco.lower(Mul3Alone(), (torch.randn(1, 2, 2, 4),), qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3}), output=pte)
     return pte
+
+
+# --- no program is lowered twice in one run ----------------------------------------------------
+# Every ``lower`` of the run is recorded (what is lowered: the model's class or converted graph,
+# the input shapes, the binding and the options) with the test that asked for it; the run fails
+# when one process lowered the same program twice: share it through a fixture instead.
+LOWERINGS = TEST_CACHE / "lowerings.tsv"
+
+
+def _lowering_key(model, example_inputs, binding, args, options) -> str:
+    import hashlib
+
+    import torch
+
+    structure = model.code if isinstance(model, torch.fx.GraphModule) else repr(model)  # the modules it holds
+    what = f"{type(model).__module__}.{type(model).__qualname__}:{hashlib.sha1(structure.encode()).hexdigest()[:12]}"
+    shapes = ",".join(f"{tuple(t.shape)}{t.dtype}" for t in example_inputs if isinstance(t, torch.Tensor))
+    chosen = ",".join([*map(str, args), *(f"{k}={v}" for k, v in sorted(options.items()) if k != "output")])
+    return f"{what} [{shapes}] {binding.package.name}:{','.join(sorted(binding.ops))} {chosen}"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def lowerings_recorded():
+    import qnn_custom_ops
+    import qnn_custom_ops.lowering as lowering
+    from qnn_custom_ops.lowering import program
+
+    real_lower = program.lower
+
+    def recorded(model, example_inputs, binding, *args, **options):
+        test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
+        key = _lowering_key(model, example_inputs, binding, args, options)
+        with FileLock(str(LOWERINGS) + ".lock"), LOWERINGS.open("a") as log:
+            log.write(f"{os.getpid()}\t{key}\t{test}\n")
+        return real_lower(model, example_inputs, binding, *args, **options)
+
+    program.lower = lowering.lower = qnn_custom_ops.lower = recorded
+    yield
+    program.lower = lowering.lower = real_lower
+    qnn_custom_ops.__dict__.pop("lower", None)
+
+
+def twice_lowered(lines: list[str]) -> list[str]:
+    """The programs one process lowered more than once, with the tests that did."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    for line in lines:
+        pid, key, test = line.rstrip("\n").split("\t")
+        seen.setdefault((pid, key), []).append(test)
+    return [f"{key}: {', '.join(tests)}" for (_, key), tests in sorted(seen.items()) if len(tests) > 1]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput") or not LOWERINGS.exists():
+        return
+    repeated = twice_lowered(LOWERINGS.read_text().splitlines())
+    if repeated:
+        session.config.get_terminal_writer().line("programs lowered twice in one process:\n  " + "\n  ".join(repeated))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
