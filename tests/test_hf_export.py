@@ -101,6 +101,10 @@ def test_every_norm_and_mlp_runs_on_the_librarys_ops():
         assert sorted({s.op for s in swaps}) == sorted({"rms_norm", "gelu_and_mul" if arch == "gemma" else
                                                         "silu_and_mul"}), arch
         assert len(swaps) == 3 * layers + 1, arch  # two norms and the MLP per layer, the final norm
+    programs = export_llm(hf_model("llama"), prefill_len=PREFILL_LEN, ctx_len=CTX_LEN)
+    graph = programs.prefill.exported.graph
+    fused = [n for n in graph.nodes if n.target == torch.ops.qco_llm.fused_add_rms_norm.default]
+    assert len(fused) == ARCHITECTURES["llama"][3]  # the residual add and post-attention norm of each layer
 
 
 @pytest.mark.slow

@@ -124,6 +124,7 @@ def greedy(
 #: input and output but static weights, integer indices and what already shares the cache's.
 _ACTIVATIONS = {
     "RmsNorm": (0,),
+    "FusedAddRmsNorm": (0, 1),
     "SiluAndMul": (0,),
     "GeluAndMul": (0,),
     "Rope": (0, 1, 2),
@@ -144,14 +145,14 @@ def min_max_overrides(quant_dtype: str) -> dict:
 
     from ..opdef import Role
     from ..quantizer.annotation import Override, quant_dtype_of
-    from .llm import llm_quant_overrides
+    from .llm import llm_package, llm_quant_overrides
 
     spec = QUANT_CONFIG_DICT[(quant_dtype_of(quant_dtype), False)][0](act_observer=MinMaxObserver).input_activation
     overrides = llm_quant_overrides()
     for op, inputs in _ACTIVATIONS.items():
         own: dict[tuple | str, Override] = {(Role.INPUT, i): spec for i in inputs}
         if op not in overrides:
-            own[(Role.OUTPUT, 0)] = spec
+            own.update({(Role.OUTPUT, o): spec for o in range(len(llm_package().ops[op].outputs))})
         overrides[op] = {**own, **overrides.get(op, {})}
     return overrides
 

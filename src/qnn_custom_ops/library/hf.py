@@ -30,7 +30,7 @@ import torch
 
 from ..errors import UsageError
 from .llm import llm_ops
-from .swap import Swap, swap_modules
+from .swap import QcoRMSNorm, Swap, swap_modules
 
 CACHE_LAYOUTS = ("rows", "scatter")
 #: ``model_type``s whose decoder layers compute exactly what the static layers below do.
@@ -141,13 +141,16 @@ class StaticAttention(torch.nn.Module):
 
 
 class StaticLayer(torch.nn.Module):
-    """A pre-norm decoder layer (Llama, Qwen2, Mistral, Gemma, Phi-3: dropout is off in eval)."""
+    """A pre-norm decoder layer (Llama, Qwen2, Mistral, Gemma, Phi-3: dropout is off in eval).
+    The residual add and the post-attention norm are one ``fused_add_rms_norm`` when that norm
+    is the library's (vLLM's fusion); a norm left native keeps the add apart."""
 
     input_layernorm: HFModule
     post_attention_layernorm: HFModule
     mlp: HFModule
     self_attn: StaticAttention
     window: int | None
+    fused_add_rms_norm: Any
 
     def __init__(self, layer: HFModule, attention: StaticAttention, window: int | None):
         super().__init__()
@@ -156,11 +159,20 @@ class StaticLayer(torch.nn.Module):
         self.mlp = layer.mlp
         self.self_attn = attention
         self.window = window
+        self.fused_add_rms_norm = llm_ops()["fused_add_rms_norm"]
 
     def forward(self, x: torch.Tensor, *args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         attended, k, v = self.self_attn(self.input_layernorm(x), *args)
+        normed, x = self._add_and_norm(attended, x)
+        return x + self.mlp(normed), k, v
+
+    def _add_and_norm(self, attended: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(post-attention norm of x + attended, x + attended)."""
+        norm = self.post_attention_layernorm
+        if isinstance(norm, QcoRMSNorm):
+            return self.fused_add_rms_norm(attended, x, norm.weight, norm.eps)
         x = x + attended
-        return x + self.mlp(self.post_attention_layernorm(x)), k, v
+        return norm(x), x
 
 
 class StaticCausalLM(torch.nn.Module):
