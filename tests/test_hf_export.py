@@ -13,7 +13,7 @@ import torch
 
 import qnn_custom_ops as qco
 from qnn_custom_ops.library import llm_binding, package_dir
-from qnn_custom_ops.library.generation import eager_step, greedy, host_step, quantize_llm
+from qnn_custom_ops.library.generation import eager_step, greedy, greedy_batch, host_step, quantize_llm
 from qnn_custom_ops.library.hf import LlmExportError, export_llm
 from qnn_custom_ops.runtime import HostRunner
 
@@ -54,11 +54,11 @@ def hf_model(arch: str, **overrides: object) -> torch.nn.Module:
     return model
 
 
-def hf_tokens(model: torch.nn.Module) -> list[int]:
+def hf_tokens(model: torch.nn.Module, prompt: list[int] = PROMPT) -> list[int]:
     """HF's own greedy generation, with its own (dynamic) cache."""
     with torch.no_grad():
-        out = model.generate(torch.tensor([PROMPT]), max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
-    tokens = out[0, len(PROMPT):].tolist()
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
+    tokens = out[0, len(prompt):].tolist()
     assert len(tokens) == NEW_TOKENS and len(set(tokens)) > 8  # a real sequence, not a two-token loop
     return tokens
 
@@ -80,6 +80,22 @@ def test_the_layout_not_run_on_executorch_generates_hfs_greedy_tokens_eagerly(ar
     programs = export_llm(model, prefill_len=PREFILL_LEN, ctx_len=CTX_LEN, cache=other_layout(arch))
     step = eager_step(programs.prefill.module)
     assert greedy(programs.shape, step, step, PROMPT, NEW_TOKENS).tokens == want
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["mistral", "qwen2"])  # rows and scatter, each with its window
+def test_a_batch_of_prompts_of_different_lengths_generates_what_hf_generates_for_each_alone(arch, runner):
+    """Two sequences at their own positions in one program (per-sequence RoPE tables and masks,
+    each cache row written at its sequence's position), on ExecuTorch."""
+    model = hf_model(arch)
+    prompts = [PROMPT, [99, 3, 64]]
+    want = [hf_tokens(copy.deepcopy(model), prompt) for prompt in prompts]
+    programs = export_llm(model, prefill_len=PREFILL_LEN, ctx_len=CTX_LEN, cache=ARCHITECTURES[arch][4], batch=2)
+    prefill, decode = (qco.lower(p.module, p.example_inputs, llm_binding(), target="host")
+                       for p in (programs.prefill, programs.decode))
+    got = greedy_batch(programs.shape, host_step(runner, prefill.buffer), host_step(runner, decode.buffer), prompts,
+                       NEW_TOKENS)
+    assert [g.tokens for g in got] == want
 
 
 @pytest.mark.slow
@@ -119,6 +135,7 @@ def test_rows_layout_returns_only_the_new_rows_and_scatter_the_whole_cache():
     (dict(prefill_len=0, ctx_len=8), r"prefill_len=0, ctx_len=8: need 0 < prefill_len <= ctx_len"),
     (dict(prefill_len=16, ctx_len=8), r"prefill_len=16, ctx_len=8"),
     (dict(prefill_len=4, ctx_len=8, cache="ring"), r"cache='ring'; use one of rows, scatter"),
+    (dict(prefill_len=4, ctx_len=8, batch=0), r"batch=0: need a whole number of sequences, 1 or more"),
 ])
 @pytest.mark.slow
 def test_bad_shapes_are_one_line_naming_the_argument(kwargs, message):
@@ -144,6 +161,8 @@ def test_a_generation_that_does_not_fit_the_programs_is_refused(prompt, new_toke
     step = eager_step(programs.prefill.module)
     with pytest.raises(LlmExportError, match=rf"^greedy: {message}"):
         greedy(programs.shape, step, step, prompt, new_tokens)
+    with pytest.raises(LlmExportError, match=r"^greedy: 2 prompts for programs of batch 1 .*: pass 1"):
+        greedy_batch(programs.shape, step, step, [PROMPT, PROMPT], 4)
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ KV cache (op package ``op_packages/LlmOpPackage``, torch namespace ``qco_llm``),
 causal LM into prefill and decode programs on them and generate with those.
 """
 
-from .generation import eager_step, greedy, host_step, quantize_llm
+from .generation import eager_step, greedy, greedy_batch, host_step, quantize_llm
 from .hf import LlmExportError, export_llm
 from .llm import LLM_OPS, NAMESPACE, llm_binding, llm_ops, llm_package, llm_quant_overrides, package_dir
 from .reference import LlmOpInputError
@@ -19,6 +19,7 @@ __all__ = [
     "eager_step",
     "export_llm",
     "greedy",
+    "greedy_batch",
     "host_step",
     "llm_binding",
     "llm_ops",

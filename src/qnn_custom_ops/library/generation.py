@@ -5,6 +5,7 @@ also gives PT2E its calibration inputs).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -42,14 +43,16 @@ class KvCache:
     def __post_init__(self) -> None:
         self.tensors = self.tensors or self.shape.empty_cache()
 
-    def carry(self, outputs: Sequence[torch.Tensor], start: int, count: int) -> None:
-        """Take a call's cache outputs: ``rows`` writes the ``count`` new rows at ``start`` in
-        place (the only bytes of the cache that change), ``scatter`` takes the new caches."""
+    def carry(self, outputs: Sequence[torch.Tensor], starts: Sequence[int], counts: Sequence[int]) -> None:
+        """Take a call's cache outputs: ``rows`` writes sequence b's ``counts[b]`` new rows at
+        ``starts[b]`` in place (the only bytes of the cache that change), ``scatter`` takes the
+        new caches."""
         if self.shape.cache == "scatter":
             self.tensors = list(outputs)
             return
         for cache, rows in zip(self.tensors, outputs):
-            cache[:, :, start : start + count] = rows[:, :, :count]
+            for b, (start, count) in enumerate(zip(starts, counts)):
+                cache[b, :, start : start + count] = rows[b, :, :count]
 
 
 @dataclass
@@ -62,20 +65,29 @@ class Generation:
     decode_inputs: list[tuple]
 
 
-def _check(shape: LlmShape, prompt: Sequence[int], new_tokens: int, forced: Sequence[int] | None) -> None:
-    if not 0 < len(prompt) <= shape.prefill_len:
+def _check(
+    shape: LlmShape, prompts: Sequence[Sequence[int]], new_tokens: int, forced: Sequence[Sequence[int]] | None
+) -> None:
+    if len(prompts) != shape.batch:
         raise LlmExportError(
-            f"greedy: a prompt of {len(prompt)} tokens; the prefill program takes 1 to "
-            f"{shape.prefill_len} (export_llm's prefill_len)"
+            f"greedy: {len(prompts)} prompts for programs of batch {shape.batch} (export_llm's batch): "
+            f"pass {shape.batch}"
         )
-    if len(prompt) + new_tokens - 1 > shape.ctx_len:
-        raise LlmExportError(
-            f"greedy: {len(prompt)} prompt + {new_tokens} new tokens do not fit ctx_len "
-            f"{shape.ctx_len}: ask for at most {shape.ctx_len - len(prompt) + 1} or export a "
-            "longer ctx_len"
-        )
-    if forced is not None and len(forced) < new_tokens:
-        raise LlmExportError(f"greedy: forced has {len(forced)} tokens, fewer than new_tokens={new_tokens}")
+    for prompt in prompts:
+        if not 0 < len(prompt) <= shape.prefill_len:
+            raise LlmExportError(
+                f"greedy: a prompt of {len(prompt)} tokens; the prefill program takes 1 to "
+                f"{shape.prefill_len} (export_llm's prefill_len)"
+            )
+        if len(prompt) + new_tokens - 1 > shape.ctx_len:
+            raise LlmExportError(
+                f"greedy: {len(prompt)} prompt + {new_tokens} new tokens do not fit ctx_len "
+                f"{shape.ctx_len}: ask for at most {shape.ctx_len - len(prompt) + 1} or export a "
+                "longer ctx_len"
+            )
+    for tokens in forced or ():
+        if len(tokens) < new_tokens:
+            raise LlmExportError(f"greedy: forced has {len(tokens)} tokens, fewer than new_tokens={new_tokens}")
 
 
 def _snapshot(inputs: tuple) -> tuple:
@@ -94,30 +106,49 @@ def greedy(
 ) -> Generation:
     """Prefill ``prompt`` (padded to ``prefill_len``), then decode one token per call, each the
     argmax of the last logits -- or, teacher-forced, ``forced[i]`` (to compare a quantized
-    run's logits with float's on the same tokens)."""
-    prompt = [int(t) for t in prompt]
-    _check(shape, prompt, new_tokens, forced)
+    run's logits with float's on the same tokens). For programs of batch 1; see ``greedy_batch``."""
+    return greedy_batch(shape, prefill, decode, [prompt], new_tokens, None if forced is None else [forced], record)[0]
+
+
+def greedy_batch(
+    shape: LlmShape,
+    prefill: Step,
+    decode: Step,
+    prompts: Sequence[Sequence[int]],
+    new_tokens: int,
+    forced: Sequence[Sequence[int]] | None = None,
+    record: bool = False,
+) -> list[Generation]:
+    """``greedy`` for the ``shape.batch`` sequences of batched programs at once, one prompt each
+    (lengths may differ: each sequence decodes from its own position). Recorded inputs are kept
+    on the first Generation: they are the programs' inputs, all sequences together."""
+    prompts = [[int(t) for t in prompt] for prompt in prompts]
+    _check(shape, prompts, new_tokens, forced)
     cache = KvCache(shape)
-    result = Generation([], [], [], [])
-    inputs = shape.inputs(prompt, 0, shape.prefill_len, cache.tensors)
+    results = [Generation([], [], [], []) for _ in prompts]
+    inputs = shape.inputs(prompts, [0] * len(prompts), shape.prefill_len, cache.tensors)
     outputs = prefill(inputs)
     if record:
-        result.prefill_inputs.append(_snapshot(inputs))
-    cache.carry(outputs[1:], 0, len(prompt))
-    logits, position = outputs[0][0, len(prompt) - 1], len(prompt)
+        results[0].prefill_inputs.append(_snapshot(inputs))
+    lengths = [len(prompt) for prompt in prompts]
+    cache.carry(outputs[1:], [0] * len(prompts), lengths)
+    logits = [outputs[0][b, length - 1] for b, length in enumerate(lengths)]
+    positions = lengths
     for step in range(new_tokens):
-        token = int(logits.argmax()) if forced is None else int(forced[step])
-        result.tokens.append(token)
-        result.logits.append(logits)
+        tokens = [int(row.argmax()) if forced is None else int(forced[b][step]) for b, row in enumerate(logits)]
+        for result, token, chosen_from in zip(results, tokens, logits):
+            result.tokens.append(token)
+            result.logits.append(chosen_from)
         if step == new_tokens - 1:
             break
-        inputs = shape.inputs([token], position, 1, cache.tensors)
+        inputs = shape.inputs([[token] for token in tokens], positions, 1, cache.tensors)
         if record:
-            result.decode_inputs.append(_snapshot(inputs))
+            results[0].decode_inputs.append(_snapshot(inputs))
         outputs = decode(inputs)
-        cache.carry(outputs[1:], position, 1)
-        logits, position = outputs[0][0, -1], position + 1
-    return result
+        cache.carry(outputs[1:], positions, [1] * len(prompts))
+        logits = [outputs[0][b, -1] for b in range(len(prompts))]
+        positions = [position + 1 for position in positions]
+    return results
 
 
 #: The activation tensors of each op a calibration must observe over all its samples: every
@@ -170,7 +201,10 @@ def quantize_llm(
     from .llm import llm_binding
 
     float_step = eager_step(programs.prefill.module)  # one module computes both programs
-    runs = [greedy(programs.shape, float_step, float_step, prompt, new_tokens, record=True) for prompt in prompts]
+    batch = programs.shape.batch
+    groups = [list(prompts[i : i + batch]) for i in range(0, len(prompts), batch)]
+    groups[-1] += list(itertools.islice(itertools.cycle(prompts), batch - len(groups[-1])))  # filled by the first
+    runs = [greedy_batch(programs.shape, float_step, float_step, group, new_tokens, record=True)[0] for group in groups]
     converted = []
     for program, samples in (
         (programs.prefill, [s for r in runs for s in r.prefill_inputs]),

@@ -2,27 +2,29 @@
 
 ``export_llm`` keeps the model's own modules (embedding, projections, ``lm_head``), swaps the
 RMSNorms and MLPs (``swap_modules``) and replaces HF's attention and its growing cache by a
-static one: RoPE by ``qco_llm::rope``, the KV cache a fixed ``[1, kv_heads, ctx_len,
+static one: RoPE by ``qco_llm::rope``, the KV cache a fixed ``[batch, kv_heads, ctx_len,
 head_dim]`` tensor per layer and K/V, passed in and out of the program (no state inside it,
-so the same graph runs on ExecuTorch's host runtime and in the QNN delegate).
+so the same graph runs on ExecuTorch's host runtime and in the QNN delegate). Each of the
+``batch`` sequences sits at its own positions (RoPE tables per sequence, a mask per sequence).
 
 Two cache layouts:
 
 - ``"rows"`` (the default; ExecuTorch's static llama): the program reads the cache and returns
-  only the rows of this call ``[1, kv_heads, seq, head_dim]``; the caller writes them into its
+  only the rows of this call ``[batch, kv_heads, seq, head_dim]``; the caller writes them into its
   cache at their positions (``KvCache.carry``). Attention is split over the cache and the new
   rows, so nothing copies the cache: a decode step moves the rows it reads plus the new rows.
 - ``"scatter"`` (QEfficient's): ``ctx_scatter`` writes the new rows into the cache, the new
   cache is an output, ``ctx_gather`` reads rows up to the newest position (the rest read 0).
   Every decode step copies the whole cache (in the scatter and through the graph output).
 
-Inputs of both programs: ``tokens [1, seq] int32``, ``position_ids [1, seq] int32`` (padding
-at the end as -1: it writes nothing and attends to nothing), then the K caches of every layer,
-then the V caches. Outputs: ``logits [1, seq, vocab]``, then K and V as above.
+Inputs of both programs: ``tokens [batch, seq] int32``, ``position_ids [batch, seq] int32``
+(padding at the end as -1: it writes nothing and attends to nothing), then the K caches of every
+layer, then the V caches. Outputs: ``logits [batch, seq, vocab]``, then K and V as above.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -59,18 +61,23 @@ class LlmShape:
     ctx_len: int
     prefill_len: int
     cache: str
+    batch: int = 1
 
     def empty_cache(self) -> list[torch.Tensor]:
         """Zeroed K caches of every layer, then V caches, as the programs take them."""
-        return [torch.zeros(1, self.kv_heads, self.ctx_len, self.head_dim) for _ in range(2 * self.layers)]
+        return [torch.zeros(self.batch, self.kv_heads, self.ctx_len, self.head_dim) for _ in range(2 * self.layers)]
 
-    def inputs(self, tokens: list[int], start: int, length: int, caches: list[torch.Tensor]) -> tuple:
-        """One call's inputs: ``tokens`` at positions ``start...``, padded to ``length`` with
-        token 0 at position -1."""
-        pad = length - len(tokens)
-        token_ids = torch.tensor([tokens + [0] * pad], dtype=torch.int32)
-        positions = torch.tensor([list(range(start, start + len(tokens))) + [-1] * pad], dtype=torch.int32)
-        return (token_ids, positions, *caches)
+    def inputs(
+        self, tokens: Sequence[Sequence[int]], starts: Sequence[int], length: int, caches: list[torch.Tensor]
+    ) -> tuple:
+        """One call's inputs: sequence b's ``tokens[b]`` at positions ``starts[b]...``, each
+        padded to ``length`` with token 0 at position -1."""
+        token_rows = [list(row) + [0] * (length - len(row)) for row in tokens]
+        position_rows = [
+            list(range(start, start + len(row))) + [-1] * (length - len(row)) for row, start in zip(tokens, starts)
+        ]
+        token_ids = torch.tensor(token_rows, dtype=torch.int32)
+        return (token_ids, torch.tensor(position_rows, dtype=torch.int32), *caches)
 
 
 class StaticAttention(torch.nn.Module):
@@ -92,21 +99,21 @@ class StaticAttention(torch.nn.Module):
         self.ops = llm_ops()
 
     def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q, k, v as ``[1, heads, seq, head_dim]``; Phi-3 fuses the projections into ``qkv_proj``."""
+        """q, k, v as ``[batch, heads, seq, head_dim]``; Phi-3 fuses the projections into ``qkv_proj``."""
         sizes = (self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim)
         if hasattr(self.attention, "qkv_proj"):
             q, k, v = self.attention.qkv_proj(x).split(sizes, dim=-1)
         else:
             q, k, v = (self.attention.q_proj(x), self.attention.k_proj(x), self.attention.v_proj(x))
         return tuple(
-            t.view(1, -1, n, self.head_dim).transpose(1, 2)
+            t.view(x.shape[0], -1, n, self.head_dim).transpose(1, 2)
             for t, n in zip((q, k, v), (self.heads, self.kv_heads, self.kv_heads))
         )
 
     def _grouped(self, q: torch.Tensor) -> torch.Tensor:
-        """``[1, heads, seq, d]`` -> ``[1, kv_heads, group * seq, d]``: query head h uses KV head
+        """``[b, heads, seq, d]`` -> ``[b, kv_heads, group * seq, d]``: query head h uses KV head
         h // group, as HF's ``repeat_kv`` orders them."""
-        return q.reshape(1, self.kv_heads, -1, self.head_dim)
+        return q.reshape(q.shape[0], self.kv_heads, -1, self.head_dim)
 
     def forward(
         self,
@@ -123,7 +130,7 @@ class StaticAttention(torch.nn.Module):
         q, k = self.ops["rope"](q, cos, sin), self.ops["rope"](k, cos, sin)
         grouped = self._grouped(q)
         group = self.heads // self.kv_heads
-        mask = mask.repeat(group, 1)
+        mask = mask.repeat(1, group, 1).unsqueeze(1)  # [b, 1, group * seq, keys]: every KV head
         scaling = self.attention.scaling
         if self.cache == "scatter":
             k_cache = self.ops["ctx_scatter"](k_cache, position_ids, k)
@@ -136,7 +143,12 @@ class StaticAttention(torch.nn.Module):
             probs = torch.softmax(scores * scaling + mask, dim=-1)
             ctx_len = k_cache.shape[2]
             out, new = probs[..., :ctx_len] @ v_cache + probs[..., ctx_len:] @ v, (k, v)
-        out = out.reshape(1, self.heads, -1, self.head_dim).transpose(1, 2).reshape(1, -1, self.heads * self.head_dim)
+        batch = x.shape[0]
+        out = (
+            out.reshape(batch, self.heads, -1, self.head_dim)
+            .transpose(1, 2)
+            .reshape(batch, -1, self.heads * self.head_dim)
+        )
         return self.attention.o_proj(out), *new
 
 
@@ -210,30 +222,38 @@ class StaticCausalLM(torch.nn.Module):
         self.register_buffer("key_positions", torch.arange(shape.ctx_len, dtype=torch.int32), persistent=False)
 
     def _keys(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Key positions, which of them each query sees before windows, and ``ctx_indices``."""
-        queries = positions[:, None]
+        """Per sequence (``positions [b, seq]``): key positions ``[b, keys]``, which of them each
+        query sees before windows ``[b, seq, keys]``, and ``ctx_indices [b, ctx_len]``."""
+        batch = positions.shape[0]
+        queries = positions[:, :, None]
+        cache_keys = self.key_positions[None, :].expand(batch, -1)
         if self.shape.cache == "scatter":  # the cache holds every row written so far, these included
-            keys = self.key_positions
-            newest = positions.max()
-            ctx_indices = torch.where(keys <= newest, keys, torch.full_like(keys, -1))[None, :]
-            return keys, (keys[None, :] <= queries) & (queries >= 0), ctx_indices
-        keys = torch.cat((self.key_positions, positions))  # the cache, then this call's rows
-        cached = (self.key_positions[None, :] < positions[:1, None]) & (queries >= 0)
-        new = (positions[None, :] <= queries) & (positions[None, :] >= 0)
-        return keys, torch.cat((cached, new), dim=1), self.key_positions[None, :]
+            newest = positions.max(dim=1, keepdim=True).values
+            ctx_indices = torch.where(cache_keys <= newest, cache_keys, torch.full_like(cache_keys, -1))
+            return cache_keys, (cache_keys[:, None, :] <= queries) & (queries >= 0), ctx_indices
+        keys = torch.cat((cache_keys, positions), dim=1)  # the cache, then this call's rows
+        cached = (cache_keys[:, None, :] < positions[:, :1, None]) & (queries >= 0)
+        new = (positions[:, None, :] <= queries) & (positions[:, None, :] >= 0)
+        return keys, torch.cat((cached, new), dim=2), cache_keys
 
     @staticmethod
     def _mask(keys: torch.Tensor, positions: torch.Tensor, causal: torch.Tensor, window: int | None) -> torch.Tensor:
         """0 where a query sees a key, -MASK_DEPTH elsewhere; a sliding window (HF's: a key is
         seen while ``key > query - window``) hides the older keys too."""
         if window is not None:
-            causal = causal & (keys[None, :] > positions[:, None] - window)
+            causal = causal & (keys[:, None, :] > positions[:, :, None] - window)
         return (causal.float() - 1.0) * MASK_DEPTH
 
+    def _angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin ``[b, seq, rotary/2]`` of each sequence's positions (``rope``'s per-sequence
+        tables); padding (-1) reads row 0: it writes nothing and nothing attends to it."""
+        rows = positions.clamp(min=0).reshape(-1)
+        shape = (*positions.shape, self.cos_table.shape[1])
+        return self.cos_table.index_select(0, rows).reshape(shape), self.sin_table.index_select(0, rows).reshape(shape)
+
     def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor, *caches: torch.Tensor) -> tuple:
-        positions = position_ids[0]
-        rows = positions.clamp(min=0)  # padding (-1) reads row 0: it writes nothing and nothing attends to it
-        cos, sin = self.cos_table.index_select(0, rows), self.sin_table.index_select(0, rows)
+        positions = position_ids
+        cos, sin = self._angles(positions)
         keys, causal, ctx_indices = self._keys(positions)
         masks = {}
         for layer in self.layers:
@@ -311,11 +331,12 @@ def _window(attention: HFModule, config: object) -> int | None:
 
 
 def export_llm(
-    model: HFModule, prefill_len: int, ctx_len: int, cache: str = "rows", select: str = "all"
+    model: HFModule, prefill_len: int, ctx_len: int, cache: str = "rows", select: str = "all", batch: int = 1
 ) -> LlmPrograms:
     """Prefill (``prefill_len`` tokens) and decode (one token) programs of an HF causal LM over a
-    static cache of ``ctx_len`` rows. The model's RMSNorms and MLPs are swapped in place
-    (``swap_modules(model, select)``; its own forward computes the same after)."""
+    static cache of ``ctx_len`` rows, for ``batch`` sequences at a time, each at its own
+    positions. The model's RMSNorms and MLPs are swapped in place (``swap_modules(model,
+    select)``; its own forward computes the same after)."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     _require(
         model_type in ARCHITECTURES,
@@ -326,6 +347,7 @@ def export_llm(
     _require(
         0 < prefill_len <= ctx_len, f"prefill_len={prefill_len}, ctx_len={ctx_len}: need 0 < prefill_len <= ctx_len"
     )
+    _require(isinstance(batch, int) and batch >= 1, f"batch={batch!r}: need a whole number of sequences, 1 or more")
     config = model.config
     model.eval()
     heads = _config_int(config, "num_attention_heads")
@@ -341,6 +363,7 @@ def export_llm(
         ctx_len,
         prefill_len,
         cache,
+        batch,
     )
     layers = [
         StaticLayer(layer, StaticAttention(attention, heads, kv_heads, cache), _window(attention, config))
@@ -349,8 +372,8 @@ def export_llm(
     module = StaticCausalLM(model, shape, layers, inv_freq, rope_scaling).eval()
     caches = shape.empty_cache()
     return LlmPrograms(
-        LlmProgram("prefill", module, shape.inputs([0] * prefill_len, 0, prefill_len, caches)),
-        LlmProgram("decode", module, shape.inputs([0], prefill_len, 1, caches)),
+        LlmProgram("prefill", module, shape.inputs([[0] * prefill_len] * batch, [0] * batch, prefill_len, caches)),
+        LlmProgram("decode", module, shape.inputs([[0]] * batch, [prefill_len] * batch, 1, caches)),
         shape,
         swaps,
     )
