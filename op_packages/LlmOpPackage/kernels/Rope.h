@@ -105,10 +105,13 @@ inline RopeScale rope_scale(const qco::TensorView& y, const qco::TensorView& x, 
   return {scaled_ratio(cosine, shift, bits), scaled_ratio(sine, shift, bits), shift};
 }
 
-// Every code of a table minus its zero point.
+// Every code of a table minus its zero point. The view is copied and its size taken once: an
+// int32 store may alias the view's fields, which would be read again per element.
 inline std::vector<int32_t> centered_codes(const qco::TensorView& table) {
-  std::vector<int32_t> centered(static_cast<size_t>(table.numel()));
-  for (int64_t i = 0; i < table.numel(); ++i) centered[i] = centered_code(table, i);
+  const qco::TensorView view = table;
+  const int64_t count = view.numel();
+  std::vector<int32_t> centered(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) centered[i] = centered_code(view, i);
   return centered;
 }
 
@@ -183,9 +186,11 @@ inline std::vector<int16_t> table_lanes(const std::vector<int32_t>& centered, in
   const int64_t padded = (half + block - 1) / block * block;
   std::vector<int16_t> lanes(static_cast<size_t>(rows * padded), 0);
   for (int64_t s = 0; s < rows; ++s) {
-    for (int64_t i = 0; i < half; ++i) {
-      const int64_t lane = even_odd ? i / block * block + (i % 2) * (block / 2) + i % block / 2 : i;
-      lanes[s * padded + lane] = static_cast<int16_t>(centered[s * half + i]);
+    for (int64_t start = 0; start < half; start += block) {  // no division per angle: a call on Hexagon
+      const int64_t count = half - start < block ? half - start : block;
+      int16_t* to = &lanes[s * padded + start];
+      const int32_t* from = &centered[s * half + start];
+      for (int64_t k = 0; k < count; ++k) to[even_odd ? k % 2 * (block / 2) + k / 2 : k] = static_cast<int16_t>(from[k]);
     }
   }
   return lanes;
