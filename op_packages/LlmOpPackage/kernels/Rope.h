@@ -7,7 +7,9 @@
 // rotate_half(x) * [sin, sin]; gptj: pairs (x[2i], x[2i+1]) rotated by (cos[i], sin[i])
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "element_copy.h"
@@ -153,6 +155,110 @@ void rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorV
   pass_through_codes(y, x, g);
 }
 
+// 16-bit codes: each table entry's coefficient as one int32, C = cos d_c x.scale / y.scale 2^q
+// rounded (the 31-bit multiplier of the scale ratio applied to the centered code; q puts the
+// largest |C| or |S| in [2^29, 2^30)), then exactly in 64 bits
+//   y_a = saturate(apply({1, q}, a C - b S) - y.offset),  y_b = saturate(apply({1, q}, b C + a S) - y.offset)
+// with a, b the pair's codes minus x's zero point: products of 17 and 31 bits, which HVX takes
+// whole (vmpye/vmpyo) and adds with a carry. Encodings whose coefficients reach 2^27 (q < 3) or
+// stay below 2^-33 take the loop above.
+//
+// The coefficients are laid out as the loop reads them: each table row of `half` angles padded
+// with zeros to whole blocks of `block`, neox's split even/odd per block for HVX (lane k of a
+// block holds angle 2k, then 2k + 1 - block); the portable loop's block is the row.
+struct RopeLayout {
+  int64_t block;
+  bool even_odd;
+
+  int64_t padded(int64_t half) const { return (half + block - 1) / block * block; }
+};
+
+struct Rope16 {
+  std::unique_ptr<int32_t[]> cosine, sine;  // C, S in the layout
+  int64_t padded;                           // lanes per table row
+  int32_t shift;                            // q
+};
+
+// The largest magnitude of a table's centered codes. The view is copied and its size taken
+// once: a store may alias its fields, which would be read again per element.
+inline int32_t largest_code(const qco::TensorView& table) {
+  const qco::TensorView view = table;
+  const int64_t count = view.numel();
+  int32_t largest = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const int32_t c = centered_code(view, i);
+    largest = std::max(largest, c < 0 ? -c : c);
+  }
+  return largest;
+}
+
+// C or S of every entry of a table, in the layout: the centered code times `real` 2^q, rounded
+// (real's 31-bit multiplier applied; its shift exceeds q unless every code is 0, make_rope16's
+// bound). Left uninitialized before the loop writes every lane: a zero-filled vector costs a
+// memset, which the Hexagon toolchain's C library does a byte at a time.
+inline std::unique_ptr<int32_t[]> rope_coefficients(const qco::TensorView& table, float real, int32_t q,
+                                                    int64_t half, const RopeLayout& layout) {
+  const qco::TensorView view = table;
+  const int64_t rows = view.numel() / half, block = layout.block;
+  const FixedMultiplier multiplier = fixed_multiplier(real, 31, 62);  // real ~ mantissa 2^-shift
+  const bool zero = multiplier.mantissa == 0 || multiplier.shift - q < 1;
+  const FixedMultiplier scaled{multiplier.mantissa, zero ? 1 : multiplier.shift - q};
+  std::unique_ptr<int32_t[]> lanes(new int32_t[static_cast<size_t>(rows * layout.padded(half))]);
+  int32_t* to = lanes.get();
+  for (int64_t s = 0; s < rows; ++s) {
+    for (int64_t start = 0; start < half; start += block) {
+      for (int64_t k = 0; k < block; ++k) {
+        const int64_t angle = start + (layout.even_odd ? (k < block / 2 ? 2 * k : 2 * k + 1 - block) : k);
+        const bool real_angle = angle < half && !zero;
+        *to++ = real_angle ? static_cast<int32_t>(apply(scaled, centered_code(view, s * half + angle))) : 0;
+      }
+    }
+  }
+  return lanes;
+}
+
+// The scheme's integers for these encodings in this layout, or false outside its domain (zero
+// points that are codes, 3 <= q <= 62).
+inline bool make_rope16(Rope16& rope, const qco::TensorView& y, const qco::TensorView& x,
+                        const qco::TensorView& cos_table, const qco::TensorView& sin_table, int64_t half,
+                        const RopeLayout& layout) {
+  if (x.offset < -65535 || x.offset > 0 || y.offset < -65535 || y.offset > 0) return false;
+  const float ratio = x.scale * (1.0f / y.scale);
+  const float cosine = cos_table.scale * ratio, sine = sin_table.scale * ratio;
+  const float largest = std::fmax(cosine * static_cast<float>(largest_code(cos_table)),
+                                  sine * static_cast<float>(largest_code(sin_table)));
+  int exponent = 0;
+  std::frexp(largest, &exponent);  // every coefficient's real below 2^exponent
+  const int32_t q = 30 - exponent;
+  if (!(largest < 0x1p27f) || q > 62) return false;  // (a NaN scale fails the first)
+  rope.cosine = rope_coefficients(cos_table, cosine, q, half, layout);
+  rope.sine = rope_coefficients(sin_table, sine, q, half, layout);
+  rope.padded = layout.padded(half);
+  rope.shift = q;
+  return true;
+}
+
+inline void rope_u16(qco::TensorView& y, const qco::TensorView& x, const RopeGeometry& g, const Rope16& rope) {
+  const uint16_t* in = x.as<const uint16_t>();
+  uint16_t* out = y.as<uint16_t>();
+  const int32_t* cosine = rope.cosine.get();  // one block per row: angles(r) indexes them
+  const int32_t* sine = rope.sine.get();
+  const int32_t offset = x.offset;
+  const CodeRange range = code_range(y);
+  const FixedMultiplier shift{1, rope.shift};
+  const int64_t stride = g.stride(), step = g.step();
+  for (int64_t r = 0; r < g.rows; ++r) {
+    const int64_t base = r * g.head_dim, angles = g.angles(r);
+    for (int64_t i = 0; i < g.half; ++i) {
+      const int64_t c = cosine[angles + i], s = sine[angles + i];
+      const int64_t a = in[base + i * step] + offset, b = in[base + i * step + stride] + offset;
+      out[base + i * step] = static_cast<uint16_t>(saturate_code(apply(shift, a * c - b * s), range));
+      out[base + i * step + stride] = static_cast<uint16_t>(saturate_code(apply(shift, b * c + a * s), range));
+    }
+  }
+  pass_through_codes(y, x, g);
+}
+
 #if defined(__HVX__)
 // 8-bit codes and tables on HVX. The pairs (a, b) of 128 codes meet their angles in int16 lanes:
 // gptj's pairs are the even and odd codes of a row (what vzxt splits), neox's two runs of codes
@@ -248,6 +354,94 @@ inline void rope_u8_hvx(qco::TensorView& y, const qco::TensorView& x, const qco:
   }
   pass_through_codes(y, x, g);
 }
+
+// 16-bit codes on HVX: rope_u16 on 32 pairs per vector of int32 lanes (the centered codes as
+// centered_words widens them), the two coefficient tables laid out in the same lanes once per call.
+struct Rope16Lanes {
+  HVX_Vector a, b, cosine, sine;  // 32 int32 lanes each, one pair per lane
+};
+
+// (a C - b S, b C + a S) of 32 pairs, apply({1, q}) + y's zero point, as int32 lanes.
+template <bool kLow>
+inline HVX_VectorPair rotated16(const Rope16Lanes& l, int32_t q, int32_t zero_point) {
+  const HVX_Vector negative_sine = Q6_Vw_vsub_VwVw(Q6_V_vzero(), l.sine);
+  const HVX_VectorPair first =
+      qco::hvx::add_wide(qco::hvx::products_wide(l.cosine, l.a), qco::hvx::products_wide(negative_sine, l.b));
+  const HVX_VectorPair second =
+      qco::hvx::add_wide(qco::hvx::products_wide(l.cosine, l.b), qco::hvx::products_wide(l.sine, l.a));
+  const auto rounded = [q](HVX_VectorPair p) {
+    return kLow ? qco::hvx::rounding_shift_low(p, q) : qco::hvx::rounding_shift_high(p, q);
+  };
+  const HVX_Vector add = Q6_V_vsplat_R(zero_point);
+  return Q6_W_vcombine_VV(Q6_Vw_vadd_VwVw(rounded(second), add), Q6_Vw_vadd_VwVw(rounded(first), add));
+}
+
+// The lanes of a, b and the coefficients at lane `lane` of the layout.
+inline Rope16Lanes lanes_at(const Rope16& rope, HVX_Vector a, HVX_Vector b, int64_t lane) {
+  return {a, b, qco::hvx::load(&rope.cosine[lane]), qco::hvx::load(&rope.sine[lane])};
+}
+
+// gptj: 32 pairs per step, a and b the even and odd codes; y's interleaved back.
+template <bool kLow>
+void rope_gptj_row_u16(uint16_t* out, const uint16_t* row, const Rope16& rope, int64_t angles, int64_t half,
+                       int32_t q, int32_t in_offset, int32_t zero_point) {
+  for (int64_t i = 0; i < half; i += qco::hvx::kBytes / 4) {
+    const int64_t count = 4 * (half - i);  // bytes of the 2 (half - i) codes left
+    const HVX_VectorPair pairs = qco::hvx::centered_words(qco::hvx::load_bytes(row + 2 * i, count), in_offset);
+    const HVX_VectorPair y = rotated16<kLow>(lanes_at(rope, Q6_V_lo_W(pairs), Q6_V_hi_W(pairs), angles + i), q, zero_point);
+    qco::hvx::store_bytes(out + 2 * i, qco::hvx::saturate_u16(Q6_V_lo_W(y), Q6_V_hi_W(y)), count);
+  }
+}
+
+// neox: 64 pairs per step, a = row[i...] and b = row[half + i...], each split even/odd.
+template <bool kLow>
+void rope_neox_row_u16(uint16_t* out, const uint16_t* row, const Rope16& rope, int64_t angles, int64_t half,
+                       int32_t q, int32_t in_offset, int32_t zero_point) {
+  for (int64_t i = 0; i < half; i += qco::hvx::kBytes / 2) {
+    const int64_t count = 2 * (half - i);  // bytes of the half - i codes left in each run
+    const HVX_VectorPair a = qco::hvx::centered_words(qco::hvx::load_bytes(row + i, count), in_offset);
+    const HVX_VectorPair b = qco::hvx::centered_words(qco::hvx::load_bytes(row + half + i, count), in_offset);
+    const int64_t lane = angles + i;  // the even angles of the step, then its odd ones
+    const HVX_VectorPair even = rotated16<kLow>(lanes_at(rope, Q6_V_lo_W(a), Q6_V_lo_W(b), lane), q, zero_point);
+    const HVX_VectorPair odd = rotated16<kLow>(lanes_at(rope, Q6_V_hi_W(a), Q6_V_hi_W(b), lane + 32), q, zero_point);
+    qco::hvx::store_bytes(out + i, qco::hvx::saturate_u16(Q6_V_lo_W(even), Q6_V_lo_W(odd)), count);
+    qco::hvx::store_bytes(out + half + i, qco::hvx::saturate_u16(Q6_V_hi_W(even), Q6_V_hi_W(odd)), count);
+  }
+}
+
+template <bool kLow>
+void rope_u16_hvx_rows(qco::TensorView& y, const qco::TensorView& x, const RopeGeometry& g, const Rope16& rope) {
+  const uint16_t* in = x.as<const uint16_t>();
+  uint16_t* out = y.as<uint16_t>();
+  // rows by sequence, head and position (what angles(r) finds with int64 divisions: calls on Hexagon)
+  int64_t r = 0;
+  for (int64_t b = 0; b < g.rows / (g.heads * g.seq); ++b) {
+    for (int64_t h = 0; h < g.heads; ++h) {
+      for (int64_t s = 0; s < g.seq; ++s, ++r) {
+        const int64_t base = r * g.head_dim, angles = ((g.per_sequence ? b * g.seq : 0) + s) * rope.padded;
+        if (g.style == kRopeNeox) {
+          rope_neox_row_u16<kLow>(out + base, in + base, rope, angles, g.half, rope.shift, x.offset, -y.offset);
+        } else {
+          rope_gptj_row_u16<kLow>(out + base, in + base, rope, angles, g.half, rope.shift, x.offset, -y.offset);
+        }
+      }
+    }
+  }
+  pass_through_codes(y, x, g);
+}
+
+// The layout rope_u16_hvx reads: blocks of one step's pairs, neox's even/odd.
+inline RopeLayout rope16_hvx_layout(RopeStyle style) {
+  return style == kRopeNeox ? RopeLayout{qco::hvx::kBytes / 2, true} : RopeLayout{qco::hvx::kBytes / 4, false};
+}
+
+inline void rope_u16_hvx(qco::TensorView& y, const qco::TensorView& x, const RopeGeometry& g, const Rope16& rope) {
+  if (rope.shift >= 33) {
+    rope_u16_hvx_rows<false>(y, x, g, rope);
+  } else {
+    rope_u16_hvx_rows<true>(y, x, g, rope);
+  }
+}
 #endif
 
 // Runs the integer branch when it applies; false otherwise.
@@ -257,7 +451,21 @@ inline bool run_rope_codes(qco::TensorView& y, const qco::TensorView& x, const q
     return false;
   }
   if (x.dtype == qco::DType::kUFixed16) {
-    rope_codes<uint16_t>(y, x, cos, sin, g);
+#if defined(__HVX__)
+    const RopeLayout layout = rope16_hvx_layout(g.style);
+#else
+    const RopeLayout layout{g.half, false};
+#endif
+    Rope16 rope;
+    if (!make_rope16(rope, y, x, cos, sin, g.half, layout)) {
+      rope_codes<uint16_t>(y, x, cos, sin, g);
+    } else {
+#if defined(__HVX__)
+      rope_u16_hvx(y, x, g, rope);
+#else
+      rope_u16(y, x, g, rope);
+#endif
+    }
     return true;
   }
 #if defined(__HVX__)

@@ -223,13 +223,27 @@ inline Words4 lookup_words(const Lut32& lut, HVX_Vector codes) {
   return words;
 }
 
-// The 64-bit products a * b of 32 int32 lanes a and uint32 lanes b, whole: hi holds their upper
-// words, lo their lower. vmpye takes b's low halfword unsigned, vmpyo its high one signed, which
-// for b >= 2^31 subtracts a 2^32: added back to hi.
+// The 64-bit products a * b of 32 pairs of int32 lanes, whole: hi holds their upper words, lo
+// their lower (vmpye takes b's low halfword unsigned, vmpyo accumulates its signed high one).
+inline HVX_VectorPair products_wide(HVX_Vector a, HVX_Vector b) {
+  return Q6_W_vmpyoacc_WVwVh(Q6_W_vmpye_VwVuh(a, b), a, b);
+}
+
+// The same for uint32 lanes b: where b >= 2^31, products_wide took it as b - 2^32, so a 2^32 is
+// added back to hi.
 inline HVX_VectorPair products_wide_unsigned(HVX_Vector a, HVX_Vector b) {
-  const HVX_VectorPair signed_product = Q6_W_vmpyoacc_WVwVh(Q6_W_vmpye_VwVuh(a, b), a, b);
+  const HVX_VectorPair signed_product = products_wide(a, b);
   const HVX_Vector high = Q6_Vw_condacc_QVwVw(Q6_Q_vcmp_gt_VwVw(Q6_V_vzero(), b), Q6_V_hi_W(signed_product), a);
   return Q6_W_vcombine_VV(high, Q6_V_lo_W(signed_product));
+}
+
+// p + q on 32 lanes of 64-bit values (hi: upper words, lo: lower), the carry of the lower words
+// (their unsigned sum below an addend) added to the upper.
+inline HVX_VectorPair add_wide(HVX_VectorPair p, HVX_VectorPair q) {
+  const HVX_Vector low = Q6_Vw_vadd_VwVw(Q6_V_lo_W(p), Q6_V_lo_W(q));
+  const HVX_Vector high = Q6_Vw_vadd_VwVw(Q6_V_hi_W(p), Q6_V_hi_W(q));
+  const HVX_VectorPred carry = Q6_Q_vcmp_gt_VuwVuw(Q6_V_lo_W(p), low);
+  return Q6_W_vcombine_VV(Q6_Vw_condacc_QVwVw(carry, high, Q6_V_vsplat_R(1)), low);
 }
 
 // p >> amount (arithmetic) on 32 lanes of 64-bit values p (hi: upper words, lo: lower), each
