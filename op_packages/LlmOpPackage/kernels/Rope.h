@@ -129,7 +129,10 @@ inline void pass_through_codes(qco::TensorView& y, const qco::TensorView& x, con
 
 template <typename Code>
 void rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos_table,
-                const qco::TensorView& sin_table, const RopeGeometry& g) {
+                const qco::TensorView& sin_table, const RopeGeometry& geometry) {
+  // A local copy: a uint8_t store may alias the caller's, whose fields the loop would then read
+  // again after every store (on the host, a loop 5 times slower: it did not vectorize).
+  const RopeGeometry g = geometry;
   const Code* in = x.as<const Code>();
   Code* out = y.as<Code>();
   const std::vector<int32_t> cosines = centered_codes(cos_table), sines = centered_codes(sin_table);
@@ -152,7 +155,6 @@ void rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorV
       out[base + i * step + stride] = static_cast<Code>(saturate_code(apply(shift, b * c + a * s), range));
     }
   }
-  pass_through_codes(y, x, g);
 }
 
 // 16-bit codes: each table entry's coefficient as one int32, C = cos d_c x.scale / y.scale 2^q
@@ -179,38 +181,66 @@ struct Rope16 {
   int32_t shift;                            // q
 };
 
-// The largest magnitude of a table's centered codes. The view is copied and its size taken
-// once: a store may alias its fields, which would be read again per element.
-inline int32_t largest_code(const qco::TensorView& table) {
-  const qco::TensorView view = table;
-  const int64_t count = view.numel();
-  int32_t largest = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    const int32_t c = centered_code(view, i);
-    largest = std::max(largest, c < 0 ? -c : c);
+// f(i, code i minus the zero point) for every code of a table, a loop per code type (no switch
+// per code; the loops vectorize on the host).
+template <typename F>
+void for_each_centered(const qco::TensorView& table, F&& f) {
+  const int64_t count = table.numel();
+  const int32_t offset = table.offset;
+  const auto each = [&](const auto* codes) {
+    for (int64_t i = 0; i < count; ++i) f(i, codes[i] + offset);
+  };
+  switch (table.dtype) {
+    case qco::DType::kUFixed8: each(table.as<const uint8_t>()); break;
+    case qco::DType::kUFixed16: each(table.as<const uint16_t>()); break;
+    case qco::DType::kSFixed8: each(table.as<const int8_t>()); break;
+    case qco::DType::kSFixed16: each(table.as<const int16_t>()); break;
+    default:
+      for (int64_t i = 0; i < count; ++i) f(i, 0);
   }
-  return largest;
+}
+
+// A bound on the magnitude of a table's centered codes: its dtype's extreme codes minus the zero
+// point (a calibrated table of cosines or sines spans its codes).
+inline int32_t largest_code(const qco::TensorView& table) {
+  int32_t low = 0, high = 65535;
+  switch (table.dtype) {
+    case qco::DType::kUFixed8: high = 255; break;
+    case qco::DType::kSFixed8: low = -128, high = 127; break;
+    case qco::DType::kSFixed16: low = -32768, high = 32767; break;
+    default: break;
+  }
+  low += table.offset, high += table.offset;
+  return std::max(low < 0 ? -low : low, high < 0 ? -high : high);
 }
 
 // C or S of every entry of a table, in the layout: the centered code times `real` 2^q, rounded
-// (real's 31-bit multiplier applied; its shift exceeds q unless every code is 0, make_rope16's
-// bound). Left uninitialized before the loop writes every lane: a zero-filled vector costs a
-// memset, which the Hexagon toolchain's C library does a byte at a time.
+// (real's 31-bit multiplier applied; its shift exceeds q unless every code is 0: make_rope16's
+// bound). The arrays are left uninitialized before loops write every element: a zero-filled
+// vector costs a memset, which the Hexagon toolchain's C library does a byte at a time.
 inline std::unique_ptr<int32_t[]> rope_coefficients(const qco::TensorView& table, float real, int32_t q,
                                                     int64_t half, const RopeLayout& layout) {
-  const qco::TensorView view = table;
-  const int64_t rows = view.numel() / half, block = layout.block;
+  const int64_t count = table.numel(), rows = count / half, block = layout.block;
   const FixedMultiplier multiplier = fixed_multiplier(real, 31, 62);  // real ~ mantissa 2^-shift
   const bool zero = multiplier.mantissa == 0 || multiplier.shift - q < 1;
   const FixedMultiplier scaled{multiplier.mantissa, zero ? 1 : multiplier.shift - q};
+  std::unique_ptr<int32_t[]> values(new int32_t[static_cast<size_t>(count)]);  // in the table's order
+  int32_t* value = values.get();
+  if (zero) {
+    for_each_centered(table, [value](int64_t i, int32_t) { value[i] = 0; });
+  } else {
+    for_each_centered(table, [value, scaled](int64_t i, int32_t c) {
+      value[i] = static_cast<int32_t>(apply(scaled, c));
+    });
+  }
+  if (block == half && !layout.even_odd) return values;  // the portable loop's layout
   std::unique_ptr<int32_t[]> lanes(new int32_t[static_cast<size_t>(rows * layout.padded(half))]);
   int32_t* to = lanes.get();
   for (int64_t s = 0; s < rows; ++s) {
     for (int64_t start = 0; start < half; start += block) {
       for (int64_t k = 0; k < block; ++k) {
         const int64_t angle = start + (layout.even_odd ? (k < block / 2 ? 2 * k : 2 * k + 1 - block) : k);
-        const bool real_angle = angle < half && !zero;
-        *to++ = real_angle ? static_cast<int32_t>(apply(scaled, centered_code(view, s * half + angle))) : 0;
+        *to++ = angle < half ? value[s * half + angle] : 0;
       }
     }
   }
@@ -238,7 +268,8 @@ inline bool make_rope16(Rope16& rope, const qco::TensorView& y, const qco::Tenso
   return true;
 }
 
-inline void rope_u16(qco::TensorView& y, const qco::TensorView& x, const RopeGeometry& g, const Rope16& rope) {
+inline void rope_u16(qco::TensorView& y, const qco::TensorView& x, const RopeGeometry& geometry, const Rope16& rope) {
+  const RopeGeometry g = geometry;  // locals, as rope_codes keeps them
   const uint16_t* in = x.as<const uint16_t>();
   uint16_t* out = y.as<uint16_t>();
   const int32_t* cosine = rope.cosine.get();  // one block per row: angles(r) indexes them
@@ -256,7 +287,6 @@ inline void rope_u16(qco::TensorView& y, const qco::TensorView& x, const RopeGeo
       out[base + i * step + stride] = static_cast<uint16_t>(saturate_code(apply(shift, b * c + a * s), range));
     }
   }
-  pass_through_codes(y, x, g);
 }
 
 #if defined(__HVX__)
@@ -296,7 +326,9 @@ inline std::vector<int16_t> table_lanes(const std::vector<int32_t>& centered, in
       const int64_t count = half - start < block ? half - start : block;
       int16_t* to = &lanes[s * padded + start];
       const int32_t* from = &centered[s * half + start];
-      for (int64_t k = 0; k < count; ++k) to[even_odd ? k % 2 * (block / 2) + k / 2 : k] = static_cast<int16_t>(from[k]);
+      for (int64_t k = 0; k < count; ++k) {
+        to[even_odd ? k % 2 * (block / 2) + k / 2 : k] = static_cast<int16_t>(from[k]);
+      }
     }
   }
   return lanes;
@@ -352,7 +384,6 @@ inline void rope_u8_hvx(qco::TensorView& y, const qco::TensorView& x, const qco:
       rope_gptj_row_hvx(out + base, in + base, &cosine[angles], &sine[angles], half, scale, x.offset, -y.offset);
     }
   }
-  pass_through_codes(y, x, g);
 }
 
 // 16-bit codes on HVX: rope_u16 on 32 pairs per vector of int32 lanes (the centered codes as
@@ -388,7 +419,8 @@ void rope_gptj_row_u16(uint16_t* out, const uint16_t* row, const Rope16& rope, i
   for (int64_t i = 0; i < half; i += qco::hvx::kBytes / 4) {
     const int64_t count = 4 * (half - i);  // bytes of the 2 (half - i) codes left
     const HVX_VectorPair pairs = qco::hvx::centered_words(qco::hvx::load_bytes(row + 2 * i, count), in_offset);
-    const HVX_VectorPair y = rotated16<kLow>(lanes_at(rope, Q6_V_lo_W(pairs), Q6_V_hi_W(pairs), angles + i), q, zero_point);
+    const Rope16Lanes lanes = lanes_at(rope, Q6_V_lo_W(pairs), Q6_V_hi_W(pairs), angles + i);
+    const HVX_VectorPair y = rotated16<kLow>(lanes, q, zero_point);
     qco::hvx::store_bytes(out + 2 * i, qco::hvx::saturate_u16(Q6_V_lo_W(y), Q6_V_hi_W(y)), count);
   }
 }
@@ -427,7 +459,6 @@ void rope_u16_hvx_rows(qco::TensorView& y, const qco::TensorView& x, const RopeG
       }
     }
   }
-  pass_through_codes(y, x, g);
 }
 
 // The layout rope_u16_hvx reads: blocks of one step's pairs, neox's even/odd.
@@ -444,12 +475,10 @@ inline void rope_u16_hvx(qco::TensorView& y, const qco::TensorView& x, const Rop
 }
 #endif
 
-// Runs the integer branch when it applies; false otherwise.
-inline bool run_rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
-                           const qco::TensorView& sin, const RopeGeometry& g) {
-  if (!is_unsigned_code(x.dtype) || y.dtype != x.dtype || !is_fixed_point(cos.dtype) || !is_fixed_point(sin.dtype)) {
-    return false;
-  }
+// The rotary elements on codes: 16-bit codes by the 16-bit scheme where its domain holds (its HVX
+// path on Hexagon), else the 64-bit loop; 8-bit codes on HVX with 8-bit tables, else the loop.
+inline void rotate_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
+                         const qco::TensorView& sin, const RopeGeometry& g) {
   if (x.dtype == qco::DType::kUFixed16) {
 #if defined(__HVX__)
     const RopeLayout layout = rope16_hvx_layout(g.style);
@@ -466,15 +495,26 @@ inline bool run_rope_codes(qco::TensorView& y, const qco::TensorView& x, const q
       rope_u16(y, x, g, rope);
 #endif
     }
-    return true;
+    return;
   }
 #if defined(__HVX__)
   if (is_8_bit(cos.dtype) && is_8_bit(sin.dtype)) {
     rope_u8_hvx(y, x, cos, sin, g);
-    return true;
+    return;
   }
 #endif
   rope_codes<uint8_t>(y, x, cos, sin, g);
+}
+
+// Runs the integer branch when it applies, then the elements past the rotary ones (once, for
+// every path); false otherwise.
+inline bool run_rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
+                           const qco::TensorView& sin, const RopeGeometry& g) {
+  if (!is_unsigned_code(x.dtype) || y.dtype != x.dtype || !is_fixed_point(cos.dtype) || !is_fixed_point(sin.dtype)) {
+    return false;
+  }
+  rotate_codes(y, x, cos, sin, g);
+  pass_through_codes(y, x, g);
   return true;
 }
 
