@@ -105,6 +105,7 @@ def test_references_follow_the_documented_semantics():
     assert ref.ctx_gather(out, torch.tensor([[2, 3]], dtype=torch.int32))[0, 0].tolist() == [[1, 1], [0, 0]]
 
 
+@pytest.mark.slow
 def test_rope_computes_hugging_faces_own_rotary_per_sequence_partial_neox_and_gptj():
     """Each sequence at its own positions (continuous batching decode), 8 of 16 channels
     rotating: the op gives what Phi-3's (neox, partial) and GPT-J's (gptj) own functions give."""
@@ -163,6 +164,7 @@ def test_kv_ops_from_end_are_qefficients_indexing_on_its_shapes_and_int64_indice
     assert torch.equal(OPS["ctx_gather"](cache, torch.tensor([[-1, 9]]).expand(2, 2)), torch.zeros(2, 3, 2, 4))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("negative", [0, 1], ids=["skip", "from_end"])
 def test_kv_kernels_compute_their_reference_on_qefficients_shapes(kernels, negative):
     """The kernels take [batch, 1] slots and [batch, 1, n] indices, and both index modes."""
@@ -282,6 +284,7 @@ GATE_EDGES = [float("inf"), float("-inf"), float("nan"), 1e13, -1e13, 88.5, -20.
 UP_EDGES = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, float("-inf"), float("inf"), float("nan")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("qnn_type, approximate, activation", [
     ("SiluAndMul", None, torch.nn.functional.silu),
     ("GeluAndMul", "tanh", lambda x: torch.nn.functional.gelu(x, approximate="tanh")),
@@ -371,6 +374,7 @@ def test_bad_input_fails_the_same_way_under_export(x, weight, message):
         torch.export.export(OneOp("rms_norm"), (x, weight))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("qnn_type, outputs, inputs", [
     ("RmsNorm", [np.zeros((2, 8), np.float32)], [np.zeros((2, 8), np.float32), np.zeros(7, np.float32)]),
     ("SiluAndMul", [np.zeros((2, 4), np.float32)], [np.zeros((2, 7), np.float32)]),
@@ -430,6 +434,7 @@ def test_ctx_gather_over_an_empty_cache_reads_zeros():
     assert out.shape == (2, 3, 2, 4) and not out.any()
 
 
+@pytest.mark.slow
 def test_kernels_refuse_a_dtype_the_opdef_does_not_declare(kernels):
     with pytest.raises(KernelError, match="unsupported dtype"):
         kernels.run("SiluAndMul", [KernelTensor(np.zeros((2, 2), np.int32), I32)],
@@ -508,6 +513,7 @@ def c_abi():
     return KernelLibrary(build_host_kernels(package_dir()), "LlmOpPackage")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("activation, weight", [(U8, S8), (U16, U8), (U16, S16)], ids=["8a8w", "16a8w", "16a16w"])
 def test_fused_add_rms_norm_codes_are_within_one_step_of_the_float_reference(c_abi, activation, weight):
     """Both outputs within one step of the float reference requantized: the sum, and the norm
@@ -538,6 +544,7 @@ def test_fused_add_rms_norm_is_vllms_residual_add_and_norm():
     torch.testing.assert_close(y, (normed * weight.float()).half(), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cache_dtype, rows_dtype", [(U8, U8), (U8, U16), (U16, U8), (U16, U16)])
 def test_kv_rows_in_another_encoding_are_requantized_within_one_step(c_abi, cache_dtype, rows_dtype):
     """Updates and gathered rows in an encoding other than the cache's (a quantizer that did not
