@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "llm_fixed.h"
@@ -102,7 +103,7 @@ constexpr int32_t kSegments = 256;
 constexpr int32_t kExponentBits = 5;  // the low bits of c3 holding its segment's e
 
 struct Gate16 {
-  std::vector<int32_t> coefficients;  // c0, c1, c2, c3 | e of segment s at [s], [256 + s], ...
+  std::unique_ptr<int32_t[]> coefficients;  // c0, c1, c2, c3 | e of segment s at [s], [256 + s], ...
   int32_t unit;                       // g = 1: round(mantissa of x.scale^2 / y.scale * 2^30)
   int32_t segment_bits;               // k: 2^k codes of n per segment
   int32_t offset;                     // x.offset: c = a + offset
@@ -125,7 +126,7 @@ inline GateTerm gate16_term(const Gate16& gate, int32_t code) {
   const int32_t k = gate.segment_bits;
   const int32_t segment = (n >> k) < kSegments - 1 ? n >> k : kSegments - 1;
   const int32_t t = (n & ((1 << k) - 1)) << (16 - k);
-  const int32_t* c = gate.coefficients.data() + segment;
+  const int32_t* c = gate.coefficients.get() + segment;
   const int32_t exponent = c[3 * kSegments] & ((1 << kExponentBits) - 1);
   const int32_t cubic = c[3 * kSegments] - exponent;
   const int32_t tail = c[0] + mul_shift16(c[kSegments] + mul_shift16(c[2 * kSegments] + mul_shift16(cubic, t), t), t);
@@ -216,10 +217,12 @@ inline bool make_gate16(Gate16& gate, Activation act, const qco::TensorView& y, 
   int32_t k = 0;
   while (!beyond((kSegments - 1) << k)) ++k;
   gate.segment_bits = k;
-  gate.coefficients.assign(4 * kSegments, 0);
-  for (int32_t j = 0; j < kSegments - 1 && !beyond(j << k); ++j) {
-    float c[4];
-    fit_segment(c, act, x.scale, j, k);
+  // Every entry written below, none zero-filled first: a memset, which the Hexagon toolchain's C
+  // library does a byte at a time.
+  gate.coefficients.reset(new int32_t[4 * kSegments]);
+  for (int32_t j = 0; j < kSegments; ++j) {
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // past the reach (and the last segment): tail 0
+    if (j < kSegments - 1 && !beyond(j << k)) fit_segment(c, act, x.scale, j, k);
     store_segment(gate, c, j);
   }
   return true;
@@ -365,8 +368,9 @@ void gated_u16_hvx_rows(qco::TensorView& y, const qco::TensorView& x, const Gate
   uint16_t* out = y.as<uint16_t>();
   const int64_t d = y.dims[y.rank - 1];
   const int64_t rows = d == 0 ? 0 : y.numel() / d;
-  std::vector<qco::hvx::Lut32> tables(4);
-  for (int32_t m = 0; m < 4; ++m) tables[m] = qco::hvx::lut32(gate.coefficients.data() + m * kSegments);
+  std::vector<qco::hvx::Lut32> tables;  // on the heap, not the stack; not zero-filled first
+  tables.reserve(4);
+  for (int32_t m = 0; m < 4; ++m) tables.push_back(qco::hvx::lut32(gate.coefficients.get() + m * kSegments));
   const qco::hvx::Lut32* luts = tables.data();
   const HVX_Vector out_zero_point = Q6_V_vsplat_R(-y.offset);
   // The `count` codes at `at` (zeros past them; none when count <= 0).
