@@ -12,7 +12,8 @@
 namespace qco {
 
 // e^x within 2 ulp over the float range (Cody-Waite reduction, Cephes' degree-6 polynomial);
-// saturates to 0 below -87.3 and to 2^127 * e^0.7 above 88.7 instead of producing inf.
+// x is clamped to [-87.3, 88.7]: below -87.3 it returns e^-87.3 (about 1.2e-38), and from
+// 88.3762665 on, where the rounded exponent reaches 128, +inf.
 inline float vector_exp(float x) {
   x = x < -87.3f ? -87.3f : x;
   x = x > 88.7f ? 88.7f : x;
