@@ -123,22 +123,26 @@ def no_network():
 
 
 @pytest.fixture(scope="session")
-def mul3_alone_pte(tmp_path_factory) -> Path:
+def mul3_alone_pte() -> Path:
     """A program of my_ops::mul3 alone on a float32 [1, 2, 2, 4] input, lowered once per run
-    for the tests that only need some real program to run or feed bad input to."""
-    import torch
+    (``shared_build``: one xdist worker lowers, the others read the file) for the tests that
+    only need some real program to run or feed bad input to."""
 
-    import qnn_custom_ops as qco
+    def lower_into(root: Path) -> None:
+        import torch
 
-    from .torch_ops import EXAMPLE_PACKAGE, MUL3
+        import qnn_custom_ops as qco
 
-    class Mul3Alone(torch.nn.Module):
-        def forward(self, x):
-            return MUL3(x)
+        from .torch_ops import EXAMPLE_PACKAGE, MUL3
 
-    pte = tmp_path_factory.mktemp("mul3-alone") / "m.pte"
-    qco.lower(Mul3Alone(), (torch.randn(1, 2, 2, 4),), qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3}), output=pte)
-    return pte
+        class Mul3Alone(torch.nn.Module):
+            def forward(self, x):
+                return MUL3(x)
+
+        binding = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3})
+        qco.lower(Mul3Alone(), (torch.randn(1, 2, 2, 4),), binding, output=root / "m.pte")
+
+    return shared_build("mul3-alone", lower_into) / "m.pte"
 
 
 # --- no program is lowered twice in one run ----------------------------------------------------
