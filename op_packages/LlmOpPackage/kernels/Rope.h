@@ -127,43 +127,13 @@ inline void pass_through_codes(qco::TensorView& y, const qco::TensorView& x, con
   }
 }
 
-template <typename Code>
-void rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos_table,
-                const qco::TensorView& sin_table, const RopeGeometry& geometry) {
-  // A local copy: a uint8_t store may alias the caller's, whose fields the loop would then read
-  // again after every store (on the host, a loop 5 times slower: it did not vectorize).
-  const RopeGeometry g = geometry;
-  const Code* in = x.as<const Code>();
-  Code* out = y.as<Code>();
-  const std::vector<int32_t> cosines = centered_codes(cos_table), sines = centered_codes(sin_table);
-  // Raw pointers and local copies: a uint8_t store may alias anything, so members and vector
-  // internals read in the loop would be reloaded after every store.
-  const int32_t* cosine = cosines.data();
-  const int32_t* sine = sines.data();
-  const RopeScale scale = rope_scale(y, x, cos_table, sin_table);
-  const int64_t k_c = scale.cosine, k_s = scale.sine;
-  const int32_t offset = x.offset;
-  const CodeRange range = code_range(y);
-  const FixedMultiplier shift{1, scale.shift};
-  const int64_t stride = g.stride(), step = g.step();
-  for (int64_t r = 0; r < g.rows; ++r) {
-    const int64_t base = r * g.head_dim, angles = g.angles(r);
-    for (int64_t i = 0; i < g.half; ++i) {
-      const int64_t c = cosine[angles + i] * k_c, s = sine[angles + i] * k_s;
-      const int64_t a = in[base + i * step] + offset, b = in[base + i * step + stride] + offset;
-      out[base + i * step] = static_cast<Code>(saturate_code(apply(shift, a * c - b * s), range));
-      out[base + i * step + stride] = static_cast<Code>(saturate_code(apply(shift, b * c + a * s), range));
-    }
-  }
-}
-
 // 16-bit codes: each table entry's coefficient as one int32, C = cos d_c x.scale / y.scale 2^q
 // rounded (the 31-bit multiplier of the scale ratio applied to the centered code; q puts the
 // largest |C| or |S| in [2^29, 2^30)), then exactly in 64 bits
 //   y_a = saturate(apply({1, q}, a C - b S) - y.offset),  y_b = saturate(apply({1, q}, b C + a S) - y.offset)
 // with a, b the pair's codes minus x's zero point: products of 17 and 31 bits, which HVX takes
 // whole (vmpye/vmpyo) and adds with a carry. Encodings whose coefficients reach 2^27 (q < 3) or
-// stay below 2^-33 take the loop above.
+// stay below 2^-33 take rope_codes.
 //
 // The coefficients are laid out as the loop reads them: each table row of `half` angles padded
 // with zeros to whole blocks of `block`, neox's split even/odd per block for HVX (lane k of a
@@ -198,6 +168,50 @@ void for_each_centered(const qco::TensorView& table, F&& f) {
     default:
       for (int64_t i = 0; i < count; ++i) f(i, 0);
   }
+}
+
+// The pairs of every row on codes, given each table entry's coefficient (C for cos, S for sin,
+// indexed as the tables are): with a, b the pair's codes minus x's zero point,
+//   y_a = saturate(apply({1, shift}, a C - b S) - y.offset),  y_b = saturate(apply({1, shift}, b C + a S) - y.offset)
+// in 64 bits. The portable loop of both integer schemes below.
+template <typename Code, typename Coefficient>
+void rotate_pairs(qco::TensorView& y, const qco::TensorView& x, const RopeGeometry& geometry,
+                  const Coefficient* cosine, const Coefficient* sine, int32_t shift_bits) {
+  // Local copies: a uint8_t store may alias the caller's geometry and views, whose fields the
+  // loop would then read again after every store (on the host, a loop 5 times slower: it did not
+  // vectorize).
+  const RopeGeometry g = geometry;
+  const Code* in = x.as<const Code>();
+  Code* out = y.as<Code>();
+  const int32_t offset = x.offset;
+  const CodeRange range = code_range(y);
+  const FixedMultiplier shift{1, shift_bits};
+  const int64_t stride = g.stride(), step = g.step();
+  for (int64_t r = 0; r < g.rows; ++r) {
+    const int64_t base = r * g.head_dim, angles = g.angles(r);
+    for (int64_t i = 0; i < g.half; ++i) {
+      const int64_t c = cosine[angles + i], s = sine[angles + i];
+      const int64_t a = in[base + i * step] + offset, b = in[base + i * step + stride] + offset;
+      out[base + i * step] = static_cast<Code>(saturate_code(apply(shift, a * c - b * s), range));
+      out[base + i * step + stride] = static_cast<Code>(saturate_code(apply(shift, b * c + a * s), range));
+    }
+  }
+}
+
+// A table's centered codes times a scale ratio k: the coefficients of the RopeScale scheme.
+inline std::vector<int64_t> scaled_codes(const qco::TensorView& table, int64_t k) {
+  std::vector<int64_t> scaled(static_cast<size_t>(table.numel()));
+  for_each_centered(table, [&scaled, k](int64_t i, int32_t c) { scaled[static_cast<size_t>(i)] = c * k; });
+  return scaled;
+}
+
+template <typename Code>
+void rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos_table,
+                const qco::TensorView& sin_table, const RopeGeometry& g) {
+  const RopeScale scale = rope_scale(y, x, cos_table, sin_table);
+  const std::vector<int64_t> cosines = scaled_codes(cos_table, scale.cosine);
+  const std::vector<int64_t> sines = scaled_codes(sin_table, scale.sine);
+  rotate_pairs<Code>(y, x, g, cosines.data(), sines.data(), scale.shift);
 }
 
 // A bound on the magnitude of a table's centered codes: its dtype's extreme codes minus the zero
@@ -268,25 +282,8 @@ inline bool make_rope16(Rope16& rope, const qco::TensorView& y, const qco::Tenso
   return true;
 }
 
-inline void rope_u16(qco::TensorView& y, const qco::TensorView& x, const RopeGeometry& geometry, const Rope16& rope) {
-  const RopeGeometry g = geometry;  // locals, as rope_codes keeps them
-  const uint16_t* in = x.as<const uint16_t>();
-  uint16_t* out = y.as<uint16_t>();
-  const int32_t* cosine = rope.cosine.get();  // one block per row: angles(r) indexes them
-  const int32_t* sine = rope.sine.get();
-  const int32_t offset = x.offset;
-  const CodeRange range = code_range(y);
-  const FixedMultiplier shift{1, rope.shift};
-  const int64_t stride = g.stride(), step = g.step();
-  for (int64_t r = 0; r < g.rows; ++r) {
-    const int64_t base = r * g.head_dim, angles = g.angles(r);
-    for (int64_t i = 0; i < g.half; ++i) {
-      const int64_t c = cosine[angles + i], s = sine[angles + i];
-      const int64_t a = in[base + i * step] + offset, b = in[base + i * step + stride] + offset;
-      out[base + i * step] = static_cast<uint16_t>(saturate_code(apply(shift, a * c - b * s), range));
-      out[base + i * step + stride] = static_cast<uint16_t>(saturate_code(apply(shift, b * c + a * s), range));
-    }
-  }
+inline void rope_u16(qco::TensorView& y, const qco::TensorView& x, const RopeGeometry& g, const Rope16& rope) {
+  rotate_pairs<uint16_t>(y, x, g, rope.cosine.get(), rope.sine.get(), rope.shift);  // one block per table row
 }
 
 #if defined(__HVX__)
