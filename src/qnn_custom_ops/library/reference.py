@@ -31,6 +31,11 @@ def _require(condition: bool, op: str, message: str) -> None:
         raise LlmOpInputError(f"qco_llm::{op}: {message}")
 
 
+def _require_choice(op: str, name: str, value: str, choices: Sequence[str]) -> None:
+    """A string parameter (an OpDef enum) must be one of its values."""
+    _require(value in choices, op, f"{name}={value!r}; use one of {', '.join(choices)}")
+
+
 def _require_float(op: str, **tensors: torch.Tensor) -> None:
     for name, tensor in tensors.items():
         _require(tensor.is_floating_point(), op, f"{name} must be a floating tensor, got {tensor.dtype}")
@@ -118,11 +123,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
 
 
 def gelu_and_mul_shape(x: torch.Tensor, approximate: str) -> torch.Size:
-    _require(
-        approximate in GELU_APPROXIMATIONS,
-        "gelu_and_mul",
-        f"approximate={approximate!r}; use one of {', '.join(GELU_APPROXIMATIONS)}",
-    )
+    _require_choice("gelu_and_mul", "approximate", approximate, GELU_APPROXIMATIONS)
     return gated_shape("gelu_and_mul", x)
 
 
@@ -136,7 +137,7 @@ def rope_shape(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str
     """cos and sin are [seq, rotary / 2] (every sequence at the same positions) or
     [batch, seq, rotary / 2] (each sequence at its own: continuous batching decode), with
     0 < rotary <= head_dim; the elements past ``rotary`` pass through (partial rotary)."""
-    _require(style in ROPE_STYLES, "rope", f"style={style!r}; use one of {', '.join(ROPE_STYLES)}")
+    _require_choice("rope", "style", style, ROPE_STYLES)
     _require_float("rope", x=x, cos=cos, sin=sin)
     _require(
         x.dim() == 4,
@@ -217,10 +218,6 @@ def _slot_indices(op: str, cache: torch.Tensor, batch: int, batch_index: torch.T
     return slots
 
 
-def _require_negative(op: str, negative: str) -> None:
-    _require(negative in NEGATIVE_INDICES, op, f"negative={negative!r}; use one of {', '.join(NEGATIVE_INDICES)}")
-
-
 def _cache_rows(indices: torch.Tensor, ctx_len: int, negative: str) -> torch.Tensor:
     """The row each index names, or -1 for none (see ``NEGATIVE_INDICES``)."""
     rows = _as_int32(indices)
@@ -237,7 +234,7 @@ def ctx_scatter_shape(
     op: str = "ctx_scatter",
     negative: str = "skip",
 ) -> torch.Size:
-    _require_negative(op, negative)
+    _require_choice(op, "negative", negative, NEGATIVE_INDICES)
     _slots(op, cache, "position_ids", position_ids, batch_index)
     _require_float(op, updates=updates)
     batch, seq = position_ids.shape[0], position_ids.shape[-1]
@@ -288,7 +285,7 @@ def ctx_gather_shape(
     op: str = "ctx_gather",
     negative: str = "skip",
 ) -> list[int]:
-    _require_negative(op, negative)
+    _require_choice(op, "negative", negative, NEGATIVE_INDICES)
     _slots(op, cache, "ctx_indices", ctx_indices, batch_index)
     return [ctx_indices.shape[0], cache.shape[1], ctx_indices.shape[-1], cache.shape[3]]
 
