@@ -24,30 +24,26 @@ layer, then the V caches. Outputs: ``logits [batch, seq, vocab]``, then K and V 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 import torch
 
-from ..errors import UsageError
+from .families import FAMILIES, Family, LlmExportError, check_rope, family_of
 from .llm import llm_ops
 from .swap import QcoRMSNorm, Swap, swap_modules
 
 CACHE_LAYOUTS = ("rows", "scatter")
-#: ``model_type``s whose decoder layers compute exactly what the static layers below do.
-ARCHITECTURES = ("llama", "qwen2", "mistral", "gemma", "phi3")
+#: ``model_type``s whose decoder layers the static layers below compute (``families.FAMILIES``).
+ARCHITECTURES = tuple(FAMILIES)
 #: Masked scores are lowered by this much: exp(-255) underflows to 0 in float32, and a 16-bit
 #: encoding of the scores still resolves 0.004 (an -inf or finfo.min cannot be observed).
 MASK_DEPTH = 255.0
-_STATIC_ROPE = ("default", "linear", "llama3", "yarn")
 #: A transformers module of a supported architecture, read by attribute (``model.model.layers``,
 #: ``attention.q_proj``...): duck-typed across architectures, so not typed further.
 HFModule: TypeAlias = Any
-
-
-class LlmExportError(UsageError):
-    """A model or a shape ``export_llm`` cannot turn into static programs."""
 
 
 @dataclass(frozen=True)
@@ -93,9 +89,10 @@ class StaticAttention(torch.nn.Module):
 
     def __init__(self, attention: HFModule, heads: int, kv_heads: int, cache: str):
         super().__init__()
-        self.attention = attention  # HF's module: its projections and scaling
+        self.attention = attention  # HF's module: its projections, q/k norms, scaling and soft-capping
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, attention.head_dim
         self.cache = cache
+        self.softcap = getattr(attention, "attn_logit_softcapping", None)
         self.ops = llm_ops()
 
     def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -105,10 +102,24 @@ class StaticAttention(torch.nn.Module):
             q, k, v = self.attention.qkv_proj(x).split(sizes, dim=-1)
         else:
             q, k, v = (self.attention.q_proj(x), self.attention.k_proj(x), self.attention.v_proj(x))
-        return tuple(
-            t.view(x.shape[0], -1, n, self.head_dim).transpose(1, 2)
-            for t, n in zip((q, k, v), (self.heads, self.kv_heads, self.kv_heads))
-        )
+        batch = x.shape[0]
+        q = q.view(batch, -1, self.heads, self.head_dim)
+        k, v = (t.view(batch, -1, self.kv_heads, self.head_dim) for t in (k, v))
+        q, k = self._head_norm("q_norm", q), self._head_norm("k_norm", k)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+    def _head_norm(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        """Qwen3's and Gemma 3's per-head RMSNorm over the head dimension (``rms_norm`` once swapped)."""
+        norm = getattr(self.attention, name, None)
+        return t if norm is None else norm(t)
+
+    def _scores(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Softmax of scaled scores, soft-capped first where the family caps them (Gemma 2:
+        cap * tanh(s / cap), as HF's eager attention does before the mask)."""
+        scores = scores * self.attention.scaling
+        if self.softcap is not None:
+            scores = torch.tanh(scores / self.softcap) * self.softcap
+        return torch.softmax(scores + mask, dim=-1)
 
     def _grouped(self, q: torch.Tensor) -> torch.Tensor:
         """``[b, heads, seq, d]`` -> ``[b, kv_heads, group * seq, d]``: query head h uses KV head
@@ -118,8 +129,8 @@ class StaticAttention(torch.nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        cos: torch.Tensor | None,
+        sin: torch.Tensor | None,
         position_ids: torch.Tensor,
         mask: torch.Tensor,
         ctx_indices: torch.Tensor,
@@ -127,20 +138,20 @@ class StaticAttention(torch.nn.Module):
         v_cache: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = self._project(x)
-        q, k = self.ops["rope"](q, cos, sin), self.ops["rope"](k, cos, sin)
+        if cos is not None:  # SmolLM3's NoPE layers have none
+            q, k = self.ops["rope"](q, cos, sin), self.ops["rope"](k, cos, sin)
         grouped = self._grouped(q)
         group = self.heads // self.kv_heads
         mask = mask.repeat(1, group, 1).unsqueeze(1)  # [b, 1, group * seq, keys]: every KV head
-        scaling = self.attention.scaling
         if self.cache == "scatter":
             k_cache = self.ops["ctx_scatter"](k_cache, position_ids, k)
             v_cache = self.ops["ctx_scatter"](v_cache, position_ids, v)
             keys, values = self.ops["ctx_gather"](k_cache, ctx_indices), self.ops["ctx_gather"](v_cache, ctx_indices)
-            probs = torch.softmax(grouped @ keys.transpose(-1, -2) * scaling + mask, dim=-1)
+            probs = self._scores(grouped @ keys.transpose(-1, -2), mask)
             out, new = probs @ values, (k_cache, v_cache)
         else:
             scores = torch.cat((grouped @ k_cache.transpose(-1, -2), grouped @ k.transpose(-1, -2)), dim=-1)
-            probs = torch.softmax(scores * scaling + mask, dim=-1)
+            probs = self._scores(scores, mask)
             ctx_len = k_cache.shape[2]
             out, new = probs[..., :ctx_len] @ v_cache + probs[..., ctx_len:] @ v, (k, v)
         batch = x.shape[0]
@@ -153,37 +164,62 @@ class StaticAttention(torch.nn.Module):
 
 
 class StaticLayer(torch.nn.Module):
-    """A pre-norm decoder layer (Llama, Qwen2, Mistral, Gemma, Phi-3: dropout is off in eval).
-    The residual add and the post-attention norm are one ``fused_add_rms_norm`` when that norm
-    is the library's (vLLM's fusion); a norm left native keeps the add apart."""
+    """A decoder layer, dropout off (eval): Llama's pre-norm layer, or Gemma 2/3's with a norm
+    after each block too (``sandwich``), each block's output scaled by Granite's residual
+    multiplier. The residual add and the norm after it are one ``fused_add_rms_norm`` when that
+    norm is the library's (vLLM's fusion); a norm left native keeps the add apart."""
 
     input_layernorm: HFModule
-    post_attention_layernorm: HFModule
+    attention_out_norm: HFModule
+    mlp_norm: HFModule
+    mlp_out_norm: HFModule
     mlp: HFModule
     self_attn: StaticAttention
     window: int | None
+    rope: str | None
     fused_add_rms_norm: Any
 
-    def __init__(self, layer: HFModule, attention: StaticAttention, window: int | None):
+    def __init__(
+        self,
+        layer: HFModule,
+        attention: StaticAttention,
+        window: int | None,
+        rope: str | None,
+        family: Family,
+        config: object,
+    ):
         super().__init__()
         self.input_layernorm = layer.input_layernorm
-        self.post_attention_layernorm = layer.post_attention_layernorm
+        identity = torch.nn.Identity()
+        if family.sandwich_norms:
+            self.attention_out_norm, self.mlp_norm = layer.post_attention_layernorm, layer.pre_feedforward_layernorm
+            self.mlp_out_norm = layer.post_feedforward_layernorm
+        else:
+            self.attention_out_norm, self.mlp_out_norm = identity, identity
+            self.mlp_norm = layer.post_attention_layernorm
         self.mlp = layer.mlp
         self.self_attn = attention
-        self.window = window
+        self.window, self.rope = window, rope
+        self.residual_multiplier = family.residual_multiplier(config)
         self.fused_add_rms_norm = llm_ops()["fused_add_rms_norm"]
 
-    def forward(self, x: torch.Tensor, *args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        attended, k, v = self.self_attn(self.input_layernorm(x), *args)
-        normed, x = self._add_and_norm(attended, x)
-        return x + self.mlp(normed), k, v
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None, *args: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        attended, k, v = self.self_attn(self.input_layernorm(x), cos, sin, *args)
+        normed, x = self._add_and_norm(self._scaled(self.attention_out_norm(attended)), x)
+        return x + self._scaled(self.mlp_out_norm(self.mlp(normed))), k, v
 
-    def _add_and_norm(self, attended: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(post-attention norm of x + attended, x + attended)."""
-        norm = self.post_attention_layernorm
+    def _scaled(self, block: torch.Tensor) -> torch.Tensor:
+        """A block's output times the residual multiplier (Granite's; 1 leaves the graph as it is)."""
+        return block if self.residual_multiplier == 1.0 else block * self.residual_multiplier
+
+    def _add_and_norm(self, block: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the MLP's input norm of x + block, x + block)."""
+        norm = self.mlp_norm
         if isinstance(norm, QcoRMSNorm):
-            return self.fused_add_rms_norm(attended, x, norm.weight, norm.eps)
-        x = x + attended
+            return self.fused_add_rms_norm(block, x, norm.weight, norm.eps)
+        x = x + block
         return norm(x), x
 
 
@@ -205,20 +241,25 @@ class StaticCausalLM(torch.nn.Module):
         model: HFModule,
         shape: LlmShape,
         layers: list[StaticLayer],
-        inv_freq: torch.Tensor,
-        rope_scaling: float,
+        rope_tables: dict[str, tuple[torch.Tensor, torch.Tensor]],
+        family: Family,
     ):
         super().__init__()
         decoder = model.model
         self.embed_tokens, self.norm, self.lm_head = decoder.embed_tokens, decoder.norm, model.lm_head
         self.layers = torch.nn.ModuleList(layers)
         self.shape = shape
+        config = model.config
+        self.embedding_multiplier = family.embedding_multiplier(config)
+        self.logits_divisor = family.logits_divisor(config)
+        self.logits_softcap = family.logits_softcap(config)
         # cos/sin of every position as tables read by position (QEfficient and ExecuTorch's static
         # llama do the same): a quantizer sees their [-1, 1] once, where cos(position * inv_freq)
         # computed in the graph quantizes the angles over the positions calibration happened to see.
-        angles = torch.arange(shape.ctx_len, dtype=torch.float32)[:, None] * inv_freq.detach().float()[None, :]
-        self.register_buffer("cos_table", angles.cos() * rope_scaling, persistent=False)
-        self.register_buffer("sin_table", angles.sin() * rope_scaling, persistent=False)
+        self.rope_names = sorted(rope_tables)
+        for name, (cos, sin) in rope_tables.items():
+            self.register_buffer(f"cos_{name}", cos, persistent=False)
+            self.register_buffer(f"sin_{name}", sin, persistent=False)
         self.register_buffer("key_positions", torch.arange(shape.ctx_len, dtype=torch.int32), persistent=False)
 
     def _keys(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -244,29 +285,43 @@ class StaticCausalLM(torch.nn.Module):
             causal = causal & (keys[:, None, :] > positions[:, :, None] - window)
         return (causal.float() - 1.0) * MASK_DEPTH
 
-    def _angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin ``[b, seq, rotary/2]`` of each sequence's positions (``rope``'s per-sequence
-        tables); padding (-1) reads row 0: it writes nothing and nothing attends to it."""
+    def _angles(self, name: str, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin ``[b, seq, rotary/2]`` of each sequence's positions from table ``name``
+        (``rope``'s per-sequence tables); padding (-1) reads row 0: it writes nothing and
+        nothing attends to it."""
         rows = positions.clamp(min=0).reshape(-1)
-        shape = (*positions.shape, self.cos_table.shape[1])
-        return self.cos_table.index_select(0, rows).reshape(shape), self.sin_table.index_select(0, rows).reshape(shape)
+        cos, sin = getattr(self, f"cos_{name}"), getattr(self, f"sin_{name}")
+        shape = (*positions.shape, cos.shape[1])
+        return cos.index_select(0, rows).reshape(shape), sin.index_select(0, rows).reshape(shape)
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The head, then Granite's divisor and Gemma 2/3's final soft-cap where the family has them."""
+        logits = self.lm_head(self.norm(x))
+        if self.logits_divisor != 1.0:
+            logits = logits / self.logits_divisor
+        if self.logits_softcap is not None:
+            logits = torch.tanh(logits / self.logits_softcap) * self.logits_softcap
+        return logits
 
     def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor, *caches: torch.Tensor) -> tuple:
         positions = position_ids
-        cos, sin = self._angles(positions)
+        angles = {name: self._angles(name, positions) for name in self.rope_names}
         keys, causal, ctx_indices = self._keys(positions)
         masks = {}
         for layer in self.layers:
             if layer.window not in masks:
                 masks[layer.window] = self._mask(keys, positions, causal, layer.window)
         x = self.embed_tokens(tokens)
+        if self.embedding_multiplier != 1.0:
+            x = x * self.embedding_multiplier
         count = self.shape.layers
         new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
+            cos, sin = angles[layer.rope] if layer.rope is not None else (None, None)
             x, k, v = layer(x, cos, sin, position_ids, masks[layer.window], ctx_indices, caches[i], caches[count + i])
             new_k.append(k)
             new_v.append(v)
-        return (self.lm_head(self.norm(x)), *new_k, *new_v)
+        return (self._logits(x), *new_k, *new_v)
 
 
 @dataclass
@@ -311,16 +366,42 @@ def _config_int(config: object, name: str, default: int | None = None) -> int:
     return int(value)
 
 
-def _rotary(model: HFModule) -> tuple[torch.Tensor, float]:
-    """The model's static RoPE frequencies and their cos/sin scaling (HF's ``attention_scaling``)."""
-    rotary = model.model.rotary_emb
-    rope_type = getattr(rotary, "rope_type", "default")
-    _require(
-        rope_type in _STATIC_ROPE,
-        f"rope_type {rope_type!r} changes its frequencies with the sequence "
-        f"length; static programs take one of {', '.join(_STATIC_ROPE)}",
-    )
-    return rotary.inv_freq, float(getattr(rotary, "attention_scaling", 1.0))
+def _rope_tables(model: HFModule, family: Family, ctx_len: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """cos and sin ``[ctx_len, rotary/2]`` of each table the layers read, computed by the model's
+    own rotary module at positions 0..ctx_len-1 (so every RoPE type HF implements gives HF's
+    numbers, its ``attention_scaling`` included); types whose frequencies change with the length
+    are checked first (``check_rope``)."""
+    config, rotary = model.config, model.model.rotary_emb
+    names = {family.rope_of_layer(config, i) for i in range(len(model.model.layers))} - {None}
+    tables = {}
+    for name in sorted(names):
+        layer_type = None if name == "shared" else name
+        rope_type = rotary.rope_type if layer_type is None else rotary.rope_type[layer_type]
+        parameters = getattr(config, "rope_parameters", None) or {}
+        check_rope(rope_type, parameters if layer_type is None else parameters[layer_type], config, ctx_len)
+        kwargs = {} if layer_type is None else {"layer_type": layer_type}
+        with torch.no_grad():
+            cos, sin = rotary(torch.zeros(1), torch.arange(ctx_len)[None], **kwargs)
+        half = cos.shape[-1] // 2
+        tables[name] = (cos[0, :, :half].float().contiguous(), sin[0, :, :half].float().contiguous())
+    return tables
+
+
+class LlmDtypeWarning(UserWarning):
+    """The checkpoint's weights are not float32: the programs compute in float32."""
+
+
+def _in_float32(model: HFModule) -> None:
+    """Cast a float16/bfloat16 model to float32 in place, saying so once: the programs compute
+    in float32 on the host (the device's precision is set by quantization), and HF's own
+    float16 kernels are not what a static program runs."""
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    if dtypes <= {torch.float32}:
+        return
+    names = ", ".join(sorted(str(d).replace("torch.", "") for d in dtypes))
+    message = f"export_llm: the weights are {names}; cast to float32 for the programs"
+    warnings.warn(LlmDtypeWarning(message), stacklevel=3)
+    model.float()
 
 
 def _window(attention: HFModule, config: object) -> int | None:
@@ -337,22 +418,20 @@ def export_llm(
     static cache of ``ctx_len`` rows, for ``batch`` sequences at a time, each at its own
     positions. The model's RMSNorms and MLPs are swapped in place (``swap_modules(model,
     select)``; its own forward computes the same after)."""
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    _require(
-        model_type in ARCHITECTURES,
-        f"model_type {model_type!r} is not supported; supported: "
-        f"{', '.join(ARCHITECTURES)} (a transformers *ForCausalLM)",
-    )
+    family = family_of(getattr(getattr(model, "config", None), "model_type", None))
     _require(cache in CACHE_LAYOUTS, f"cache={cache!r}; use one of {', '.join(CACHE_LAYOUTS)}")
-    _require(
-        0 < prefill_len <= ctx_len, f"prefill_len={prefill_len}, ctx_len={ctx_len}: need 0 < prefill_len <= ctx_len"
-    )
-    _require(isinstance(batch, int) and batch >= 1, f"batch={batch!r}: need a whole number of sequences, 1 or more")
+    for name, value in (("prefill_len", prefill_len), ("ctx_len", ctx_len), ("batch", batch)):
+        _require(
+            isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+            f"{name}={value!r}: need a whole number, 1 or more",
+        )
+    _require(prefill_len <= ctx_len, f"prefill_len={prefill_len}, ctx_len={ctx_len}: need 0 < prefill_len <= ctx_len")
     config = model.config
     model.eval()
+    _in_float32(model)
     heads = _config_int(config, "num_attention_heads")
     kv_heads = _config_int(config, "num_key_value_heads", heads)
-    inv_freq, rope_scaling = _rotary(model)
+    tables = _rope_tables(model, family, ctx_len)
     swaps = swap_modules(model, select)
     attentions = [layer.self_attn for layer in model.model.layers]
     shape = LlmShape(
@@ -366,10 +445,17 @@ def export_llm(
         batch,
     )
     layers = [
-        StaticLayer(layer, StaticAttention(attention, heads, kv_heads, cache), _window(attention, config))
-        for layer, attention in zip(model.model.layers, attentions)
+        StaticLayer(
+            layer,
+            StaticAttention(attention, heads, kv_heads, cache),
+            _window(attention, config),
+            family.rope_of_layer(config, i),
+            family,
+            config,
+        )
+        for i, (layer, attention) in enumerate(zip(model.model.layers, attentions))
     ]
-    module = StaticCausalLM(model, shape, layers, inv_freq, rope_scaling).eval()
+    module = StaticCausalLM(model, shape, layers, tables, family).eval()
     caches = shape.empty_cache()
     return LlmPrograms(
         LlmProgram("prefill", module, shape.inputs([[0] * prefill_len] * batch, [0] * batch, prefill_len, caches)),

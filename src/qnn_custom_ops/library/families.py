@@ -1,0 +1,160 @@
+"""What each Hugging Face model family computes beyond a Llama decoder, one registry entry each.
+
+``export_llm`` builds every family from the same static pieces; an entry only names what sets
+its family apart (XNNPACK's partitioner configs are the model: one small config per op, no
+if-chain). What HF keeps on the modules themselves is read off them instead, for every family
+alike: q/k norms (``attention.q_norm``), attention soft-capping
+(``attention.attn_logit_softcapping``), ``attention.scaling`` (Gemma 2's
+``query_pre_attn_scalar``, Granite's ``attention_multiplier``), per-layer sliding windows and
+Gemma's scaled embedding.
+
+RoPE types have a registry of their own (``ROPE_TYPES``): a type whose frequencies change with
+the sequence length is exported only up to the length at which HF still uses one set of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
+
+#: A transformers config, read by attribute.
+Config = Any
+
+
+class LlmExportError(UsageError):
+    """A model or a shape ``export_llm`` cannot turn into static programs."""
+
+
+def _one(config: Config) -> float:
+    return 1.0
+
+
+def _config_float(name: str) -> Callable[[Config], float]:
+    """A multiplier the config holds under ``name`` (Granite's)."""
+
+    def read(config: Config) -> float:
+        return float(getattr(config, name))
+
+    read.__name__ = name
+    return read
+
+
+def _no_cap(config: Config) -> float | None:
+    return None
+
+
+def _final_softcap(config: Config) -> float | None:
+    """Gemma 2 and 3: logits = cap * tanh(logits / cap)."""
+    cap = getattr(config, "final_logit_softcapping", None)
+    return None if cap is None else float(cap)
+
+
+#: Which rotary table a layer reads: a name (``rope_tables`` makes one per name) or None (no RoPE).
+RopeOfLayer = Callable[[Config, int], "str | None"]
+
+
+def _shared_rope(config: Config, layer: int) -> str | None:
+    return "shared"
+
+
+def _rope_by_layer_type(config: Config, layer: int) -> str | None:
+    """Gemma 3: sliding layers use the local base, full-attention layers the global one."""
+    return str(config.layer_types[layer])
+
+
+def _no_rope_layers(config: Config, layer: int) -> str | None:
+    """SmolLM3: ``no_rope_layers[i] == 0`` marks a layer without RoPE (NoPE)."""
+    return "shared" if config.no_rope_layers[layer] else None
+
+
+@dataclass(frozen=True)
+class Family:
+    """What one ``model_type`` adds to the Llama layer; every field defaults to Llama's."""
+
+    #: Post-attention and post-feedforward norms around each block (Gemma 2 and 3): the
+    #: residual add follows the norm of the block's output.
+    sandwich_norms: bool = False
+    embedding_multiplier: Callable[[Config], float] = _one
+    residual_multiplier: Callable[[Config], float] = _one
+    logits_divisor: Callable[[Config], float] = _one
+    logits_softcap: Callable[[Config], float | None] = _no_cap
+    rope_of_layer: RopeOfLayer = _shared_rope
+
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family(),
+    "qwen2": Family(),
+    "mistral": Family(),
+    "gemma": Family(),
+    "phi3": Family(),
+    "qwen3": Family(),
+    "smollm3": Family(rope_of_layer=_no_rope_layers),
+    "granite": Family(
+        embedding_multiplier=_config_float("embedding_multiplier"),
+        residual_multiplier=_config_float("residual_multiplier"),
+        logits_divisor=_config_float("logits_scaling"),
+    ),
+    "gemma2": Family(sandwich_norms=True, logits_softcap=_final_softcap),
+    "gemma3_text": Family(sandwich_norms=True, logits_softcap=_final_softcap, rope_of_layer=_rope_by_layer_type),
+}
+
+
+def family_of(model_type: object) -> Family:
+    """The registry entry of ``model_type``, or one error naming the supported ones."""
+    family = FAMILIES.get(str(model_type))
+    if family is None:
+        hint = " (Gemma 3: load the text model, Gemma3ForCausalLM)" if model_type == "gemma3" else ""
+        raise LlmExportError(
+            f"export_llm: model_type {model_type!r} is not supported{hint}; supported: "
+            f"{', '.join(FAMILIES)} (a transformers *ForCausalLM)"
+        )
+    return family
+
+
+@dataclass(frozen=True)
+class RopeType:
+    """A transformers RoPE type: the longest context at which HF keeps one set of frequencies
+    (None: any), and why it changes them past it."""
+
+    fixed_up_to: Callable[[dict, Config], int] | None = None
+    why: str = ""
+
+
+def _original_max(parameters: dict, config: Config) -> int:
+    return int(parameters.get("original_max_position_embeddings") or config.original_max_position_embeddings)
+
+
+def _max_positions(parameters: dict, config: Config) -> int:
+    return int(config.max_position_embeddings)
+
+
+ROPE_TYPES: dict[str, RopeType] = {
+    "default": RopeType(),
+    "linear": RopeType(),
+    "llama3": RopeType(),
+    "yarn": RopeType(),
+    "proportional": RopeType(),
+    "dynamic": RopeType(_max_positions, "dynamic NTK recomputes its frequencies for longer sequences"),
+    "longrope": RopeType(_original_max, "longrope switches from short_factor to long_factor for longer sequences"),
+}
+
+
+def check_rope(rope_type: str, parameters: dict, config: Config, ctx_len: int) -> None:
+    """Refuse a RoPE type HF computes differently from a fixed table at ``ctx_len``, saying why
+    and what to export instead."""
+    rule = ROPE_TYPES.get(rope_type)
+    if rule is None:
+        raise LlmExportError(
+            f"export_llm: rope_type {rope_type!r} is not known to the static export; known: {', '.join(ROPE_TYPES)}"
+        )
+    if rule.fixed_up_to is None:
+        return
+    limit = rule.fixed_up_to(parameters, config)
+    if ctx_len > limit:
+        raise LlmExportError(
+            f"export_llm: rope_type {rope_type!r} at ctx_len={ctx_len}: {rule.why} (past {limit} positions), "
+            f"mid-generation, which a static table cannot follow; export ctx_len <= {limit}"
+        )
