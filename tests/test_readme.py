@@ -38,3 +38,22 @@ def test_the_readme_quantization_lines_quantize_a_bound_op_8a8w():
     assert mul3.args[0].args[-1] == torch.uint8  # 8a8w activations
     with torch.no_grad():
         torch.testing.assert_close(converted(*inputs), model(*inputs), atol=0.02, rtol=0)
+
+
+def test_every_qco_name_the_readme_and_examples_call_is_public():
+    """``qco.X`` in the README's snippets and the examples is in ``qco.__all__`` (or a
+    subpackage), so a user never reaches into a private module for what the README calls."""
+    texts = [(REPO / "README.md").read_text(), *(path.read_text() for path in (REPO / "examples").glob("*.py"))]
+    used = {name for text in texts for name in re.findall(r"\bqco\.(\w+)", text)}
+    subpackages = {path.name for path in (REPO / "src" / "qnn_custom_ops").iterdir() if (path / "__init__.py").exists()}
+    assert sorted(used - set(qco.__all__) - subpackages) == []
+
+
+def test_a_quantized_output_is_compared_with_public_names_only():
+    """``compare_outputs(..., encodings=...)`` as the README writes it, built from the package's
+    public names: outputs one code apart are one step."""
+    from qnn_custom_ops import Datatype, Encoding, Tolerance, compare_outputs
+
+    encoding = Encoding(Datatype.UFIXED_POINT_8, scale=0.5, offset=-10)
+    (report,) = compare_outputs([torch.tensor([1.0, 2.5])], [torch.tensor([1.0, 2.0])], Tolerance(), [encoding])
+    assert (report.steps, report.passed) == (1, True)
