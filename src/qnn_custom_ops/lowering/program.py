@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,13 @@ from executorch.backends.qualcomm._passes.qnn_pass_manager import get_qnn_pass_m
 from executorch.backends.qualcomm.serialization.qc_schema import QnnExecuTorchBackendType
 from executorch.backends.qualcomm.utils.utils import qnn_edge_config
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-from executorch.exir import EdgeCompileConfig, ExecutorchProgramManager, to_edge_transform_and_lower
+from executorch.exir import (
+    EdgeCompileConfig,
+    ExecutorchBackendConfig,
+    ExecutorchProgramManager,
+    to_edge_transform_and_lower,
+)
+from executorch.exir.passes import MemoryPlanningPass
 
 from ..atomic_files import write_atomic
 from ..errors import ReportedError, UsageError
@@ -31,17 +37,24 @@ EMULATIONS = ("quantized", "float")
 
 @dataclass(frozen=True)
 class LoweredProgram:
-    """A lowered program: the .pte, what each bound op computes on, and per program output
-    the encoding of its last quantization (None for an unquantized output) -- the codes in
-    which ``compare_outputs`` measures errors."""
+    """A lowered program: the .pte, what each bound op computes on, and per method and program
+    output the encoding of its last quantization (None for an unquantized output) -- the codes
+    in which ``compare_outputs`` measures errors."""
 
     manager: ExecutorchProgramManager
     emulated: tuple[EmulatedOp, ...]
-    output_encodings: tuple[Encoding | None, ...]
+    method_encodings: Mapping[str, tuple[Encoding | None, ...]]
 
     @property
     def buffer(self) -> bytes:
         return self.manager.buffer
+
+    @property
+    def output_encodings(self) -> tuple[Encoding | None, ...]:
+        """The encodings of ``forward``'s outputs (of the one method, when there is one)."""
+        if len(self.method_encodings) == 1:
+            return next(iter(self.method_encodings.values()))
+        return self.method_encodings["forward"]
 
 
 def output_encodings(program: torch.export.ExportedProgram) -> tuple[Encoding | None, ...]:
@@ -56,10 +69,10 @@ def is_quantized(program: torch.export.ExportedProgram) -> bool:
     return any("quantized_decomposed" in str(n.target) for n in program.graph.nodes if n.op == "call_function")
 
 
-def _lower_host(
+def _prepare_host(
     exported: torch.export.ExportedProgram, binding: OpPackageBinding, emulate: str
-) -> tuple[Any, list[EmulatedOp]]:
-    """The program QNN would run, for the host's kernels.
+) -> tuple[list, list[EmulatedOp]]:
+    """The partitioners and emulated ops of the program QNN would run, for the host's kernels.
 
     int64 inputs of bound ops are cast to int32 as QNN's lowering does; every bound op is
     checked (arguments, datatypes against the OpDef) before anything is lowered; with
@@ -73,32 +86,77 @@ def _lower_host(
     problems = preflight(exported.graph_module, binding)
     if problems:
         raise PreflightError(problems)
-    partitioners, emulated = [], []
-    if is_quantized(exported):
-        import executorch.kernels.quantized  # noqa: F401  (out variants of quantize/dequantize)
+    if not is_quantized(exported):
+        return [XnnpackPartitioner()], []
+    import executorch.kernels.quantized  # noqa: F401  (out variants of quantize/dequantize)
 
-        if emulate == "quantized":
-            emulated = emulate_quantized(exported, binding)
-    else:
-        partitioners.append(XnnpackPartitioner())
-    edge = to_edge_transform_and_lower(
-        exported, partitioner=partitioners, compile_config=EdgeCompileConfig(_check_ir_validity=False)
-    )
-    return edge, emulated
+    return [], emulate_quantized(exported, binding) if emulate == "quantized" else []
 
 
-def _lower_qnn(exported: torch.export.ExportedProgram, binding: OpPackageBinding, compile_spec: list) -> Any:
+def _lower_qnn(
+    exported: Mapping[str, torch.export.ExportedProgram],
+    binding: OpPackageBinding,
+    compile_spec: list,
+    constant_methods: dict[str, Any],
+) -> Any:
     """QNN's own export and edge passes, our partitioner, and our visitors for the bound ops
     while QNN builds its graph (executorch's own visitor is back afterwards)."""
     pass_manager = get_qnn_pass_manager_cls(QnnExecuTorchBackendType.kHtpBackend)()
-    aten = pass_manager.transform_for_export_pipeline(exported)
     with bound_visitors(binding):
         return to_edge_transform_and_lower(
-            aten,
-            transform_passes=pass_manager.get_to_edge_transform_passes(exported),
+            {name: pass_manager.transform_for_export_pipeline(program) for name, program in exported.items()},
+            transform_passes={
+                name: pass_manager.get_to_edge_transform_passes(program) for name, program in exported.items()
+            },
             partitioner=[QnnCustomOpPartitioner(compile_spec, binding)],
+            constant_methods=constant_methods,
             compile_config=qnn_edge_config(),
         )
+
+
+def _check_choices(target: str, emulate: str, compile_spec: list | None) -> None:
+    if target not in TARGETS:
+        raise UsageError(f"unknown target {target!r}: use one of {', '.join(TARGETS)}")
+    if emulate not in EMULATIONS:
+        raise UsageError(f"unknown emulate {emulate!r}: use one of {', '.join(EMULATIONS)}")
+    if target == "qnn" and compile_spec is None:
+        raise UsageError("target='qnn' needs compile_spec=qnn_custom_ops.compile_spec(soc, binding, builds)")
+
+
+def lower_methods(
+    methods: Mapping[str, tuple[torch.nn.Module, Sequence[torch.Tensor]]],
+    binding: OpPackageBinding,
+    target: str = "host",
+    *,
+    compile_spec: list | None = None,
+    emulate: str = "quantized",
+    constant_methods: Mapping[str, Any] | None = None,
+    plan_outputs: bool = True,
+) -> LoweredProgram:
+    """``lower`` for a program of several methods (``{name: (model, example_inputs)}``), with
+    ``constant_methods`` (metadata a device runner reads, e.g. ``get_n_layers``). With
+    ``plan_outputs=False`` outputs get no planned memory: a runner that hands each output its
+    own buffer (``set_output``, as ExecuTorch's LLM runners do) needs that."""
+    _check_choices(target, emulate, compile_spec)
+    exported = {name: torch.export.export(m, tuple(inputs), strict=True) for name, (m, inputs) in methods.items()}
+    encodings = {name: output_encodings(program) for name, program in exported.items()}
+    emulated: list[EmulatedOp] = []
+    if target == "host":
+        partitioners = {}
+        for name, program in exported.items():
+            partitioners[name], ops = _prepare_host(program, binding, emulate)
+            emulated += ops
+        edge = to_edge_transform_and_lower(
+            exported,
+            partitioner=partitioners,
+            constant_methods=dict(constant_methods or {}),
+            compile_config=EdgeCompileConfig(_check_ir_validity=False),
+        )
+    else:
+        assert compile_spec is not None  # refused above
+        edge = _lower_qnn(exported, binding, compile_spec, dict(constant_methods or {}))
+    config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_output=plan_outputs))
+    return LoweredProgram(edge.to_executorch(config), tuple(emulated), encodings)
 
 
 def lower(
@@ -122,37 +180,24 @@ def lower(
     SDK and says so in one line without it. ``output`` writes the .pte (atomically), and
     beside it ``<output>.encodings.json``, the outputs' quantization encodings.
     """
-    if target not in TARGETS:
-        raise UsageError(f"unknown target {target!r}: use one of {', '.join(TARGETS)}")
-    if emulate not in EMULATIONS:
-        raise UsageError(f"unknown emulate {emulate!r}: use one of {', '.join(EMULATIONS)}")
-    if target == "qnn" and compile_spec is None:
-        raise UsageError("target='qnn' needs compile_spec=qnn_custom_ops.compile_spec(soc, binding, builds)")
-    exported = torch.export.export(model, tuple(example_inputs), strict=True)
-    encodings = output_encodings(exported)
-    if target == "host":
-        edge, emulated = _lower_host(exported, binding, emulate)
-    else:
-        assert compile_spec is not None  # refused above
-        edge, emulated = _lower_qnn(exported, binding, compile_spec), []
-    program = LoweredProgram(edge.to_executorch(), tuple(emulated), encodings)
+    program = lower_methods(
+        {"forward": (model, example_inputs)}, binding, target, compile_spec=compile_spec, emulate=emulate
+    )
     if output is not None:
         write_atomic(Path(output), program.buffer)
         if Path(output).is_file():  # not for a stream such as /dev/stdout
-            write_atomic(
-                encodings_file(Path(output)),
-                json.dumps(
-                    {
-                        "output_encodings": [
-                            None
-                            if e is None
-                            else {"datatype": e.datatype.short_name, "scale": e.scale, "offset": e.offset}
-                            for e in encodings
-                        ]
-                    }
-                ).encode(),
-            )
+            sidecar = {"output_encodings": encodings_json(program)}
+            write_atomic(encodings_file(Path(output)), json.dumps(sidecar).encode())
     return program
+
+
+def encodings_json(program: LoweredProgram, method: str | None = None) -> list:
+    """A method's output encodings (``forward``'s by default) as ``read_output_encodings`` reads them."""
+    encodings = program.output_encodings if method is None else program.method_encodings[method]
+    return [
+        None if e is None else {"datatype": e.datatype.short_name, "scale": e.scale, "offset": e.offset}
+        for e in encodings
+    ]
 
 
 class EncodingsFileError(ReportedError, ValueError):
