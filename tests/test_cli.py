@@ -389,3 +389,40 @@ def test_ctrl_c_during_build_host_is_an_interrupt_and_leaves_the_cache_clean(tmp
     env["CXX"] = "g++"
     again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert again.returncode == 0 and Path(again.stdout.strip()).is_file(), again.stderr
+
+
+def test_our_warnings_are_one_line_without_the_code_that_warned(capsys):
+    """A warning of ours reads as the sentence it was written as, not Python's
+    ``path/cli.py:198: Category: ...`` followed by the source line that warned."""
+    import warnings
+
+    from qnn_custom_ops.library.swap import SwapWarning
+
+    def handler(args):
+        warnings.warn(SwapWarning("layers.0.norm stays native (use select='none')"), stacklevel=1)
+        return 0
+
+    assert cli._run(handler, None) == 0
+    assert capsys.readouterr().err == "warning: layers.0.norm stays native (use select='none')\n"
+
+
+@pytest.mark.slow
+def test_build_host_on_an_op_without_out_variant_is_one_line_with_the_fix(tmp_path):
+    """The torch-first route (opdef-from-torch, generate, build-host) on a torch.library.custom_op:
+    build-host says, once, how to add the .out variant -- no warning naming an internal file."""
+    (tmp_path / "swish_ops.py").write_text(
+        "import torch\n"
+        "@torch.library.custom_op('my_ops::swish', mutates_args=())\n"
+        "def swish(x: torch.Tensor) -> torch.Tensor:\n"
+        "    return x * torch.sigmoid(x)\n"
+        "swish.register_fake(lambda x: torch.empty_like(x))\n")
+    steps = [["opdef-from-torch", "swish_ops:my_ops.swish=Swish", "--package", "SwishPackage", "-o", "swish.xml"],
+             ["generate", "swish.xml", "-o", "out"]]
+    for step in steps:
+        assert run("qnn-custom-ops", *step, cwd=tmp_path).returncode == 0
+    result = run("qnn-custom-ops", "build-host", "out/SwishPackage", "--bind", "Swish=my_ops::swish",
+                 "--import", "swish_ops", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "error: my_ops::swish.out is not defined: to_executorch needs the out variant (add it with "
+        "qnn_custom_ops.register_out_variant(torch.ops.my_ops.swish.default))"]

@@ -57,3 +57,19 @@ def test_a_quantized_output_is_compared_with_public_names_only():
     encoding = Encoding(Datatype.UFIXED_POINT_8, scale=0.5, offset=-10)
     (report,) = compare_outputs([torch.tensor([1.0, 2.5])], [torch.tensor([1.0, 2.0])], Tolerance(), [encoding])
     assert (report.steps, report.passed) == (1, True)
+
+
+def test_the_readme_torch_first_route_gives_its_op_the_out_variant(tmp_path):
+    """The torch-first route's module, as the README writes it: the op it defines has the .out
+    overload build-host needs, so binding it warns of nothing."""
+    import warnings
+
+    from qnn_custom_ops.torch_bridge.binding import MissingOutVariantWarning
+
+    exec(readme_block("The torch-first route"), {})
+    swish = torch.ops.my_ops.swish.default
+    (tmp_path / "swish.xml").write_text(qco.opdef_from_torch(swish, package="SwishPackage", qnn_op_type="Swish"))
+    package = qco.load_package(tmp_path / "swish.xml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MissingOutVariantWarning)
+        qco.bind(package, {"Swish": swish})

@@ -8,11 +8,12 @@ No traceback reaches the user unless QCO_DEBUG=1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -185,6 +186,7 @@ def _host_library(package_dir: str, binds: Sequence[str], modules: Sequence[str]
     importing the modules that register the ops."""
     from .runtime import build_host_library
     from .torch_bridge import bind
+    from .torch_bridge.binding import MissingOutVariantWarning
 
     for module in modules:
         _import_user_module(module, f"--import {module}")
@@ -195,7 +197,10 @@ def _host_library(package_dir: str, binds: Sequence[str], modules: Sequence[str]
         if not qnn_type or not op:
             raise UsageError(f"--bind {item!r}: expected QnnOpType=NAMESPACE::OP[.OVERLOAD]")
         mapping[qnn_type] = _torch_overload(op, f"--bind {item!r}", "(--import the module that registers it)")
-    return build_host_library(package_dir, bind(package, mapping))
+    with warnings.catch_warnings():  # the build refuses a missing .out variant with the same fix
+        warnings.simplefilter("ignore", MissingOutVariantWarning)
+        binding = bind(package, mapping)
+    return build_host_library(package_dir, binding)
 
 
 def _cmd_build_host(args: argparse.Namespace) -> int:
@@ -496,9 +501,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _our_warnings_one_line() -> Iterator[None]:
+    """Show our warnings as the one line each was written as (``warning: ...``), not with the
+    file, line and source of the code that warned, which are ours, not the user's."""
+    show = warnings.showwarning
+
+    def show_ours_plainly(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if category.__module__.split(".")[0] == __package__:
+            print(f"warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, *args, **kwargs)
+
+    warnings.showwarning = show_ours_plainly
+    try:
+        yield
+    finally:
+        warnings.showwarning = show
+
+
 def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     try:
-        return handler(args)
+        with _our_warnings_one_line():
+            return handler(args)
     except OpDefError as exc:
         for diagnostic in exc.diagnostics:
             print(diagnostic, file=sys.stderr)
