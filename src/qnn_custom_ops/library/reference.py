@@ -130,7 +130,11 @@ def gelu_and_mul_shape(x: torch.Tensor, approximate: str) -> torch.Size:
 def gelu_and_mul(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     d = gelu_and_mul_shape(x, approximate)[-1]
     real = x.float()
-    return (F.gelu(real[..., :d], approximate=approximate) * real[..., d:]).to(x.dtype)
+    gate = real[..., :d]
+    # GELU(+inf) is +inf; torch 2.13's float32 CPU GELU says NaN there on some machines, and the
+    # kernel is judged by this reference.
+    activated = torch.where(torch.isposinf(gate), gate, F.gelu(gate, approximate=approximate))
+    return (activated * real[..., d:]).to(x.dtype)
 
 
 def rope_shape(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str) -> torch.Size:
