@@ -13,7 +13,8 @@ import torch
 
 import qnn_custom_ops as qco
 from qnn_custom_ops.library import llm_binding, package_dir
-from qnn_custom_ops.library.generation import eager_step, greedy, greedy_batch, host_step, quantize_llm
+from qnn_custom_ops.library.generation import greedy, greedy_batch, quantize_llm
+from qnn_custom_ops.library.steps import eager_step, host_step
 from qnn_custom_ops.library.hf import LlmExportError, export_llm
 from qnn_custom_ops.runtime import HostRunner
 

@@ -4,10 +4,12 @@ KV cache (op package ``op_packages/LlmOpPackage``, torch namespace ``qco_llm``),
 causal LM into prefill and decode programs on them and generate with those.
 """
 
-from .generation import eager_step, greedy, greedy_batch, host_step, quantize_llm
+from .generation import greedy, greedy_batch, quantize_llm
 from .hf import LlmExportError, export_llm
 from .llm import LLM_OPS, NAMESPACE, llm_binding, llm_ops, llm_package, llm_quant_overrides, package_dir
 from .reference import LlmOpInputError
+from .runner_loop import RunnerLoop
+from .steps import eager_step, host_step
 from .swap import SelectError, swap_modules
 
 __all__ = [
@@ -15,6 +17,7 @@ __all__ = [
     "NAMESPACE",
     "LlmExportError",
     "LlmOpInputError",
+    "RunnerLoop",
     "SelectError",
     "eager_step",
     "export_llm",

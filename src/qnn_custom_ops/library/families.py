@@ -82,23 +82,36 @@ class Family:
     logits_divisor: Callable[[Config], float] = _one
     logits_softcap: Callable[[Config], float | None] = _no_cap
     rope_of_layer: RopeOfLayer = _shared_rope
+    #: ``qnn_llama_runner --decoder_model_version``: its chat template and extra EOS token.
+    runner_version: str = "llama3"
+    #: The runner builds a second, sliding-window mask (its HybridCache: Gemma 2 and 3 only).
+    runner_window_mask: bool = False
 
 
 FAMILIES: dict[str, Family] = {
     "llama": Family(),
-    "qwen2": Family(),
-    "mistral": Family(),
-    "gemma": Family(),
-    "phi3": Family(),
-    "qwen3": Family(),
-    "smollm3": Family(rope_of_layer=_no_rope_layers),
+    "qwen2": Family(runner_version="qwen2_5"),
+    "mistral": Family(runner_version="llama2"),
+    "gemma": Family(runner_version="gemma"),
+    "phi3": Family(runner_version="phi_4_mini"),
+    "qwen3": Family(runner_version="qwen3"),
+    "smollm3": Family(rope_of_layer=_no_rope_layers, runner_version="smollm3"),
     "granite": Family(
         embedding_multiplier=_config_float("embedding_multiplier"),
         residual_multiplier=_config_float("residual_multiplier"),
         logits_divisor=_config_float("logits_scaling"),
+        runner_version="granite",
     ),
-    "gemma2": Family(sandwich_norms=True, logits_softcap=_final_softcap),
-    "gemma3_text": Family(sandwich_norms=True, logits_softcap=_final_softcap, rope_of_layer=_rope_by_layer_type),
+    "gemma2": Family(
+        sandwich_norms=True, logits_softcap=_final_softcap, runner_version="gemma2", runner_window_mask=True
+    ),
+    "gemma3_text": Family(
+        sandwich_norms=True,
+        logits_softcap=_final_softcap,
+        rope_of_layer=_rope_by_layer_type,
+        runner_version="gemma3",
+        runner_window_mask=True,
+    ),
 }
 
 

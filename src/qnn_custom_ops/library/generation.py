@@ -1,36 +1,20 @@
 """Greedy generation over the prefill and decode programs of ``export_llm``, the cache carried
 between calls: on the host ExecuTorch runtime (``host_step``) or eagerly (``eager_step``, which
-also gives PT2E its calibration inputs).
+also gives PT2E its calibration inputs). Programs of ``cache="runner"`` are driven as ExecuTorch's
+device runner drives them (``runner_loop.RunnerLoop``).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from ..runtime import HostRunner
 from .hf import LlmExportError, LlmPrograms, LlmShape
-
-#: One call of a program: its inputs (tokens, position_ids, caches) -> its outputs.
-Step = Callable[[tuple], Sequence[torch.Tensor]]
-
-
-def eager_step(module: torch.nn.Module) -> Step:
-    """A program's module (float, or converted by PT2E) called in PyTorch."""
-
-    def step(inputs: tuple) -> list[torch.Tensor]:
-        with torch.no_grad():
-            return list(module(*inputs))
-
-    return step
-
-
-def host_step(runner: HostRunner, program: bytes) -> Step:
-    """A lowered program (``qco.lower(...).buffer``) run by ExecuTorch on the host."""
-    return lambda inputs: runner.run(program, [inputs])[0]
+from .runner_loop import RunnerLoop
+from .steps import Generation, Step, eager_step, snapshot, token_ids
 
 
 @dataclass
@@ -53,16 +37,6 @@ class KvCache:
         for cache, rows in zip(self.tensors, outputs):
             for b, (start, count) in enumerate(zip(starts, counts)):
                 cache[b, :, start : start + count] = rows[b, :, :count]
-
-
-@dataclass
-class Generation:
-    """Tokens chosen, the logits each was chosen from, and (``record=True``) every call's inputs."""
-
-    tokens: list[int]
-    logits: list[torch.Tensor]
-    prefill_inputs: list[tuple]
-    decode_inputs: list[tuple]
 
 
 def _check(
@@ -88,11 +62,6 @@ def _check(
     for tokens in forced or ():
         if len(tokens) < new_tokens:
             raise LlmExportError(f"greedy: forced has {len(tokens)} tokens, fewer than new_tokens={new_tokens}")
-
-
-def _snapshot(inputs: tuple) -> tuple:
-    """Inputs kept for calibration: the caches are written in place afterwards."""
-    return tuple(t.clone() for t in inputs)
 
 
 def greedy(
@@ -121,15 +90,19 @@ def greedy_batch(
 ) -> list[Generation]:
     """``greedy`` for the ``shape.batch`` sequences of batched programs at once, one prompt each
     (lengths may differ: each sequence decodes from its own position). Recorded inputs are kept
-    on the first Generation: they are the programs' inputs, all sequences together."""
-    prompts = [[int(t) for t in prompt] for prompt in prompts]
+    on the first Generation: they are the programs' inputs, all sequences together. Programs of
+    ``cache="runner"`` run in ``RunnerLoop``, as ExecuTorch's device runner runs them."""
+    prompts = [token_ids(prompt, shape.vocab, f"greedy: prompt {b}") for b, prompt in enumerate(prompts)]
     _check(shape, prompts, new_tokens, forced)
+    if shape.cache == "runner":
+        loop = RunnerLoop(shape, prefill, decode)
+        return [loop.generate(prompts[0], new_tokens, forced=None if forced is None else forced[0], record=record)]
     cache = KvCache(shape)
     results = [Generation([], [], [], []) for _ in prompts]
     inputs = shape.inputs(prompts, [0] * len(prompts), shape.prefill_len, cache.tensors)
     outputs = prefill(inputs)
     if record:
-        results[0].prefill_inputs.append(_snapshot(inputs))
+        results[0].prefill_inputs.append(snapshot(inputs))
     lengths = [len(prompt) for prompt in prompts]
     cache.carry(outputs[1:], [0] * len(prompts), lengths)
     logits = [outputs[0][b, length - 1] for b, length in enumerate(lengths)]
@@ -143,7 +116,7 @@ def greedy_batch(
             break
         inputs = shape.inputs([[token] for token in tokens], positions, 1, cache.tensors)
         if record:
-            results[0].decode_inputs.append(_snapshot(inputs))
+            results[0].decode_inputs.append(snapshot(inputs))
         outputs = decode(inputs)
         cache.carry(outputs[1:], positions, [1] * len(prompts))
         logits = [outputs[0][b, -1] for b in range(len(prompts))]

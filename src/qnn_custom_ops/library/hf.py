@@ -35,7 +35,7 @@ from .families import FAMILIES, Family, LlmExportError, check_rope, family_of
 from .llm import llm_ops
 from .swap import QcoRMSNorm, Swap, swap_modules
 
-CACHE_LAYOUTS = ("rows", "scatter")
+CACHE_LAYOUTS = ("rows", "scatter", "runner")
 #: ``model_type``s whose decoder layers the static layers below compute (``families.FAMILIES``).
 ARCHITECTURES = tuple(FAMILIES)
 #: Masked scores are lowered by this much: exp(-255) underflows to 0 in float32, and a 16-bit
@@ -58,10 +58,49 @@ class LlmShape:
     prefill_len: int
     cache: str
     batch: int = 1
+    #: ``cache="runner"``: the window of the layers that read the window mask, None when no
+    #: layer has one (the programs then take one mask).
+    window: int | None = None
+
+    @property
+    def masks(self) -> int:
+        """How many masks the ``runner`` programs take: the full one, and the window's if any."""
+        return 1 if self.window is None else 2
 
     def empty_cache(self) -> list[torch.Tensor]:
-        """Zeroed K caches of every layer, then V caches, as the programs take them."""
-        return [torch.zeros(self.batch, self.kv_heads, self.ctx_len, self.head_dim) for _ in range(2 * self.layers)]
+        """Zeroed K caches of every layer, then V caches, as the programs take them (``runner``:
+        K transposed ``[b, kv_heads, head_dim, ctx_len]``, of which a program reads the first
+        ``ctx_len - ar_len`` columns)."""
+        rows = torch.zeros(self.batch, self.kv_heads, self.ctx_len, self.head_dim)
+        k = rows.transpose(2, 3).contiguous() if self.cache == "runner" else rows
+        return [k.clone() for _ in range(self.layers)] + [rows.clone() for _ in range(self.layers)]
+
+    def runner_inputs(
+        self, tokens: Sequence[int], masks: Sequence[torch.Tensor], positions: Sequence[int], caches: list[torch.Tensor]
+    ) -> tuple:
+        """One call of a ``runner`` program, as ``qnn_llama_runner`` passes it: tokens ``[1, ar]``
+        int32, the masks ``[1, 1, ar, ctx_len]``, ``input_pos [1, ar]`` int32, then the first
+        ``ctx_len - ar`` columns of every K cache and rows of every V cache."""
+        ar = len(tokens)
+        kept = self.ctx_len - ar
+        k_caches = [k[..., :kept].contiguous() for k in caches[: self.layers]]
+        v_caches = [v[:, :, :kept].contiguous() for v in caches[self.layers :]]
+        return (
+            torch.tensor([list(tokens)], dtype=torch.int32),
+            *masks,
+            torch.tensor([list(positions)], dtype=torch.int32),
+            *k_caches,
+            *v_caches,
+        )
+
+    def example_inputs(self, length: int) -> tuple:
+        """Inputs of a call of ``length`` tokens per sequence, for export."""
+        caches = self.empty_cache()
+        if self.cache == "runner":
+            mask = torch.zeros(1, 1, length, self.ctx_len)
+            return self.runner_inputs([0] * length, [mask] * self.masks, range(length), caches)
+        start = 0 if length == self.prefill_len else self.prefill_len
+        return self.inputs([[0] * length] * self.batch, [start] * self.batch, length, caches)
 
     def inputs(
         self, tokens: Sequence[Sequence[int]], starts: Sequence[int], length: int, caches: list[torch.Tensor]
@@ -149,11 +188,14 @@ class StaticAttention(torch.nn.Module):
             keys, values = self.ops["ctx_gather"](k_cache, ctx_indices), self.ops["ctx_gather"](v_cache, ctx_indices)
             probs = self._scores(grouped @ keys.transpose(-1, -2), mask)
             out, new = probs @ values, (k_cache, v_cache)
-        else:
-            scores = torch.cat((grouped @ k_cache.transpose(-1, -2), grouped @ k.transpose(-1, -2)), dim=-1)
+        else:  # rows, and the runner's layout: its K cache and new K rows transposed
+            transposed = self.cache == "runner"
+            cached_keys = k_cache if transposed else k_cache.transpose(-1, -2)
+            scores = torch.cat((grouped @ cached_keys, grouped @ k.transpose(-1, -2)), dim=-1)
             probs = self._scores(scores, mask)
-            ctx_len = k_cache.shape[2]
-            out, new = probs[..., :ctx_len] @ v_cache + probs[..., ctx_len:] @ v, (k, v)
+            cached = v_cache.shape[2]
+            out = probs[..., :cached] @ v_cache + probs[..., cached:] @ v
+            new = (k.transpose(-1, -2) if transposed else k, v)
         batch = x.shape[0]
         out = (
             out.reshape(batch, self.heads, -1, self.head_dim)
@@ -261,6 +303,7 @@ class StaticCausalLM(torch.nn.Module):
             self.register_buffer(f"cos_{name}", cos, persistent=False)
             self.register_buffer(f"sin_{name}", sin, persistent=False)
         self.register_buffer("key_positions", torch.arange(shape.ctx_len, dtype=torch.int32), persistent=False)
+        self.windows = sorted({layer.window for layer in layers}, key=lambda w: -1 if w is None else w)
 
     def _keys(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per sequence (``positions [b, seq]``): key positions ``[b, keys]``, which of them each
@@ -303,14 +346,24 @@ class StaticCausalLM(torch.nn.Module):
             logits = torch.tanh(logits / self.logits_softcap) * self.logits_softcap
         return logits
 
-    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor, *caches: torch.Tensor) -> tuple:
-        positions = position_ids
-        angles = {name: self._angles(name, positions) for name in self.rope_names}
+    def _masks(self, positions: torch.Tensor) -> tuple[dict[int | None, torch.Tensor], torch.Tensor]:
+        """Each layer window's mask ``[b, seq, keys]`` and ``ctx_indices``, from the positions."""
         keys, causal, ctx_indices = self._keys(positions)
-        masks = {}
-        for layer in self.layers:
-            if layer.window not in masks:
-                masks[layer.window] = self._mask(keys, positions, causal, layer.window)
+        windows = {layer.window for layer in self.layers}
+        return {window: self._mask(keys, positions, causal, window) for window in windows}, ctx_indices
+
+    def forward(self, tokens: torch.Tensor, *inputs: torch.Tensor) -> tuple:
+        """rows/scatter: ``(tokens, position_ids, *k_caches, *v_caches)``; runner: ``(tokens,
+        mask[, window_mask], input_pos, *k_caches, *v_caches)``, masks as the runner writes them."""
+        if self.shape.cache == "runner":
+            given = [mask.squeeze(1) for mask in inputs[: self.shape.masks]]
+            masks = {window: given[-1] if window is not None else given[0] for window in self.windows}
+            positions, caches = inputs[self.shape.masks], inputs[self.shape.masks + 1 :]
+            ctx_indices = positions
+        else:
+            positions, caches = inputs[0], inputs[1:]
+            masks, ctx_indices = self._masks(positions)
+        angles = {name: self._angles(name, positions) for name in self.rope_names}
         x = self.embed_tokens(tokens)
         if self.embedding_multiplier != 1.0:
             x = x * self.embedding_multiplier
@@ -318,7 +371,7 @@ class StaticCausalLM(torch.nn.Module):
         new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
             cos, sin = angles[layer.rope] if layer.rope is not None else (None, None)
-            x, k, v = layer(x, cos, sin, position_ids, masks[layer.window], ctx_indices, caches[i], caches[count + i])
+            x, k, v = layer(x, cos, sin, positions, masks[layer.window], ctx_indices, caches[i], caches[count + i])
             new_k.append(k)
             new_v.append(v)
         return (self._logits(x), *new_k, *new_v)
@@ -351,6 +404,7 @@ class LlmPrograms:
     decode: LlmProgram
     shape: LlmShape
     swaps: list[Swap]
+    family: Family
 
 
 def _require(condition: bool, message: str) -> None:
@@ -404,6 +458,22 @@ def _in_float32(model: HFModule) -> None:
     model.float()
 
 
+def _runner_window(family: Family, windows: Sequence[int | None], ctx_len: int, batch: int) -> int | None:
+    """The window of ``cache="runner"``'s window mask (None: one mask). ``qnn_llama_runner``
+    runs one sequence and builds a window mask only for Gemma 2/3, one window for every
+    windowed layer; a window of ``ctx_len`` or more hides nothing and needs no mask."""
+    _require(batch == 1, f"cache='runner' with batch={batch}: qnn_llama_runner runs one sequence; use batch=1")
+    effective = sorted({w for w in windows if w is not None and w < ctx_len})
+    if not effective:
+        return None
+    _require(
+        family.runner_window_mask and len(effective) == 1,
+        f"cache='runner': sliding window(s) {effective} shorter than ctx_len={ctx_len}, and qnn_llama_runner "
+        "builds one window mask, for Gemma 2/3 only; export ctx_len <= the window or use cache='rows'",
+    )
+    return effective[0]
+
+
 def _window(attention: HFModule, config: object) -> int | None:
     """The layer's sliding window: Qwen2 sets it per layer, Mistral and Phi-3 in the config."""
     if hasattr(attention, "sliding_window"):
@@ -434,6 +504,7 @@ def export_llm(
     tables = _rope_tables(model, family, ctx_len)
     swaps = swap_modules(model, select)
     attentions = [layer.self_attn for layer in model.model.layers]
+    windows = [_window(attention, config) for attention in attentions]
     shape = LlmShape(
         len(attentions),
         kv_heads,
@@ -443,23 +514,24 @@ def export_llm(
         prefill_len,
         cache,
         batch,
+        _runner_window(family, windows, ctx_len, batch) if cache == "runner" else None,
     )
     layers = [
         StaticLayer(
             layer,
             StaticAttention(attention, heads, kv_heads, cache),
-            _window(attention, config),
+            window,
             family.rope_of_layer(config, i),
             family,
             config,
         )
-        for i, (layer, attention) in enumerate(zip(model.model.layers, attentions))
+        for i, (layer, attention, window) in enumerate(zip(model.model.layers, attentions, windows))
     ]
     module = StaticCausalLM(model, shape, layers, tables, family).eval()
-    caches = shape.empty_cache()
     return LlmPrograms(
-        LlmProgram("prefill", module, shape.inputs([[0] * prefill_len] * batch, [0] * batch, prefill_len, caches)),
-        LlmProgram("decode", module, shape.inputs([[0]] * batch, [prefill_len] * batch, 1, caches)),
+        LlmProgram("prefill", module, shape.example_inputs(prefill_len)),
+        LlmProgram("decode", module, shape.example_inputs(1)),
         shape,
         swaps,
+        family,
     )

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -132,26 +133,38 @@ class HostRunner:
 
     libraries: Sequence[Path] = ()
     isolated: bool = False
+    #: Methods loaded so far, by program and name: a program is checked and loaded once, not
+    #: on every call (a generation loop calls the same two methods hundreds of times).
+    _loaded: dict[tuple[bytes, str], Any] = field(default_factory=dict, repr=False, compare=False)
 
-    def run(self, pte: bytes, inferences: Sequence[Inference]) -> list[list[torch.Tensor]]:
+    def run(self, pte: bytes, inferences: Sequence[Inference], method: str = "forward") -> list[list[torch.Tensor]]:
         if self.isolated:
             return call_isolated(
-                _run_on_host, list(self.libraries), pte, [list(i) for i in inferences], what="the program"
+                _run_on_host,
+                list(self.libraries),
+                pte,
+                [list(i) for i in inferences],
+                method,
+                what="the program",
             )
-        return self._run_here(pte, inferences)
+        loaded = self._loaded.get((pte, method))
+        if loaded is None:
+            loaded = self._loaded[(pte, method)] = self._load(pte, method)
+        return [self._execute(loaded, inputs) for inputs in inferences]
 
-    def _run_here(self, pte: bytes, inferences: Sequence[Inference]) -> list[list[torch.Tensor]]:
+    def _load(self, pte: bytes, method: str) -> Any:
+        """The program's method, after every check: a file the runtime cannot load, a kernel no
+        library registers, each one error."""
         from executorch.runtime import Runtime
 
-        method_specs(pte)  # a file the runtime cannot load is one error, before any library is loaded
+        method_specs(pte, method)  # a file the runtime cannot load is one error, before any library is loaded
         for library in self.libraries:
             load_host_library(library)
         trace_kernels(self.libraries)
         if any(op.startswith("quantized_decomposed::") for op in program_operators(pte)):
             load_quantized_kernels()
         check_program_kernels(pte)
-        method = Runtime.get().load_program(pte).load_method("forward")
-        return [self._execute(method, inputs) for inputs in inferences]
+        return Runtime.get().load_program(pte).load_method(method)
 
     def _execute(self, method, inputs: Inference) -> list[torch.Tensor]:
         """One inference; a kernel's failure is raised with its op and status, not a bare code."""
@@ -165,9 +178,11 @@ class HostRunner:
             raise RunnerError(f"kernel failed: {failure} (ExecuTorch: {exc})") from None
 
 
-def _run_on_host(libraries: list[Path], pte: bytes, inferences: list[list[torch.Tensor]]) -> list[list[torch.Tensor]]:
+def _run_on_host(
+    libraries: list[Path], pte: bytes, inferences: list[list[torch.Tensor]], method: str
+) -> list[list[torch.Tensor]]:
     """``HostRunner.run`` in an isolated child."""
-    return HostRunner(libraries).run(pte, inferences)
+    return HostRunner(libraries).run(pte, inferences, method)
 
 
 @dataclass

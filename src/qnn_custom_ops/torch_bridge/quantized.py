@@ -165,7 +165,7 @@ def quantized_variant(binding: OpBinding) -> torch._ops.OpOverload:
 def _reference(binding: OpBinding):
     """Eager semantics: dequantize, run the op in float, requantize -- what the kernel's
     quantized branch approximates."""
-    return _around_the_op(binding, _dequantize, _quantize)
+    return _around_the_op(binding, dequantize_codes, quantize_codes)
 
 
 def _fake(binding: OpBinding):
@@ -214,14 +214,16 @@ def storage_dtype(encoding: Encoding, plain: torch.dtype) -> torch.dtype:
     return getattr(torch, storage)
 
 
-def _dequantize(tensor: torch.Tensor, encoding: Encoding) -> torch.Tensor:
-    if not encoding.is_quantized:
+def dequantize_codes(tensor: torch.Tensor, encoding: Encoding | None) -> torch.Tensor:
+    """The reals that ``tensor``'s codes stand for under ``encoding`` (a plain tensor as it is)."""
+    if encoding is None or not encoding.is_quantized:
         return tensor
     return torch.tensor(encoding.scale, dtype=torch.float32) * (tensor.to(torch.int64) + encoding.offset).float()
 
 
-def _quantize(tensor: torch.Tensor, encoding: Encoding) -> torch.Tensor:
-    if not encoding.is_quantized:
+def quantize_codes(tensor: torch.Tensor, encoding: Encoding | None) -> torch.Tensor:
+    """``tensor``'s codes under ``encoding``, rounded and clamped (a plain tensor as it is)."""
+    if encoding is None or not encoding.is_quantized:
         return tensor
     low, high = encoding.datatype.integer_range
     inverse = 1 / torch.tensor(encoding.scale, dtype=torch.float32)

@@ -1,0 +1,190 @@
+"""ExecuTorch's device runner, ``qnn_llama_runner``, as a host loop written from its source
+(``examples/qualcomm/oss_scripts/llama/runner/`` of the ExecuTorch repository), driving the
+``prefill_forward`` and ``kv_forward`` methods of ``cache="runner"`` programs.
+
+- The KV manager (``kv_manager.cpp``) keeps the "smart mask": cache column ``j`` holds position
+  ``j``, and a call's last ``ar`` mask columns are its own new rows. ``init_attention_mask``:
+  row ``i`` sees ``[0, n_past)`` and new columns up to its own; ``update_attention_mask`` opens
+  ``[n_past, n_past + n)`` for every row; the window mask (Gemma 2/3) also hides, per row, the
+  columns a sliding window has left. ``update_cache`` copies the first ``n`` new rows to
+  columns ``n_past...``, as codes: nothing is requantized.
+- The prompt processor (``prompt_processor.cpp``) runs the prompt in chunks of ``ar`` tokens at
+  positions ``start + k * ar + i`` (padding rows keep the previous chunk's tokens), writes the
+  last chunk's ``1 + (N - 1) % ar`` valid rows, and takes the first token from row
+  ``(N - 1) % ar`` of the last chunk's logits.
+- The token generator (``token_generator.cpp``) calls ``kv_forward`` once per token and takes the
+  argmax of the logits as they come (codes on a quantized program: the runner never
+  dequantizes them).
+
+With ``encodings`` the loop holds the caches, masks and logits as codes, as the runner does on
+a quantized program, and hands the host program their values under each input's encoding; its
+outputs become codes under each output's. Without, it works on reals (a float program, or a
+quantized one's real values).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..torch_bridge.quantized import Encoding, dequantize_codes, quantize_codes, storage_dtype
+from .families import LlmExportError
+from .hf import LlmShape
+from .steps import Generation, Step, snapshot
+
+#: The float mask values the runner writes (``fill_mask``): 0 where a row attends, -65535 elsewhere.
+FLOAT_ATTEND, FLOAT_MASKED = 0.0, -65535.0
+
+
+@dataclass(frozen=True)
+class MethodEncodings:
+    """A quantized method's input and output encodings, in the program's order (None: not quantized)."""
+
+    inputs: tuple[Encoding | None, ...]
+    outputs: tuple[Encoding | None, ...]
+
+
+def _storage(encoding: Encoding | None) -> torch.dtype:
+    """How the runner holds a tensor of this encoding: codes, or float32."""
+    return storage_dtype(encoding, torch.float32) if encoding is not None else torch.float32
+
+
+def _mask_values(encoding: Encoding | None) -> tuple[float, float, torch.dtype]:
+    """(attend, masked, dtype) as the runner fills a mask of this encoding: the largest code
+    and 0 for codes (uint16 65535/0, uint8 255/0), 0 and -65535 for float."""
+    if encoding is None or not encoding.is_quantized:
+        return FLOAT_ATTEND, FLOAT_MASKED, torch.float32
+    return float(encoding.datatype.integer_range[1]), 0.0, _storage(encoding)
+
+
+class _Masks:
+    """One method's attention masks ``[1, 1, ar, ctx]``: the full one, and the window's."""
+
+    def __init__(self, shape: LlmShape, ar: int, n_past: int, encoding: Encoding | None):
+        self.ctx, self.ar = shape.ctx_len, ar
+        self.windows = [None, shape.window][: shape.masks]
+        self.attend, self.masked, dtype = _mask_values(encoding)
+        self.tensors = [torch.full((1, 1, ar, self.ctx), self.masked, dtype=dtype) for _ in self.windows]
+        for mask, window in zip(self.tensors, self.windows):
+            self._init(mask[0, 0], n_past, window)
+
+    def _init(self, mask: torch.Tensor, n_past: int, window: int | None) -> None:
+        """``init_attention_mask``: row i sees ``[0, n_past)`` and new columns up to its own."""
+        for i in range(self.ar):
+            mask[i, :n_past] = self.attend
+            mask[i, self.ctx - self.ar : self.ctx - self.ar + i + 1] = self.attend
+            if window is not None and n_past + i + 1 - window > 0:
+                mask[i, : n_past + i + 1 - window] = self.masked
+
+    def update(self, n_past: int, count: int) -> None:
+        """``update_attention_mask``: the columns just written are seen by every row; a window
+        hides, per row, what it has left."""
+        for mask, window in zip(self.tensors, self.windows):
+            mask[0, 0, :, n_past : n_past + count] = self.attend
+            if window is None:
+                continue
+            for i in range(self.ar):
+                hidden = n_past + count - (window - (i + 1))
+                if hidden > 0:
+                    mask[0, 0, i, :hidden] = self.masked
+
+
+class RunnerLoop:
+    """``qnn_llama_runner``'s prompt processor, token generator and KV manager over two steps:
+    ``prefill`` (``prefill_forward``, ``ar = shape.prefill_len``) and ``decode`` (``kv_forward``)."""
+
+    def __init__(
+        self,
+        shape: LlmShape,
+        prefill: Step,
+        decode: Step,
+        encodings: tuple[MethodEncodings, MethodEncodings] | None = None,
+    ):
+        if shape.cache != "runner":
+            raise LlmExportError(f"RunnerLoop: programs of cache={shape.cache!r}; export them with cache='runner'")
+        self.shape, self.steps, self.encodings = shape, (prefill, decode), encodings
+        self.record: tuple[list[tuple], list[tuple]] | None = None
+        self.caches = shape.empty_cache()
+        if encodings is not None:  # codes of the new rows' encodings, zero as the runner's buffers start
+            self.caches = [c.to(_storage(e)) for c, e in zip(self.caches, encodings[0].outputs[1:])]
+
+    def _mask_encoding(self, phase: int) -> Encoding | None:
+        return None if self.encodings is None else self.encodings[phase].inputs[1]
+
+    def _call(self, phase: int, tokens: Sequence[int], positions: Sequence[int], masks: _Masks) -> list[torch.Tensor]:
+        """One call: the runner's buffers as the program's inputs, its outputs as the runner keeps them."""
+        inputs = self.shape.runner_inputs(tokens, masks.tensors, positions, self.caches)
+        if self.record is not None:
+            self.record[phase].append(snapshot(inputs))
+        if self.encodings is None:
+            return list(self.steps[phase](inputs))
+        io = self.encodings[phase]
+        outputs = self.steps[phase](tuple(dequantize_codes(t, e) for t, e in zip(inputs, io.inputs)))
+        return [quantize_codes(t, e) for t, e in zip(outputs, io.outputs)]
+
+    def _update_cache(self, outputs: Sequence[torch.Tensor], n_past: int, count: int) -> None:
+        """``update_cache``: the first ``count`` new K columns and V rows, copied as they are."""
+        layers = self.shape.layers
+        for k, new in zip(self.caches[:layers], outputs[1 : 1 + layers]):
+            k[..., n_past : n_past + count] = new[..., :count]
+        for v, new in zip(self.caches[layers:], outputs[1 + layers :]):
+            v[:, :, n_past : n_past + count] = new[:, :, :count]
+
+    def _logits(self, phase: int, logits: torch.Tensor) -> torch.Tensor:
+        """Logits as reals, for reports (the runner takes the argmax of the codes)."""
+        if self.encodings is None:
+            return logits
+        return dequantize_codes(logits, self.encodings[phase].outputs[0])
+
+    def _prefill(self, prompt: Sequence[int]) -> torch.Tensor:
+        """The prompt processor; the logits row the first token is taken from."""
+        ar, count = self.shape.prefill_len, len(prompt)
+        masks = _Masks(self.shape, ar, 0, self._mask_encoding(0))
+        tokens = [0] * ar  # padding rows keep the previous chunk's tokens, as the runner's buffer does
+        for start in range(0, count, ar):
+            chunk = prompt[start : start + ar]
+            tokens[: len(chunk)] = chunk
+            outputs = self._call(0, tokens, range(start, start + ar), masks)
+            self._update_cache(outputs, start, len(chunk))
+            masks.update(start, len(chunk))
+        return outputs[0][0, (count - 1) % ar]
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        new_tokens: int,
+        eos: Collection[int] = (),
+        forced: Sequence[int] | None = None,
+        record: bool = False,
+    ) -> Generation:
+        """The runner's greedy generation (``--temperature 0``): prefill ``prompt``, then one
+        ``kv_forward`` call per token until ``new_tokens`` or an ``eos`` token (the runner does
+        not check the first, prefill's, token). ``forced`` feeds those tokens instead of the
+        argmax (teacher forcing); ``record`` keeps every call's inputs, for calibration."""
+        shape = self.shape
+        if not 0 < len(prompt) <= shape.ctx_len - shape.prefill_len:
+            raise LlmExportError(
+                f"RunnerLoop: a prompt of {len(prompt)} tokens; the runner's prompt processor takes 1 to "
+                f"{shape.ctx_len - shape.prefill_len} (ctx_len - prefill_len)"
+            )
+        if len(prompt) + new_tokens - 1 > shape.ctx_len:
+            raise LlmExportError(
+                f"RunnerLoop: {len(prompt)} prompt + {new_tokens} new tokens do not fit ctx_len {shape.ctx_len}"
+            )
+        self.record = ([], []) if record else None
+        row = self._prefill(prompt)
+        result = Generation([], [], *(self.record or ([], [])))
+        masks = _Masks(shape, 1, len(prompt), self._mask_encoding(1))
+        for position in range(len(prompt), len(prompt) + new_tokens):
+            token = int(row.double().argmax()) if forced is None else int(forced[len(result.tokens)])
+            result.tokens.append(token)
+            result.logits.append(self._logits(0 if position == len(prompt) else 1, row))
+            if len(result.tokens) == new_tokens or (len(result.tokens) > 1 and token in eos):
+                break
+            outputs = self._call(1, [token], [position], masks)
+            self._update_cache(outputs, position, 1)
+            masks.update(position, 1)
+            row = outputs[0][0, 0]
+        return result
