@@ -426,7 +426,7 @@ def _rope_tables(model: HFModule, family: Family, ctx_len: int) -> dict[str, tup
     numbers, its ``attention_scaling`` included); types whose frequencies change with the length
     are checked first (``check_rope``)."""
     config, rotary = model.config, model.model.rotary_emb
-    names = {family.rope_of_layer(config, i) for i in range(len(model.model.layers))} - {None}
+    names = {name for i in range(len(model.model.layers)) if (name := family.rope_of_layer(config, i)) is not None}
     tables = {}
     for name in sorted(names):
         layer_type = None if name == "shared" else name
