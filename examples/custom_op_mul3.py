@@ -37,7 +37,7 @@ def main() -> int:
 
     torch.manual_seed(0)
     samples = [(torch.randn(1, 3, 16, 16),) for _ in range(8)]
-    return report(quantize_and_run(args, "mul3", binding, PACKAGE_DIR, Model(), samples))
+    return report(quantize_and_run(args, "mul3", binding, PACKAGE_DIR, Model(), samples), ["softmax(mul3(conv(x)))"])
 
 
 if __name__ == "__main__":

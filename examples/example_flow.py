@@ -106,15 +106,18 @@ def quantize_and_run(args: argparse.Namespace, name: str, binding, package_dir: 
         return FlowResult(outputs, as_list(reference(*inputs)), as_list(model(*inputs)), encodings)
 
 
-def report(result: FlowResult) -> int:
+def report(result: FlowResult, names: Sequence[str]) -> int:
     """Compare with the reference model (within one quantization step of each output, or
-    1e-5 for float outputs) and print the error against float eager."""
-    print("against the converted (reference) model, within one step:")
-    reports = compare_outputs(result.outputs, result.reference, Tolerance(atol=1e-5, lsb=1), encodings=result.encodings)
+    1e-5 for float outputs) and print the error against float eager; ``names`` say what each
+    model output is, so its encoding and steps are not read as the kernel's."""
+    for index, (name, encoding) in enumerate(zip(names, result.encodings)):
+        print(f"  model output {index} ({name}): {encoding or 'float'}")
+    print("against the converted (reference) model, within one step of each output's encoding:")
+    reports = compare_outputs(result.outputs, result.reference, Tolerance(atol=1e-5, lsb=1), result.encodings, names)
     for line in reports:
         print(f"  {line}")
     print("against float eager PyTorch (quantization error, for information):")
-    for line in compare_outputs(result.outputs, result.eager, Tolerance(atol=float("inf"))):
+    for line in compare_outputs(result.outputs, result.eager, Tolerance(atol=float("inf")), names=names):
         print(f"  {line}")
     ok = all(r.passed for r in reports)
     print("OK" if ok else "MISMATCH")

@@ -36,7 +36,7 @@ def main() -> int:
 
     torch.manual_seed(0)
     samples = [(torch.randn(1, 4, 8, 16),) for _ in range(8)]
-    return report(quantize_and_run(args, "split", binding, PACKAGE_DIR, Model(), samples))
+    return report(quantize_and_run(args, "split", binding, PACKAGE_DIR, Model(), samples), ["relu(low)", "high * 4"])
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from qnn_custom_ops.runtime.loading import library_kernels
 from qnn_custom_ops.generator import generate
 from qnn_custom_ops.torch_bridge.quantized import Encoding
 from qnn_custom_ops.opdef import Datatype
-from qnn_custom_ops.runtime import HostRunner, RunnerError, Tolerance, compare_outputs
+from qnn_custom_ops.runtime import CompareError, HostRunner, RunnerError, Tolerance, compare_outputs
 
 from .conftest import DATA, OP_PACKAGES
 from .test_runtime import SplitModel
@@ -269,3 +269,11 @@ def test_the_host_library_compiles_for_names_that_collide_with_ours_or_cpp(tmp_p
     assert library_kernels(library) == [
         "qco_hostile::first.out", "qco_quantized::qco_hostile__first.out",
         "qco_hostile::second.out", "qco_quantized::qco_hostile__second.out"]
+
+
+def test_a_named_output_says_its_name_in_its_report():
+    golden = torch.tensor([0.5, 1.0])
+    (report,) = compare_outputs([golden], [golden], names=["softmax"])
+    assert str(report).startswith("output 0 (softmax): [2] float32")
+    with pytest.raises(CompareError, match="1 output\\(s\\) but 2 name\\(s\\)"):
+        compare_outputs([golden], [golden], names=["a", "b"])

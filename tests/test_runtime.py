@@ -287,6 +287,10 @@ def test_examples_run_the_quantized_branch_on_the_host(example, tmp_path, capsys
     assert out.strip().endswith("OK")
     assert "kernel runs on quantized tensors, as on the HTP" in out and "UFIXED_POINT_8 scale" in out
     assert "max abs 0 (0 steps of" in out  # the host program reproduces the converted model
+    names = {"custom_op_mul3.py": ["softmax(mul3(conv(x)))"], "split_multi_output.py": ["relu(low)", "high * 4"]}
+    for index, name in enumerate(names[example]):  # each figure says whose it is: the kernel's or an output's
+        assert out.count(f"  output {index} ({name}): [") == 2, out
+        assert f"  model output {index} ({name}): UFIXED_POINT_8 scale " in out, out
 
 
 @pytest.mark.slow

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import torch
 
@@ -13,7 +14,10 @@ from ..torch_bridge.quantized import Encoding
 
 
 class CompareError(ReportedError, ValueError):
-    """Outputs and goldens (or encodings) that cannot be paired."""
+    """Outputs and goldens (or encodings, or names) that cannot be paired."""
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class OutputReport:
     problem: str = ""  # a shape or dtype mismatch, which no tolerance excuses
     encoding: Encoding | None = None  # the output's quantization, when it has one
     steps: int | None = None  # the largest difference in codes of ``encoding``
+    name: str | None = None  # what the output is (``softmax``), when the caller says
 
     @property
     def scale(self) -> float | None:
@@ -52,7 +57,8 @@ class OutputReport:
             f"max abs {self.max_abs:.4g}{steps}  mean abs {self.mean_abs:.4g}  "
             f"cosine {self.cosine:.6f}  SQNR {self.sqnr_db:.1f} dB"
         )
-        return f"output {self.index}: {list(self.shape)} {str(self.dtype).replace('torch.', '')}  {detail}  {verdict}"
+        label = f"output {self.index}" + ("" if self.name is None else f" ({self.name})")
+        return f"{label}: {list(self.shape)} {str(self.dtype).replace('torch.', '')}  {detail}  {verdict}"
 
 
 def _sqnr_db(golden: torch.Tensor, error: torch.Tensor) -> float:
@@ -104,21 +110,33 @@ def compare_output(
     return OutputReport(index, shape, dtype, max_abs, mean_abs, cosine, sqnr, passed, encoding=encoding, steps=steps)
 
 
+def _one_per_output(outputs: Sequence[torch.Tensor], values: Sequence[T], what: str) -> Sequence[T]:
+    """``values``, checked to be one per output: a count mismatch is an error, not a partial pass."""
+    if len(values) != len(outputs):
+        raise CompareError(f"{len(outputs)} output(s) but {len(values)} {what}(s)")
+    return values
+
+
+def _given_or_none(outputs: Sequence[torch.Tensor], values: Sequence[T] | None, what: str) -> Sequence[T | None]:
+    """``values`` one per output, or None for each when not given."""
+    return _one_per_output(outputs, [None] * len(outputs) if values is None else list(values), what)
+
+
 def compare_outputs(
     outputs: Sequence[torch.Tensor],
     goldens: Sequence[torch.Tensor],
     tolerance: Tolerance = Tolerance(),
     encodings: Sequence[Encoding | None] | None = None,
+    names: Sequence[str] | None = None,
 ) -> list[OutputReport]:
-    """One report per output; a count mismatch is an error, not a partial pass.
+    """One report per output.
 
     ``encodings`` gives each output's quantization (``LoweredProgram.output_encodings``): such
     an output is compared in codes -- both sides requantized with it -- and passes within
-    ``tolerance.lsb`` codes; its report shows the steps.
+    ``tolerance.lsb`` codes; its report shows the steps. ``names`` say what each output is, so
+    a reader can tell its figures from another tensor's.
     """
-    if len(outputs) != len(goldens):
-        raise CompareError(f"{len(outputs)} output(s) but {len(goldens)} golden tensor(s)")
-    encodings = list(encodings) if encodings is not None else [None] * len(outputs)
-    if len(encodings) != len(outputs):
-        raise CompareError(f"{len(outputs)} output(s) but {len(encodings)} encoding(s)")
-    return [compare_output(i, o, g, tolerance, e) for i, (o, g, e) in enumerate(zip(outputs, goldens, encodings))]
+    goldens = _one_per_output(outputs, goldens, "golden tensor")
+    encoded = _given_or_none(outputs, encodings, "encoding")
+    reports = [compare_output(i, o, g, tolerance, e) for i, (o, g, e) in enumerate(zip(outputs, goldens, encoded))]
+    return [replace(r, name=n) for r, n in zip(reports, _given_or_none(outputs, names, "name"))]
