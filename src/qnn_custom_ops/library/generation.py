@@ -6,14 +6,16 @@ device runner drives them (``runner_loop.RunnerLoop``).
 
 from __future__ import annotations
 
+import copy
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from .hf import LlmExportError, LlmPrograms, LlmShape
-from .runner_loop import RunnerLoop
+from .runner_loop import RunnerLoop, check_fits
 from .steps import Generation, Step, eager_step, snapshot, token_ids
 
 
@@ -48,17 +50,7 @@ def _check(
             f"pass {shape.batch}"
         )
     for prompt in prompts:
-        if not 0 < len(prompt) <= shape.prefill_len:
-            raise LlmExportError(
-                f"greedy: a prompt of {len(prompt)} tokens; the prefill program takes 1 to "
-                f"{shape.prefill_len} (export_llm's prefill_len)"
-            )
-        if len(prompt) + new_tokens - 1 > shape.ctx_len:
-            raise LlmExportError(
-                f"greedy: {len(prompt)} prompt + {new_tokens} new tokens do not fit ctx_len "
-                f"{shape.ctx_len}: ask for at most {shape.ctx_len - len(prompt) + 1} or export a "
-                "longer ctx_len"
-            )
+        check_fits(shape, len(prompt), new_tokens, "greedy")
     for tokens in forced or ():
         if len(tokens) < new_tokens:
             raise LlmExportError(f"greedy: forced has {len(tokens)} tokens, fewer than new_tokens={new_tokens}")
@@ -162,11 +154,18 @@ def min_max_overrides(quant_dtype: str) -> dict:
 
 
 def quantize_llm(
-    programs: LlmPrograms, quant_dtype: str, prompts: Sequence[Sequence[int]], new_tokens: int
+    programs: LlmPrograms,
+    quant_dtype: str,
+    prompts: Sequence[Sequence[int]],
+    new_tokens: int,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[torch.nn.Module, torch.nn.Module]:
     """The prefill and decode programs converted by PT2E (``make_quantizer``, min-max observers,
     the KV-cache overrides), calibrated on the inputs float greedy generation from each prompt
-    gives them, so the caches they observe are the ones they will carry."""
+    gives them, so the caches they observe are the ones they will carry. With
+    ``cache="runner"`` each layer's K (and V) cache input and new rows share one encoding in
+    both programs (``share_cache_encodings``), so a runner copies codes. ``progress`` hears
+    one line per calibration prompt."""
     from torchao.quantization.pt2e import MinMaxObserver
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -177,8 +176,12 @@ def quantize_llm(
     batch = programs.shape.batch
     groups = [list(prompts[i : i + batch]) for i in range(0, len(prompts), batch)]
     groups[-1] += list(itertools.islice(itertools.cycle(prompts), batch - len(groups[-1])))  # filled by the first
-    runs = [greedy_batch(programs.shape, float_step, float_step, group, new_tokens, record=True)[0] for group in groups]
-    converted = []
+    runs = []
+    for index, group in enumerate(groups):
+        runs.append(greedy_batch(programs.shape, float_step, float_step, group, new_tokens, record=True)[0])
+        if progress is not None:
+            progress(f"calibration: prompt {index + 1} of {len(groups)} generated in float")
+    prepared = []
     for program, samples in (
         (programs.prefill, [s for r in runs for s in r.prefill_inputs]),
         (programs.decode, [s for r in runs for s in r.decode_inputs]),
@@ -190,8 +193,46 @@ def quantize_llm(
             per_channel_linear=True,
             act_observer=MinMaxObserver,
         )
-        prepared = prepare_pt2e(program.exported.module(), quantizer)
+        module = prepare_pt2e(program.exported.module(), quantizer)
         for sample in samples:
-            prepared(*sample)
-        converted.append(convert_pt2e(prepared))
-    return converted[0], converted[1]
+            module(*sample)
+        prepared.append(module)
+    if programs.shape.cache == "runner":
+        share_cache_encodings(prepared, programs.shape)
+    return convert_pt2e(prepared[0]), convert_pt2e(prepared[1])
+
+
+def _input_observer(module: torch.fx.GraphModule, node: torch.fx.Node) -> torch.fx.Node:
+    """The observer PT2E put on an input (its other users: the graph's guards, the ops)."""
+    (observer,) = [u for u in node.users if u.op == "call_module" and "activation_post_process" in str(u.target)]
+    return observer
+
+
+def _cache_observers(module: torch.fx.GraphModule, shape: LlmShape) -> list[tuple[torch.fx.Node, torch.fx.Node]]:
+    """Per K then V cache: (the observer of its input, the observer of its new rows' output)."""
+    first_cache = 1 + shape.masks + 1  # tokens, masks, input_pos
+    placeholders = [n for n in module.graph.nodes if n.op == "placeholder"][first_cache:]
+    (output,) = [n for n in module.graph.nodes if n.op == "output"]
+    return [(_input_observer(module, cache), rows) for cache, rows in zip(placeholders, output.args[0][1:])]
+
+
+def share_cache_encodings(prepared: Sequence[torch.fx.GraphModule], shape: LlmShape) -> None:
+    """One observer for each layer's K cache input and new K rows in every program, and the
+    same for V: the cache input's kind (QNN's MatMul takes its second input symmetric), over
+    the union of what all of them observed. A runner copying output codes into the cache, and
+    one method's cache to the other's, then copies values (ExecuTorch's
+    ``_encoding_override(..., override_kv_cache=True)`` ensures the same). Call it after
+    calibration, before ``convert_pt2e``."""
+    per_program = [_cache_observers(module, shape) for module in prepared]
+    for index in range(2 * shape.layers):
+        nodes = [(module, node) for module, pairs in zip(prepared, per_program) for node in pairs[index]]
+        observers: list[Any] = [module.get_submodule(str(node.target)) for module, node in nodes]  # MinMaxObservers
+        shared = copy.deepcopy(observers[0])
+        shared.min_val.copy_(torch.stack([o.min_val for o in observers]).min())
+        shared.max_val.copy_(torch.stack([o.max_val for o in observers]).max())
+        name = f"activation_post_process_kv_{index}"
+        for module, node in nodes:
+            module.add_submodule(name, shared)
+            node.target = name
+    for module in prepared:
+        module.recompile()

@@ -191,11 +191,12 @@ class StaticAttention(torch.nn.Module):
         else:  # rows, and the runner's layout: its K cache and new K rows transposed
             transposed = self.cache == "runner"
             cached_keys = k_cache if transposed else k_cache.transpose(-1, -2)
-            scores = torch.cat((grouped @ cached_keys, grouped @ k.transpose(-1, -2)), dim=-1)
+            new_keys = k.transpose(-1, -2)
+            scores = torch.cat((grouped @ cached_keys, grouped @ new_keys), dim=-1)
             probs = self._scores(scores, mask)
             cached = v_cache.shape[2]
             out = probs[..., :cached] @ v_cache + probs[..., cached:] @ v
-            new = (k.transpose(-1, -2) if transposed else k, v)
+            new = (new_keys if transposed else k, v)
         batch = x.shape[0]
         out = (
             out.reshape(batch, self.heads, -1, self.head_dim)

@@ -29,13 +29,24 @@ from dataclasses import dataclass
 
 import torch
 
-from ..torch_bridge.quantized import Encoding, dequantize_codes, quantize_codes, storage_dtype
+from ..torch_bridge.quantized import (
+    Encoding,
+    dequantize_codes,
+    encoding_of,
+    is_dequantize,
+    is_quantize,
+    quantize_codes,
+    storage_dtype,
+)
 from .families import LlmExportError
-from .hf import LlmShape
-from .steps import Generation, Step, snapshot
+from .hf import MASK_DEPTH, LlmShape
+from .steps import Generation, Step, snapshot, token_ids
 
-#: The float mask values the runner writes (``fill_mask``): 0 where a row attends, -65535 elsewhere.
-FLOAT_ATTEND, FLOAT_MASKED = 0.0, -65535.0
+#: Float mask values: 0 where a row attends, -MASK_DEPTH elsewhere. The runner's float fill
+#: writes -65535, which computes the same (both underflow to 0 in the softmax); -255 is what
+#: calibration must see (ExecuTorch's static llama calibrates on it), for the mask's 16-bit
+#: encoding is then the one the runner's codes assume: 65535 -> 0, 0 -> -255.
+FLOAT_ATTEND, FLOAT_MASKED = 0.0, -MASK_DEPTH
 
 
 @dataclass(frozen=True)
@@ -44,6 +55,22 @@ class MethodEncodings:
 
     inputs: tuple[Encoding | None, ...]
     outputs: tuple[Encoding | None, ...]
+
+
+def method_encodings(module: torch.fx.GraphModule) -> MethodEncodings:
+    """The encodings of a program converted by PT2E: each input's first quantization, each
+    output's last dequantization (None where there is none)."""
+
+    def of_input(node: torch.fx.Node) -> Encoding | None:
+        quantized = [u for u in node.users if is_quantize(u)]
+        return encoding_of(quantized[0]) if quantized else None
+
+    nodes = list(module.graph.nodes)
+    (output,) = [n for n in nodes if n.op == "output"]
+    return MethodEncodings(
+        tuple(of_input(n) for n in nodes if n.op == "placeholder"),
+        tuple(encoding_of(n) if is_dequantize(n) else None for n in output.args[0]),
+    )
 
 
 def _storage(encoding: Encoding | None) -> torch.dtype:
@@ -89,6 +116,22 @@ class _Masks:
                 hidden = n_past + count - (window - (i + 1))
                 if hidden > 0:
                     mask[0, 0, i, :hidden] = self.masked
+
+
+def check_fits(shape: LlmShape, prompt: int, new_tokens: int, where: str) -> None:
+    """A prompt the prefill takes (one call of ``prefill_len``; the runner's prompt processor
+    chunks up to ``ctx_len - prefill_len``), and room for its new tokens."""
+    longest = shape.ctx_len - shape.prefill_len if shape.cache == "runner" else shape.prefill_len
+    if not 0 < prompt <= longest:
+        raise LlmExportError(
+            f"{where}: a prompt of {prompt} tokens; the programs take 1 to {longest} "
+            f"(prefill_len {shape.prefill_len}, ctx_len {shape.ctx_len}, cache={shape.cache!r})"
+        )
+    if prompt + new_tokens - 1 > shape.ctx_len:
+        raise LlmExportError(
+            f"{where}: {prompt} prompt + {new_tokens} new tokens do not fit ctx_len {shape.ctx_len}: ask for at "
+            f"most {shape.ctx_len - prompt + 1} or export a longer ctx_len"
+        )
 
 
 class RunnerLoop:
@@ -164,15 +207,8 @@ class RunnerLoop:
         not check the first, prefill's, token). ``forced`` feeds those tokens instead of the
         argmax (teacher forcing); ``record`` keeps every call's inputs, for calibration."""
         shape = self.shape
-        if not 0 < len(prompt) <= shape.ctx_len - shape.prefill_len:
-            raise LlmExportError(
-                f"RunnerLoop: a prompt of {len(prompt)} tokens; the runner's prompt processor takes 1 to "
-                f"{shape.ctx_len - shape.prefill_len} (ctx_len - prefill_len)"
-            )
-        if len(prompt) + new_tokens - 1 > shape.ctx_len:
-            raise LlmExportError(
-                f"RunnerLoop: {len(prompt)} prompt + {new_tokens} new tokens do not fit ctx_len {shape.ctx_len}"
-            )
+        prompt = token_ids(prompt, shape.vocab, "RunnerLoop: the prompt")
+        check_fits(shape, len(prompt), new_tokens, "RunnerLoop")
         self.record = ([], []) if record else None
         row = self._prefill(prompt)
         result = Generation([], [], *(self.record or ([], [])))
