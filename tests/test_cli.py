@@ -426,3 +426,15 @@ def test_build_host_on_an_op_without_out_variant_is_one_line_with_the_fix(tmp_pa
     assert result.stderr.splitlines() == [
         "error: my_ops::swish.out is not defined: to_executorch needs the out variant (add it with "
         "qnn_custom_ops.register_out_variant(torch.ops.my_ops.swish.default))"]
+
+
+@pytest.mark.parametrize("command", [["validate", FIXTURES / "example_op_package_htp.xml"],
+                                     ["generate", FIXTURES / "example_op_package_htp.xml", "-o", "out", "--dry-run"]])
+def test_standard_output_on_a_full_device_is_one_line_and_exit_2(command, tmp_path):
+    """``>/dev/full``: print's OSError names standard output, exit 2, and nothing more is said
+    when the interpreter flushes the stream on its way out."""
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([str(BIN / "qnn-custom-ops"), *map(str, command)], stdout=full,
+                                stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (2, "error: standard output: cannot be written: No space left on "
+                                                     "device (ENOSPC) (free some space, or send it elsewhere)\n")

@@ -29,10 +29,14 @@ class OutputWriteError(ReportedError, OSError):
     """The disk refused a write (full, quota, read-only); nothing was left half-written."""
 
 
+def refusal_text(error: OSError) -> str:
+    """Why the system refused a write, as a user reads it: ``No space left on device (ENOSPC)``."""
+    return f"{error.strerror or error} ({errno.errorcode.get(error.errno or 0, 'no errno')})"
+
+
 def _write_refused(path: Path, error: OSError) -> OutputWriteError:
-    code = errno.errorcode.get(error.errno or 0, "no errno")
     return OutputWriteError(
-        f"{path}: cannot be written: {error.strerror or error} ({code}); nothing was written "
+        f"{path}: cannot be written: {refusal_text(error)}; nothing was written "
         "(free some space, or choose another output)"
     )
 

@@ -15,8 +15,9 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
+from .atomic_files import refusal_text
 from .errors import ReportedError, UsageError
 from .opdef import OpDefError, OpDefWarning, OpPackage, load_package
 from .quiet import native_noise_filtered, quiet_third_party
@@ -520,10 +521,66 @@ def _our_warnings_one_line() -> Iterator[None]:
         warnings.showwarning = show
 
 
+class StdoutWriteError(ReportedError, OSError):
+    """Standard output refused a write (``>/dev/full``, a full disk, a closed pipe)."""
+
+
+class _RefusalsNamed:
+    """Standard output whose refused writes say so (``StdoutWriteError``): print's bare OSError
+    would read as an internal error."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._guarded(lambda: self._stream.write(text))
+
+    def flush(self) -> None:
+        self._guarded(self._stream.flush)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    @staticmethod
+    def _guarded(call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except OSError as exc:
+            raise StdoutWriteError(
+                f"standard output: cannot be written: {refusal_text(exc)} (free some space, or send it elsewhere)"
+            ) from exc
+
+
+@contextlib.contextmanager
+def _stdout_refusals_named() -> Iterator[None]:
+    """Standard output as ``_RefusalsNamed`` inside the block, flushed before it ends: what is
+    still buffered fails here, not in the interpreter's last flush."""
+    stdout = sys.stdout
+    sys.stdout = cast(TextIO, _RefusalsNamed(stdout))
+    try:
+        yield
+        sys.stdout.flush()
+    finally:
+        sys.stdout = stdout
+
+
+def _discard_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so the interpreter's exit flush of what stdout
+    still holds cannot fail again with a second report."""
+    with contextlib.suppress(OSError, ValueError):  # no descriptor (a test's captured stream)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     try:
-        with _our_warnings_one_line():
+        with _our_warnings_one_line(), _stdout_refusals_named():
             return handler(args)
+    except StdoutWriteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        _discard_stdout()
+        return EXIT_INVALID
     except OpDefError as exc:
         for diagnostic in exc.diagnostics:
             print(diagnostic, file=sys.stderr)
