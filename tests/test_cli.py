@@ -438,3 +438,13 @@ def test_standard_output_on_a_full_device_is_one_line_and_exit_2(command, tmp_pa
                                 stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     assert (result.returncode, result.stderr) == (2, "error: standard output: cannot be written: No space left on "
                                                      "device (ENOSPC) (free some space, or send it elsewhere)\n")
+
+
+def test_a_reader_that_stops_reading_gets_no_complaint():
+    """``| head -0``: a closed pipe is the reader's choice, not an error to print (exit 2)."""
+    command = [str(BIN / "qnn-custom-ops"), "validate", str(FIXTURES / "example_op_package_htp.xml")]
+    reader = subprocess.Popen(["head", "-c", "0"], stdin=subprocess.PIPE)
+    reader.wait()
+    result = subprocess.run(command, stdout=reader.stdin, stderr=subprocess.PIPE, text=True)
+    reader.stdin.close()
+    assert (result.returncode, result.stderr) == (2, "")

@@ -578,7 +578,8 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
         with _our_warnings_one_line(), _stdout_refusals_named():
             return handler(args)
     except StdoutWriteError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        if not isinstance(exc.__cause__, BrokenPipeError):  # a reader that stopped (| head) wants no more
+            print(f"error: {exc}", file=sys.stderr)
         _discard_stdout()
         return EXIT_INVALID
     except OpDefError as exc:
