@@ -218,3 +218,15 @@ def test_phi3s_fused_gate_up_mlp_is_swapped_keeping_its_projection():
     assert model["mlp"].gate_up_proj is fused
     with torch.no_grad():
         torch.testing.assert_close(model["mlp"](x), before, rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_on_the_meta_device_is_refused_naming_a_tensor_and_the_fix():
+    """Weights not loaded yet (``torch.device("meta")``, ``from_pretrained(device_map="meta")``):
+    the probes cannot run, and the error says so once, before anything is replaced."""
+    from qnn_custom_ops.errors import ReportedError
+
+    with torch.device("meta"):
+        model = Block()
+    with pytest.raises(ReportedError, match=r"^swap_modules: norm\.weight is on device meta; .*cpu") as info:
+        swap_modules(model)
+    assert isinstance(model.norm, torch.nn.RMSNorm) and "\n" not in str(info.value)

@@ -14,6 +14,7 @@ exactly those ops (``"rms_norm"``) and ``-name``s alone all but those.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,10 @@ class SelectError(UsageError):
 
 class SelectTypeError(ReportedError, TypeError):
     """``select`` is not a string."""
+
+
+class SwapDeviceError(ReportedError, ValueError):
+    """A model whose tensors are not on the CPU (meta: weights not loaded yet), where the probes run."""
 
 
 class SwapWarning(UserWarning):
@@ -270,10 +275,23 @@ def _matching(
     return None, errors[0]
 
 
+def _require_cpu(model: torch.nn.Module) -> None:
+    """Each candidate is judged by running it on a CPU probe, so every tensor of the model must
+    be on the CPU; checked before anything is replaced."""
+    for name, tensor in itertools.chain(model.named_parameters(), model.named_buffers()):
+        if tensor.device.type != "cpu":
+            raise SwapDeviceError(
+                f"swap_modules: {name} is on device {tensor.device}; modules are judged on CPU probes: put the "
+                "model's weights on the cpu first (model.to('cpu'); a meta model: model.to_empty(device='cpu') "
+                "then load_state_dict, or from_pretrained without a meta device_map)"
+            )
+
+
 def swap_modules(model: torch.nn.Module, select: str = "all") -> list[Swap]:
     """Replace the modules of ``model`` that the selected ops compute (in place); returns
     what was replaced. A disabled op's modules stay native, for XNNPACK or QNN's built-ins."""
     enabled = parse_select(select)
+    _require_cpu(model)
     swaps: list[Swap] = []
     for path, module in list(model.named_modules()):
         if not path or any(path.startswith(s.path + ".") for s in swaps):
