@@ -318,3 +318,34 @@ def test_htp_fp16_op_stays_float(tmp_path):
     half = node_of(converted, ops["HalfScale"])
     assert half.meta[FLOAT_TENSORS_KEY] == ("x", "y")
     assert half.args[0].target in DQ_OPS
+
+
+def test_preparing_a_multi_output_op_with_a_weight_logs_no_unresolved_quant_range(caplog):
+    """executorch's QnnQuantizer asks every node's output range (to clamp infinite constants),
+    twice for an op that takes a constant; a multi-output op has its output specs on its
+    getitems, not on its node, and used to be logged as "Could not resolve quant range" twice."""
+    import logging
+
+    from qnn_custom_ops.library import llm_binding, llm_ops, llm_quant_overrides
+
+    fused = llm_ops()["fused_add_rms_norm"]
+
+    class Norm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, 8))
+
+        def forward(self, x, residual):
+            normed, summed = fused(x, residual, self.weight)
+            return normed + summed
+
+    inputs = (torch.randn(2, 8), torch.randn(2, 8))
+    quantizer = qco.make_quantizer(llm_binding(), "16a8w", llm_quant_overrides())
+    disabled = logging.root.manager.disable
+    logging.disable(logging.NOTSET)  # a CLI test of this process may have silenced warnings
+    try:
+        with caplog.at_level(logging.WARNING):
+            prepare_pt2e(torch.export.export(Norm(), inputs).module(), quantizer)
+    finally:
+        logging.disable(disabled)
+    assert [r.getMessage() for r in caplog.records if "quant range" in r.getMessage()] == []
