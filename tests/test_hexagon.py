@@ -23,8 +23,7 @@ from .conftest import DATA, FIXTURE_CONFIGS, OP_PACKAGES, REPO, opdef_xml, share
 from .test_htp_build import STANDIN
 
 HEXAGON_CXX = Path(__file__).resolve().parent / "htp_standin" / "hexagon-clang++"
-SHAPES = {"ExampleOpPackage": [], "LlmOpPackage": [],
-          "SplitCustomOpPackage": ["--shape", "SplitCustomOp:first_half=2x3x5x4,second_half=2x3x5x4,input=2x3x5x8"]}
+SHAPES = {"ExampleOpPackage": [], "LlmOpPackage": [], "SplitCustomOpPackage": []}  # each passes by default
 
 
 @pytest.mark.slow
@@ -189,3 +188,24 @@ def test_a_fresh_skeleton_is_not_checked_and_says_to_write_the_kernel(tmp_path, 
     lines = capsys.readouterr().out.splitlines()
     assert "NOT CHECKED" in lines[0] and "write the op's math in kernels/ExampleCustomOp.h" in lines[0], lines
     assert lines[-1].startswith("0 of 2 case(s) bit-exact")
+
+
+@pytest.mark.slow
+def test_a_default_shape_the_op_cannot_take_is_not_applicable_not_a_failure(capsys, monkeypatch):
+    """SplitCustomOp halves an even last dimension: the default dims (2x3x5x9 for every tensor)
+    are no shape it takes. Those cases say so; they fail nothing, and checked nothing."""
+    package_dir = OP_PACKAGES / "SplitCustomOpPackage"
+    package = qco.load_package(*package_dir.glob("config/*.xml"))
+    results = hexagon_check(package_dir, dtype_cases(package))
+    assert [(r.not_applicable, r.passed) for r in results] == [(True, False)] * 2
+    assert all("not applicable: the default dims" in str(r) and "--shape SplitCustomOp:" in str(r) for r in results)
+    given = hexagon_check(package_dir, dtype_cases(package, ["SplitCustomOp:first_half=2x3,second_half=2x3,input=2x5"]))
+    assert [r.not_applicable for r in given] == [False] * 2  # a shape asked for and refused is the user's to fix
+    from qnn_custom_ops.library.shipped_cases import SHIPPED_CASES
+
+    monkeypatch.delitem(SHIPPED_CASES, "SplitCustomOpPackage")  # as a package of the user's: default dims
+    assert main(["hexagon-check", str(package_dir)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.count("not applicable") == 2
+    assert captured.err.strip() == (f"error: {package_dir}: nothing was checked: the default dims are no shape its "
+                                    "ops take (give shapes with --shape OP:TENSOR=DIMS,...)")

@@ -268,10 +268,18 @@ def _cmd_hexagon_check(args: argparse.Namespace) -> int:
     results = hexagon_check(args.package_dir, cases)
     for result in results:
         print(result)
-    failed = sum(not r.passed for r in results)
+    checked = [r for r in results if not r.not_applicable]
+    if not checked:
+        raise UsageError(
+            f"{args.package_dir}: nothing was checked: the default dims are no shape its ops take "
+            "(give shapes with --shape OP:TENSOR=DIMS,...)"
+        )
+    failed = sum(not r.passed for r in checked)
+    skipped = f", {len(results) - len(checked)} not applicable" if len(checked) < len(results) else ""
     print(
-        f"{len(results) - failed} of {len(results)} case(s) bit-exact between the host and Hexagon ({HEXAGON_CPU}, "
-        f"qemu-hexagon -cpu {QEMU_CPU}); packets are executed VLIW packets on a functional emulator, not cycles"
+        f"{len(checked) - failed} of {len(checked)} case(s) bit-exact between the host and Hexagon ({HEXAGON_CPU}, "
+        f"qemu-hexagon -cpu {QEMU_CPU}){skipped}; packets are executed VLIW packets on a functional emulator, "
+        "not cycles"
     )
     return EXIT_OK if not failed else EXIT_MISMATCH
 

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..opdef import OpPackage
-from ..runtime.cost import KernelCase
+from ..runtime.cost import KernelCase, cases_from_shapes
+from ..runtime.dtype_cases import dtype_cases
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,27 @@ def _llm_check_cases(package: OpPackage) -> list[KernelCase]:
     return hexagon_cases(package)
 
 
-SHIPPED_CASES: dict[str, ShippedCases] = {"LlmOpPackage": ShippedCases(_llm_cost_cases, _llm_check_cases)}
+#: SplitCustomOp halves an even last dimension, into two outputs of their own encodings: a
+#: small shape and one whose halves (257) end off every vector boundary; a prefill-like one.
+SPLIT_CHECK_SHAPES = (
+    "SplitCustomOp:first_half=2x3x5x4,second_half=2x3x5x4,input=2x3x5x8",
+    "SplitCustomOp:first_half=1x2x3x257,second_half=1x2x3x257,input=1x2x3x514",
+)
+SPLIT_COST_SHAPES = ("SplitCustomOp:first_half=1x1x2048x2048,second_half=1x1x2048x2048,input=1x1x2048x4096",)
+
+
+def _split_cost_cases(package: OpPackage) -> list[KernelCase]:
+    return cases_from_shapes(package, SPLIT_COST_SHAPES)
+
+
+def _split_check_cases(package: OpPackage) -> list[KernelCase]:
+    return dtype_cases(package, SPLIT_CHECK_SHAPES)
+
+
+SHIPPED_CASES: dict[str, ShippedCases] = {
+    "LlmOpPackage": ShippedCases(_llm_cost_cases, _llm_check_cases),
+    "SplitCustomOpPackage": ShippedCases(_split_cost_cases, _split_check_cases),
+}
 
 
 def shipped_cases(package: OpPackage) -> ShippedCases | None:

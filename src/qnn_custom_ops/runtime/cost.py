@@ -33,6 +33,7 @@ class KernelCase:
     inputs: tuple[KernelTensor, ...]
     params: tuple[KernelTensor, ...] = ()
     bytes_moved: int | None = None
+    default_shape: bool = False  # dims nobody asked for (``dtype_cases``' default): the op may not take them
 
     @property
     def nbytes(self) -> int:

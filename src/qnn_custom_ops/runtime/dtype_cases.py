@@ -87,6 +87,7 @@ def dtype_cases(package: OpPackage, specs: Sequence[str] = (), seed: int = 0) ->
                     f"{wanted.short_name} {label}",
                     tuple(made[t.name] for t in op.outputs),
                     tuple(made[t.name] for t in op.inputs),
+                    default_shape=not assignments,
                 )
             )
     return cases

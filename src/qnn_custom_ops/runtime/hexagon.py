@@ -269,11 +269,17 @@ class CheckResult:
     mismatch: str  # "" when bit-exact
     packets: int
     elements: int  # output elements, for packets per element
+    default_shape: bool = False  # the case's dims are the default, not asked for
 
     @property
     def passed(self) -> bool:
         """Bit-exact on a call the kernel accepted: a refusal checks nothing."""
         return not self.mismatch and self.host_status == self.hexagon_status == KernelStatus.Ok
+
+    @property
+    def not_applicable(self) -> bool:
+        """The default dims, refused as a shape on both sides: the op's, not a failure of it."""
+        return self.default_shape and self.host_status == self.hexagon_status == KernelStatus.ShapeMismatch
 
     def __str__(self) -> str:
         cost = f"{self.packets:>10} packets  {self.packets / max(self.elements, 1):8.2f}/element"
@@ -284,6 +290,11 @@ class CheckResult:
             )
         if self.mismatch:
             return f"{self.op:<16}{self.label:<48}MISMATCH {self.mismatch}"
+        if self.not_applicable:
+            return (
+                f"{self.op:<16}{self.label:<48}not applicable: the default dims are not a shape {self.op} "
+                f"takes (check it with --shape {self.op}:TENSOR=DIMS,...)"
+            )
         if self.host_status != KernelStatus.Ok:
             return (
                 f"{self.op:<16}{self.label:<48}NOT CHECKED: the kernel refuses this case on both "
@@ -362,6 +373,7 @@ def hexagon_check(package_dir: str | Path, cases: Sequence[KernelCase]) -> list[
                 mismatch,
                 packets,
                 sum(t.array.size for t in case.outputs),
+                case.default_shape,
             )
         )
     return results
