@@ -26,7 +26,7 @@ LAYERS = {
     "generator": 1, "torch_bridge": 1,
     "quantizer": 2, "lowering": 2,
     "runtime": 3,
-    "library": 4, "cli": 4, "__init__": 4, "__main__": 4,
+    "library": 4, "cli": 4, "llm_cli": 4, "__init__": 4, "__main__": 4,
 }
 
 

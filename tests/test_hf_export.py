@@ -15,7 +15,9 @@ import qnn_custom_ops as qco
 from qnn_custom_ops.library import llm_binding, package_dir
 from qnn_custom_ops.library.generation import greedy, greedy_batch, quantize_llm
 from qnn_custom_ops.library.steps import eager_step, host_step
+from qnn_custom_ops.library.checkpoint import METHODS
 from qnn_custom_ops.library.hf import LlmExportError, export_llm
+from qnn_custom_ops.lowering.program import lower_methods
 from qnn_custom_ops.runtime import HostRunner
 
 transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
@@ -30,6 +32,15 @@ COMMON = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_attenti
 # generated, Gemma's 1 + weight norm, tanh MLP and tied embeddings, Phi-3's fused projections
 # and partial rotary; Llama takes two layers (the per-layer cache order), the others one (each
 # layer lowered costs seconds).
+#
+# The 2025-26 families run on ExecuTorch in the device runner's layout ("runner", both methods in
+# one program), each with what sets it apart: Qwen3's per-head q/k norms; Gemma 2's attention and
+# final soft-capping, sandwich norms, query_pre_attn_scalar and alternating window (two layers:
+# one sliding, one full); Gemma 3's q/k norms and local/global RoPE bases (a sliding and a full
+# layer); Granite's four multipliers; SmolLM3's NoPE layer; Phi-4-mini's longrope (short factors
+# at this ctx_len) with partial rotary. Gemma 2/3 untie the embeddings: tied, a random model's
+# scaled embedding dominates and it repeats its input token.
+PHI4_FACTORS = dict(short_factor=[1.0, 1.3, 1.7, 2.0, 2.5, 3.0], long_factor=[2.0, 3.0, 5.0, 8.0, 13.0, 21.0])
 ARCHITECTURES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}, 2, "rows"),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM",
@@ -38,6 +49,25 @@ ARCHITECTURES = {
     "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(head_dim=16, hidden_act="gelu_pytorch_tanh"), 1, "rows"),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(num_key_value_heads=4, partial_rotary_factor=0.5, pad_token_id=0),
              1, "rows"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=16), 1, "runner"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               dict(head_dim=16, sliding_window=16, query_pre_attn_scalar=24, attn_logit_softcapping=20.0,
+                    final_logit_softcapping=15.0, hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=False),
+               2, "runner"),
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+                    dict(head_dim=16, sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                         query_pre_attn_scalar=24, tie_word_embeddings=False), 2, "runner"),
+    "granite": ("GraniteConfig", "GraniteForCausalLM",
+                dict(embedding_multiplier=6.0, residual_multiplier=0.3, logits_scaling=4.0, attention_multiplier=0.2),
+                1, "runner"),
+    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM",
+                dict(no_rope_layers=[1, 0], pad_token_id=0, bos_token_id=1), 2, "runner"),
+    "phi4_mini": ("Phi3Config", "Phi3ForCausalLM",
+                  dict(num_key_value_heads=4, pad_token_id=0, original_max_position_embeddings=64,
+                       max_position_embeddings=256,
+                       rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.75,
+                                            original_max_position_embeddings=64, **PHI4_FACTORS)),
+                  1, "runner"),
 }
 
 
@@ -51,7 +81,7 @@ def hf_model(arch: str, **overrides: object) -> torch.nn.Module:
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if "norm" in name:
-                parameter.uniform_(-0.5, 0.5) if arch == "gemma" else parameter.uniform_(0.5, 1.5)
+                parameter.uniform_(-0.5, 0.5) if arch.startswith("gemma") else parameter.uniform_(0.5, 1.5)
     return model
 
 
@@ -71,6 +101,19 @@ def runner() -> HostRunner:
 
 def other_layout(arch: str) -> str:
     return "scatter" if ARCHITECTURES[arch][4] == "rows" else "rows"
+
+
+def lowered_steps(programs, runner: HostRunner, prefill=None, decode=None) -> tuple:
+    """The programs (or their PT2E-converted modules) lowered for the host, as two steps: one
+    program with ``prefill_forward`` and ``kv_forward`` for the runner's layout, else two."""
+    modules = (prefill or programs.prefill.module, decode or programs.decode.module)
+    inputs = (programs.prefill.example_inputs, programs.decode.example_inputs)
+    if programs.shape.cache == "runner":
+        methods = dict(zip(METHODS, zip(modules, inputs)))
+        buffer = lower_methods(methods, llm_binding(), "host", plan_outputs=False).buffer
+        return tuple(host_step(runner, buffer, method) for method in METHODS)
+    return tuple(host_step(runner, qco.lower(m, i, llm_binding(), target="host").buffer)
+                 for m, i in zip(modules, inputs))
 
 
 @pytest.mark.slow
@@ -113,11 +156,14 @@ def test_the_sliding_window_is_followed_where_it_changes_the_tokens():
 @pytest.mark.slow
 def test_every_norm_and_mlp_runs_on_the_librarys_ops():
     for arch in ARCHITECTURES:
-        swaps = export_llm(hf_model(arch), prefill_len=PREFILL_LEN, ctx_len=CTX_LEN).swaps
+        model = hf_model(arch)
+        norms = [name for name, m in model.named_modules() if type(m).__name__.endswith("RMSNorm")]
+        swaps = export_llm(model, prefill_len=PREFILL_LEN, ctx_len=CTX_LEN).swaps
         layers = ARCHITECTURES[arch][3]
-        assert sorted({s.op for s in swaps}) == sorted({"rms_norm", "gelu_and_mul" if arch == "gemma" else
+        assert sorted({s.op for s in swaps}) == sorted({"rms_norm", "gelu_and_mul" if arch.startswith("gemma") else
                                                         "silu_and_mul"}), arch
-        assert len(swaps) == 3 * layers + 1, arch  # two norms and the MLP per layer, the final norm
+        assert len(norms) >= 2 * layers + 1, arch  # q/k norms (Qwen3, Gemma 3), four per layer (Gemma 2/3)
+        assert len(swaps) == len(norms) + layers, arch  # every norm, and the MLP of each layer
     programs = export_llm(hf_model("llama"), prefill_len=PREFILL_LEN, ctx_len=CTX_LEN)
     graph = programs.prefill.exported.graph
     fused = [n for n in graph.nodes if n.target == torch.ops.qco_llm.fused_add_rms_norm.default]
@@ -133,10 +179,13 @@ def test_rows_layout_returns_only_the_new_rows_and_scatter_the_whole_cache():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(prefill_len=0, ctx_len=8), r"prefill_len=0, ctx_len=8: need 0 < prefill_len <= ctx_len"),
+    (dict(prefill_len=0, ctx_len=8), r"prefill_len=0: need a whole number, 1 or more"),
     (dict(prefill_len=16, ctx_len=8), r"prefill_len=16, ctx_len=8"),
-    (dict(prefill_len=4, ctx_len=8, cache="ring"), r"cache='ring'; use one of rows, scatter"),
-    (dict(prefill_len=4, ctx_len=8, batch=0), r"batch=0: need a whole number of sequences, 1 or more"),
+    (dict(prefill_len=4, ctx_len=8, cache="ring"), r"cache='ring'; use one of rows, scatter, runner"),
+    (dict(prefill_len=4, ctx_len=8, batch=0), r"batch=0: need a whole number, 1 or more"),
+    (dict(prefill_len=8.5, ctx_len=16), r"prefill_len=8.5: need a whole number, 1 or more"),
+    (dict(prefill_len=4, ctx_len=8, batch=2, cache="runner"), r"cache='runner' with batch=2: qnn_llama_runner runs "
+                                                              r"one sequence; use batch=1"),
 ])
 @pytest.mark.slow
 def test_bad_shapes_are_one_line_naming_the_argument(kwargs, message):
@@ -152,7 +201,7 @@ def test_an_architecture_it_does_not_know_is_refused_naming_the_known_ones():
 
 
 @pytest.mark.parametrize("prompt, new_tokens, message", [
-    ([], 4, r"a prompt of 0 tokens; the prefill program takes 1 to 8"),
+    ([], 4, r"a prompt of 0 tokens; the programs take 1 to 8 \(prefill_len 8, ctx_len 40, cache='rows'\)"),
     (list(range(9)), 4, r"a prompt of 9 tokens"),
     (PROMPT, 40, r"5 prompt \+ 40 new tokens do not fit ctx_len 40: ask for at most 36"),
 ])
@@ -172,10 +221,7 @@ def test_float_programs_on_executorch_generate_hfs_32_greedy_tokens(arch, runner
     model = hf_model(arch)
     want = hf_tokens(copy.deepcopy(model))
     programs = export_llm(model, prefill_len=PREFILL_LEN, ctx_len=CTX_LEN, cache=ARCHITECTURES[arch][4])
-    prefill, decode = (qco.lower(p.module, p.example_inputs, llm_binding(), target="host")
-                       for p in (programs.prefill, programs.decode))
-    got = greedy(programs.shape, host_step(runner, prefill.buffer), host_step(runner, decode.buffer), PROMPT,
-                 NEW_TOKENS)
+    got = greedy(programs.shape, *lowered_steps(programs, runner), PROMPT, NEW_TOKENS)
     assert got.tokens == want
 
 

@@ -159,7 +159,7 @@ def quantize_llm(
     prompts: Sequence[Sequence[int]],
     new_tokens: int,
     progress: Callable[[str], None] | None = None,
-) -> tuple[torch.nn.Module, torch.nn.Module]:
+) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
     """The prefill and decode programs converted by PT2E (``make_quantizer``, min-max observers,
     the KV-cache overrides), calibrated on the inputs float greedy generation from each prompt
     gives them, so the caches they observe are the ones they will carry. With

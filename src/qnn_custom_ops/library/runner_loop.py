@@ -24,7 +24,7 @@ quantized one's real values).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -201,11 +201,13 @@ class RunnerLoop:
         eos: Collection[int] = (),
         forced: Sequence[int] | None = None,
         record: bool = False,
+        on_token: Callable[[list[int]], None] | None = None,
     ) -> Generation:
         """The runner's greedy generation (``--temperature 0``): prefill ``prompt``, then one
         ``kv_forward`` call per token until ``new_tokens`` or an ``eos`` token (the runner does
         not check the first, prefill's, token). ``forced`` feeds those tokens instead of the
-        argmax (teacher forcing); ``record`` keeps every call's inputs, for calibration."""
+        argmax (teacher forcing); ``record`` keeps every call's inputs, for calibration;
+        ``on_token`` hears the tokens so far after each one (to stream them)."""
         shape = self.shape
         prompt = token_ids(prompt, shape.vocab, "RunnerLoop: the prompt")
         check_fits(shape, len(prompt), new_tokens, "RunnerLoop")
@@ -217,6 +219,8 @@ class RunnerLoop:
             token = int(row.double().argmax()) if forced is None else int(forced[len(result.tokens)])
             result.tokens.append(token)
             result.logits.append(self._logits(0 if position == len(prompt) else 1, row))
+            if on_token is not None:
+                on_token(result.tokens)
             if len(result.tokens) == new_tokens or (len(result.tokens) > 1 and token in eos):
                 break
             outputs = self._call(1, [token], [position], masks)

@@ -1,0 +1,394 @@
+"""From a Hugging Face checkpoint directory (``config.json``, safetensors weights, tokenizer) to
+the one ``.pte`` ExecuTorch's device runner runs, and from that back to text on the host.
+
+``export_checkpoint`` writes ``OUT_DIR/model.pte`` (methods ``prefill_forward`` and
+``kv_forward``, the runner's metadata methods), ``OUT_DIR/tokenizer/`` (the checkpoint's
+tokenizer, ``tokenizer.json`` being what ``qnn_llama_runner --tokenizer_path`` reads) and
+``OUT_DIR/manifest.json`` (``LlmManifest``: the shapes, the runner's ``--decoder_model_version``,
+and a quantized program's encodings), all of them or none. ``load_export`` and
+``generate_text`` read them back and run them in ``RunnerLoop`` on the host.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..atomic_files import write_all_atomic
+from ..errors import UsageError
+from ..torch_bridge.quantized import Encoding
+from .families import family_of
+from .hf import LlmPrograms, LlmShape, export_llm
+from .runner_loop import MethodEncodings, RunnerLoop, check_fits, method_encodings
+from .steps import host_step
+
+QUANTS = ("none", "8a8w", "16a8w", "16a16w")
+TARGETS = ("host", "qnn")
+METHODS = ("prefill_forward", "kv_forward")
+MANIFEST, PROGRAM, TOKENIZER = "manifest.json", "model.pte", "tokenizer"
+#: Calibration text when the user gives none: varied English, one prompt a line.
+DEFAULT_CALIBRATION = (
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "In 1969, astronauts landed on the Moon and walked on its dusty surface.",
+    "def add(a, b):\n    return a + b",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman.",
+    "Water boils at 100 degrees Celsius at sea level; at altitude it boils sooner.",
+    "Please summarise the following paragraph in two sentences.",
+    "The stock market rose sharply on Tuesday after the central bank's announcement.",
+    "Photosynthesis turns light, water and carbon dioxide into sugar and oxygen.",
+)
+#: Tokens generated from each calibration prompt (their decode inputs are calibrated too).
+CALIBRATION_TOKENS = 16
+
+
+class LlmCheckpointError(UsageError):
+    """A checkpoint, an export directory or an option ``llm export``/``llm generate`` cannot use."""
+
+
+Progress = Callable[[str], None]
+
+
+def _silent(line: str) -> None:
+    """The default ``progress``: say nothing."""
+
+
+@dataclass(frozen=True)
+class LlmManifest:
+    """What ``llm export`` wrote, read back whole and checked once."""
+
+    model_type: str
+    decoder_model_version: str
+    quant: str
+    target: str
+    shape: LlmShape
+    eos_ids: tuple[int, ...]
+    #: Per method, its inputs' and outputs' encodings (a quantized program's; None for float).
+    encodings: dict[str, MethodEncodings] | None
+
+    def to_json(self) -> str:
+        def encoding(e: Encoding | None) -> dict | None:
+            return None if e is None else {"datatype": e.datatype.short_name, "scale": e.scale, "offset": e.offset}
+
+        encodings = None
+        if self.encodings is not None:
+            encodings = {
+                name: {"inputs": [encoding(e) for e in m.inputs], "outputs": [encoding(e) for e in m.outputs]}
+                for name, m in self.encodings.items()
+            }
+        body = {**asdict(self), "shape": asdict(self.shape), "eos_ids": list(self.eos_ids), "encodings": encodings}
+        return json.dumps(body, indent=2)
+
+    @staticmethod
+    def read(directory: Path) -> LlmManifest:
+        """The manifest of an export directory, or one error saying what to do."""
+        from ..opdef import Datatype
+
+        path = directory / MANIFEST
+        if not path.is_file():
+            raise LlmCheckpointError(
+                f"{directory}: no {MANIFEST}; pass a directory written by qnn-custom-ops llm export"
+            )
+
+        def encoding(e: dict | None) -> Encoding | None:
+            return None if e is None else Encoding(Datatype[e["datatype"]], float(e["scale"]), int(e["offset"]))
+
+        try:
+            body = json.loads(path.read_text())
+            encodings = body["encodings"]
+            return LlmManifest(
+                str(body["model_type"]),
+                str(body["decoder_model_version"]),
+                str(body["quant"]),
+                str(body["target"]),
+                LlmShape(**body["shape"]),
+                tuple(int(i) for i in body["eos_ids"]),
+                None
+                if encodings is None
+                else {
+                    name: MethodEncodings(
+                        tuple(encoding(e) for e in m["inputs"]), tuple(encoding(e) for e in m["outputs"])
+                    )
+                    for name, m in encodings.items()
+                },
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise LlmCheckpointError(
+                f"{path}: not a manifest written by qnn-custom-ops llm export ({type(exc).__name__}: {exc}); "
+                "export again"
+            ) from None
+
+
+def _require_choice(name: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise LlmCheckpointError(f"{name} {value!r}: use one of {', '.join(choices)}")
+
+
+def load_checkpoint(directory: Path, progress: Progress = _silent) -> tuple[Any, Any]:
+    """The causal LM (eager attention) and tokenizer of a checkpoint directory, read locally only."""
+    import transformers
+
+    if not (directory / "config.json").is_file():
+        raise LlmCheckpointError(f"{directory}: no config.json; pass a Hugging Face checkpoint directory")
+    try:
+        config = transformers.AutoConfig.from_pretrained(directory, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise LlmCheckpointError(f"{directory}/config.json: transformers cannot read it ({exc})") from None
+    family_of(config.model_type)  # an unsupported family is refused before any weight is read
+    started = time.monotonic()
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    except (OSError, ValueError, TypeError) as exc:
+        raise LlmCheckpointError(
+            f"{directory}: no tokenizer transformers can load ({type(exc).__name__}); save one beside the "
+            "weights (tokenizer.save_pretrained)"
+        ) from None
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            directory, local_files_only=True, attn_implementation="eager"
+        )
+    except (OSError, ValueError) as exc:
+        raise LlmCheckpointError(f"{directory}: transformers cannot load the weights ({exc})") from None
+    count = sum(p.numel() for p in model.parameters())
+    progress(f"loaded {config.model_type} ({count / 1e6:.1f} M parameters) in {time.monotonic() - started:.1f} s")
+    return model.eval(), tokenizer
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
+    """Every end-of-sequence id the model's configs and tokenizer name."""
+    ids: set[int] = set()
+    for source in (model.config, getattr(model, "generation_config", None), tokenizer):
+        value = getattr(source, "eos_token_id", None)
+        ids.update([value] if isinstance(value, int) else list(value or ()))
+    return tuple(sorted(ids))
+
+
+def calibration_prompts(
+    tokenizer: Any, shape: LlmShape, lines: Sequence[str] | None, where: str = "calibration"
+) -> list[list[int]]:
+    """Each non-empty line tokenized, cut to what the programs take with room for the
+    calibration tokens."""
+    texts = [line for line in (lines if lines is not None else DEFAULT_CALIBRATION) if line.strip()]
+    if not texts:
+        raise LlmCheckpointError(f"{where}: no text to calibrate on; give one prompt per line")
+    longest = min(shape.ctx_len - shape.prefill_len, shape.ctx_len - CALIBRATION_TOKENS + 1)
+    return [tokenizer(text)["input_ids"][:longest] for text in texts]
+
+
+def _runner_metadata(programs: LlmPrograms, model: Any, tokenizer: Any, quant: str) -> dict[str, Any]:
+    """The constant methods ExecuTorch's static llama writes (``get_n_layers`` is the one the
+    runner requires; ``get_sliding_window`` where a window mask is taken)."""
+    shape, config = programs.shape, model.config
+    bits = {"none": 32, "8a8w": 8}.get(quant, 16)
+    metadata: dict[str, Any] = {
+        "get_ar_len": 1,
+        "get_bos_id": int(tokenizer.bos_token_id if tokenizer.bos_token_id is not None else -1),
+        "get_eos_id": int(_eos_ids(model, tokenizer)[0]) if _eos_ids(model, tokenizer) else -1,
+        "get_dim": int(config.hidden_size),
+        "get_head_dim": shape.head_dim,
+        "get_max_batch_size": 1,
+        "get_max_seq_len": shape.ctx_len,
+        "get_max_context_len": shape.ctx_len,
+        "get_n_bos": 1,
+        "get_n_eos": 1,
+        "get_n_kv_heads": shape.kv_heads,
+        "get_n_layers": shape.layers,
+        "get_vocab_size": shape.vocab,
+        "get_use_kv_cache": True,
+        "get_kv_io_bit_width": bits,
+    }
+    if shape.window is not None:
+        metadata["get_sliding_window"] = shape.window
+    return metadata
+
+
+def _compile_spec(soc: str | None) -> list:
+    """The QNN compile spec of the LlmOpPackage's builds for ``soc`` (its HTP architecture)."""
+    from executorch.backends.qualcomm.serialization.qc_schema import _soc_info_table
+
+    from ..lowering import compile_spec, makefile_builds
+    from ..lowering.compile_spec import chipset
+    from .llm import PACKAGE_NAME, llm_binding, package_dir
+
+    if soc is None:
+        raise LlmCheckpointError("--target qnn needs --soc (e.g. SM8650), the phone's chipset")
+    arch = int(_soc_info_table[chipset(soc)].htp_info.htp_arch)
+    return compile_spec(soc, llm_binding(), makefile_builds(package_dir(), PACKAGE_NAME, arch))
+
+
+def export_checkpoint(
+    checkpoint: Path,
+    out_dir: Path,
+    prefill_len: int = 32,
+    ctx_len: int = 512,
+    quant: str = "none",
+    calibration: Sequence[str] | None = None,
+    target: str = "host",
+    soc: str | None = None,
+    progress: Progress = _silent,
+) -> LlmManifest:
+    """``llm export``: the checkpoint's programs in the runner's layout, quantized on the
+    calibration text (one prompt a line; a built-in text by default), lowered for ``target``,
+    written to ``out_dir`` whole or not at all."""
+    from ..lowering.program import lower_methods
+    from .generation import quantize_llm
+    from .llm import llm_binding
+
+    _require_choice("--quant", quant, QUANTS)
+    _require_choice("--target", target, TARGETS)
+    spec = _compile_spec(soc) if target == "qnn" else None
+    model, tokenizer = load_checkpoint(checkpoint, progress)
+    started = time.monotonic()
+    eos_ids = _eos_ids(model, tokenizer)
+    metadata_model = model.config.model_type
+    programs = export_llm(model, prefill_len=prefill_len, ctx_len=ctx_len, cache="runner")
+    progress(
+        f"exported prefill ({prefill_len} tokens) and decode over ctx_len {ctx_len} in "
+        f"{time.monotonic() - started:.1f} s"
+    )
+    modules: tuple[torch.nn.Module, torch.nn.Module] = (programs.prefill.module, programs.decode.module)
+    encodings = None
+    if quant != "none":
+        prompts = calibration_prompts(tokenizer, programs.shape, calibration)
+        started = time.monotonic()
+        converted = quantize_llm(programs, quant, prompts, CALIBRATION_TOKENS, progress=progress)
+        modules = converted
+        progress(f"quantized {quant} in {time.monotonic() - started:.1f} s")
+        encodings = dict(zip(METHODS, (method_encodings(m) for m in converted)))
+    started = time.monotonic()
+    progress(f"lowering {' and '.join(METHODS)} for {target} (the longest step: about a minute per few layers)")
+    lowered = lower_methods(
+        dict(zip(METHODS, zip(modules, (programs.prefill.example_inputs, programs.decode.example_inputs)))),
+        llm_binding(),
+        target,
+        compile_spec=spec,
+        constant_methods=_runner_metadata(programs, model, tokenizer, quant),
+        plan_outputs=False,
+    )
+    progress(f"lowered in {time.monotonic() - started:.1f} s: {len(lowered.buffer) / 1e6:.1f} MB")
+    manifest = LlmManifest(
+        metadata_model,
+        programs.family.runner_version,
+        quant,
+        target,
+        programs.shape,
+        eos_ids,
+        encodings,
+    )
+    _write_export(out_dir, lowered.buffer, manifest, tokenizer)
+    progress(f"wrote {out_dir}/{PROGRAM}, {out_dir}/{TOKENIZER}/ and {out_dir}/{MANIFEST}")
+    return manifest
+
+
+def _write_export(out_dir: Path, program: bytes, manifest: LlmManifest, tokenizer: Any) -> None:
+    """Every file of the export, or none (a full disk leaves the directory as it was)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise LlmCheckpointError(f"-o {out_dir}: exists and is not a directory; choose another")
+    with tempfile.TemporaryDirectory(prefix="qco-tokenizer-") as saved:
+        tokenizer.save_pretrained(saved)
+        tokenizer_files = [(out_dir / TOKENIZER / p.name, p.read_bytes()) for p in sorted(Path(saved).iterdir())]
+    write_all_atomic(
+        [(out_dir / PROGRAM, program), *tokenizer_files, (out_dir / MANIFEST, manifest.to_json().encode())]
+    )
+
+
+@dataclass
+class LlmExport:
+    """An export directory read back: its manifest, program and tokenizer."""
+
+    directory: Path
+    manifest: LlmManifest
+    program: bytes
+    tokenizer: Any
+
+
+def load_export(directory: Path) -> LlmExport:
+    """What ``export_checkpoint`` wrote to ``directory``."""
+    import transformers
+
+    manifest = LlmManifest.read(directory)
+    if manifest.target != "host":
+        raise LlmCheckpointError(
+            f"{directory}: its program was lowered for {manifest.target}; it runs on the phone "
+            "(qnn_llama_runner, see the README), not on the host: export with --target host to run it here"
+        )
+    program = directory / PROGRAM
+    if not program.is_file():
+        raise LlmCheckpointError(f"{directory}: no {PROGRAM}; export again")
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(directory / TOKENIZER, local_files_only=True)
+    except (OSError, ValueError, TypeError) as exc:
+        raise LlmCheckpointError(f"{directory / TOKENIZER}: cannot load the tokenizer ({exc}); export again") from None
+    return LlmExport(directory, manifest, program.read_bytes(), tokenizer)
+
+
+def prompt_ids(tokenizer: Any, text: str, chat: bool) -> list[int]:
+    """The prompt's token ids: through the tokenizer's chat template with ``chat``."""
+    if not chat:
+        return list(tokenizer(text)["input_ids"])
+    if not getattr(tokenizer, "chat_template", None):
+        raise LlmCheckpointError("--chat: the tokenizer has no chat template; drop --chat to send the text as it is")
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # a BatchEncoding, or the ids
+
+
+@dataclass(frozen=True)
+class TextGeneration:
+    """Tokens and text generated, and how fast: the prompt's tokens per second through
+    ``prefill_forward``, the new tokens per second through ``kv_forward``."""
+
+    prompt_tokens: int
+    tokens: list[int]
+    text: str
+    prefill_tokens_per_second: float
+    decode_tokens_per_second: float
+
+
+def generate_text(
+    export: LlmExport,
+    runner: Any,
+    text: str,
+    max_new_tokens: int = 64,
+    chat: bool = False,
+    on_text: Callable[[str], None] | None = None,
+) -> TextGeneration:
+    """Greedy generation from ``text`` as the device runner does it (``RunnerLoop``), on the
+    host (``runner``: a ``HostRunner`` with the LlmOpPackage's library); ``on_text`` hears the
+    text as it grows, piece by piece."""
+    manifest, tokenizer = export.manifest, export.tokenizer
+    ids = prompt_ids(tokenizer, text, chat)
+    room = manifest.shape.ctx_len - len(ids) + 1
+    check_fits(manifest.shape, len(ids), min(max_new_tokens, max(room, 1)), "llm generate")
+    encodings = None
+    if manifest.encodings is not None:
+        encodings = (manifest.encodings[METHODS[0]], manifest.encodings[METHODS[1]])
+    prefill, decode = (host_step(runner, export.program, method) for method in METHODS)
+    loop = RunnerLoop(manifest.shape, prefill, decode, encodings=encodings)
+    shown = ""
+    times: list[float] = []
+
+    def heard(tokens: Sequence[int]) -> None:
+        nonlocal shown
+        times.append(time.monotonic())
+        text_so_far = tokenizer.decode(tokens, skip_special_tokens=True)
+        if on_text is not None and text_so_far.startswith(shown):
+            on_text(text_so_far[len(shown) :])
+            shown = text_so_far
+
+    started = time.monotonic()
+    result = loop.generate(ids, min(max_new_tokens, room), eos=manifest.eos_ids, on_token=heard)
+    prefill_seconds = times[0] - started
+    decode_seconds = times[-1] - times[0]
+    return TextGeneration(
+        len(ids),
+        result.tokens,
+        tokenizer.decode(result.tokens, skip_special_tokens=True),
+        len(ids) / prefill_seconds if prefill_seconds > 0 else float("inf"),
+        (len(result.tokens) - 1) / decode_seconds if decode_seconds > 0 else float("nan"),
+    )

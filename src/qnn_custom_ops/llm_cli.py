@@ -1,0 +1,157 @@
+"""``qnn-custom-ops llm export`` and ``llm generate``: a thin layer over ``library.checkpoint``.
+
+Progress goes to stderr, one line per step, when stderr is a terminal or with ``--progress``
+(``--quiet`` silences it); generated text goes to stdout as it grows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from .errors import UsageError
+from .quiet import native_noise_filtered
+
+EXIT_OK = 0
+
+
+def _progress(args: argparse.Namespace):
+    """A printer of progress lines, or one that prints nothing."""
+    shown = not args.quiet and (args.progress or sys.stderr.isatty())
+    started = time.monotonic()
+
+    def say(line: str) -> None:
+        if shown:
+            print(f"[{time.monotonic() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
+
+    return say
+
+
+@contextmanager
+def _own_warnings_as_lines() -> Iterator[None]:
+    """The library's warnings (a dtype cast, a module left native) as one line each."""
+    from .library.hf import LlmDtypeWarning
+    from .library.swap import SwapWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LlmDtypeWarning)
+        warnings.simplefilter("always", SwapWarning)
+        yield
+    for warning in caught:
+        if issubclass(warning.category, (LlmDtypeWarning, SwapWarning)):
+            print(f"warning: {warning.message}", file=sys.stderr)
+
+
+def _calibration_lines(path: str | None) -> list[str] | None:
+    if path is None:
+        return None
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"--calibration {path}: no such file; give a text file, one prompt a line")
+    try:
+        return file.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise UsageError(f"--calibration {path}: not UTF-8 text; give a text file, one prompt a line") from None
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    import transformers
+
+    from .library.checkpoint import export_checkpoint
+
+    if not args.verbose:
+        transformers.utils.logging.disable_progress_bar()  # "Loading weights": progress says it once
+    with _own_warnings_as_lines():
+        manifest = export_checkpoint(
+            Path(args.checkpoint),
+            Path(args.output),
+            prefill_len=args.prefill,
+            ctx_len=args.ctx,
+            quant=args.quant,
+            calibration=_calibration_lines(args.calibration),
+            target=args.target,
+            soc=args.soc,
+            progress=_progress(args),
+        )
+    print(
+        f"{args.output}: {manifest.model_type}, {manifest.quant}, prefill {manifest.shape.prefill_len} / "
+        f"ctx {manifest.shape.ctx_len}; on a phone: qnn_llama_runner --decoder_model_version "
+        f"{manifest.decoder_model_version} (see the README)"
+    )
+    return EXIT_OK
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from . import build_host_library
+    from .library import llm_binding, package_dir
+    from .library.checkpoint import generate_text, load_export
+    from .runtime import HostRunner
+
+    say = _progress(args)
+    export = load_export(Path(args.export_dir))
+    say("preparing the LlmOpPackage host library (built once, then cached)")
+    runner = HostRunner([build_host_library(package_dir(), llm_binding())])
+    say(f"generating ({export.manifest.quant}) on the host, as qnn_llama_runner runs the program")
+
+    def stream(piece: str) -> None:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+    with native_noise_filtered(args.verbose):
+        result = generate_text(export, runner, args.prompt, args.max_new_tokens, chat=args.chat, on_text=stream)
+    print()
+    print(
+        f"prefill: {result.prompt_tokens} tokens at {result.prefill_tokens_per_second:.1f} tokens/s; "
+        f"decode: {len(result.tokens)} tokens at {result.decode_tokens_per_second:.1f} tokens/s",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
+    return value
+
+
+def _add_progress_flags(parser: argparse.ArgumentParser) -> None:
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--progress", action="store_true", help="progress lines on stderr even when not a terminal")
+    shown.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def add_llm_commands(commands) -> None:
+    """``llm export`` and ``llm generate`` under the CLI's subcommands."""
+    from .library.checkpoint import QUANTS, TARGETS
+
+    llm = commands.add_parser("llm", help="a Hugging Face checkpoint to the phone: export, then generate")
+    actions = llm.add_subparsers(dest="llm_command", required=True, metavar="ACTION")
+    export = actions.add_parser(
+        "export", help="a checkpoint directory -> OUT_DIR/model.pte (ExecuTorch's qnn_llama_runner contract)"
+    )
+    export.add_argument("checkpoint", metavar="CHECKPOINT_DIR", help="config.json, safetensors weights, tokenizer")
+    export.add_argument("-o", "--output", required=True, metavar="OUT_DIR")
+    export.add_argument("--prefill", type=_positive, default=32, metavar="N", help="prefill tokens per call (32)")
+    export.add_argument("--ctx", type=_positive, default=512, metavar="N", help="context length (512)")
+    export.add_argument("--quant", choices=QUANTS, default="none", help="activation/weight bits (none: float)")
+    export.add_argument("--calibration", metavar="FILE", help="calibration text, one prompt a line")
+    export.add_argument("--target", choices=TARGETS, default="host", help="host (run here) or qnn (the phone)")
+    export.add_argument("--soc", help="the phone's chipset for --target qnn, e.g. SM8650")
+    _add_progress_flags(export)
+    export.set_defaults(handler=_cmd_export)
+    generate = actions.add_parser("generate", help="generate text from an export on the host; tokens/s")
+    generate.add_argument("export_dir", metavar="OUT_DIR")
+    generate.add_argument("--prompt", required=True, metavar="TEXT")
+    generate.add_argument("--max-new-tokens", type=_positive, default=64, metavar="N")
+    generate.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
+    _add_progress_flags(generate)
+    generate.set_defaults(handler=_cmd_generate)
