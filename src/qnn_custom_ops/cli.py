@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from .atomic_files import refusal_text
 from .errors import ReportedError, UsageError
+from .llm_cli import add_llm_commands
 from .opdef import OpDefError, OpDefWarning, OpPackage, load_package
 from .quiet import native_noise_filtered, quiet_third_party
 
@@ -507,6 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
         "a shipped package such as LlmOpPackage brings its own)",
     )
     hexagon.set_defaults(handler=_cmd_hexagon_check)
+    add_llm_commands(commands)
     return parser
 
 
