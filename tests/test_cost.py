@@ -39,6 +39,9 @@ def test_cost_of_the_llm_package_uses_its_own_shapes(capsys):
     (["--shape", "Nope:x=1"], "'Nope' is not an op of ExampleOpPackage"),
     (["--shape", "ExampleCustomOp:output=1x4,input=1xfour"], "'1xfour' is not a shape"),
     ([], "say what to measure with --shape"),
+    (["--dtype", "NOPE", "--shape", "ExampleCustomOp:output=1x4,input=1x4"], "--dtype 'NOPE' is not a datatype"),
+    (["--dtype", "INT_32", "--shape", "ExampleCustomOp:output=1x4,input=1x4"],
+     "ExampleCustomOp declares no output datatype INT_32 \\(it declares FLOAT_32, UFIXED_POINT_8\\)"),
 ])
 def test_cost_refuses_what_it_cannot_measure_in_one_line(capsys, shape, message):
     import re
@@ -88,3 +91,17 @@ def test_a_package_directory_named_otherwise_builds_under_its_package_name(tmp_p
     assert main(["cost", str(renamed), "--min-seconds", "0.001",
                  "--shape", "ExampleCustomOp:output=1x1x2x8,input=1x1x2x8"]) == 0
     assert capsys.readouterr().out.startswith("ExampleOpPackage on one core")
+
+
+@pytest.mark.slow
+def test_cost_measures_the_datatypes_dtype_names(capsys):
+    assert main(["cost", str(OP_PACKAGES / "ExampleOpPackage"), "--min-seconds", "0.001",
+                 "--dtype", "UFIXED_POINT_8", "--shape", "ExampleCustomOp:output=1x1x2x8,input=1x1x2x8"]) == 0
+    (row,) = capsys.readouterr().out.splitlines()[2:]
+    assert row.split()[:3] == ["ExampleCustomOp", "UFIXED_POINT_8", "1x1x2x8"] and int(row.split()[4]) == 2 * 16
+
+
+def test_dtype_takes_its_shapes_from_shape(capsys):
+    """A shipped package's own cost cases are float32: other datatypes need --shape."""
+    assert main(["cost", str(OP_PACKAGES / "LlmOpPackage"), "--dtype", "UFIXED_POINT_8"]) == 2
+    assert "--dtype needs --shape" in capsys.readouterr().err

@@ -111,7 +111,7 @@ def test_every_htp_source_builds_for_hexagon_with_the_makefiles_hexagon_flags():
 def test_cost_counts_executed_packets_on_hexagon(capsys):
     """Packets grow with the elements: the same op on 4x and 16x the elements."""
     assert main(["cost", str(OP_PACKAGES / "ExampleOpPackage"), "--hexagon", "--min-seconds", "0.001",
-                 "--shape", "ExampleCustomOp:output=1x1x4x64,input=1x1x4x64",
+                 "--dtype", "FLOAT_32", "--shape", "ExampleCustomOp:output=1x1x4x64,input=1x1x4x64",
                  "--shape", "ExampleCustomOp:output=1x1x16x64,input=1x1x16x64"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "executed VLIW packets per call on qemu-hexagon" in lines[0] and lines[1].split()[-1] == "packets"
@@ -209,3 +209,14 @@ def test_a_default_shape_the_op_cannot_take_is_not_applicable_not_a_failure(caps
     assert captured.out.count("not applicable") == 2
     assert captured.err.strip() == (f"error: {package_dir}: nothing was checked: the default dims are no shape its "
                                     "ops take (give shapes with --shape OP:TENSOR=DIMS,...)")
+
+
+@pytest.mark.slow
+def test_cost_on_hexagon_measures_every_datatype_the_op_declares(capsys):
+    """As the Hexagon check does: one row per datatype of the op's output (FLOAT_32 and
+    UFIXED_POINT_8 for mul3), each with its host time and packets."""
+    assert main(["cost", str(OP_PACKAGES / "ExampleOpPackage"), "--hexagon", "--min-seconds", "0.001",
+                 "--shape", "ExampleCustomOp:output=1x1x4x64,input=1x1x4x64"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [row[1:3] for row in rows] == [["FLOAT_32", "1x1x4x64"], ["UFIXED_POINT_8", "1x1x4x64"]]
+    assert all(int(row[-1]) > 0 for row in rows)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 from .atomic_files import refusal_text
 from .errors import ReportedError, UsageError
 from .llm_cli import add_llm_commands
-from .opdef import OpDefError, OpDefWarning, OpPackage, load_package
+from .opdef import Datatype, OpDefError, OpDefWarning, OpPackage, load_package
 from .quiet import native_noise_filtered, quiet_third_party
 
 if TYPE_CHECKING:
@@ -221,10 +221,15 @@ def _cmd_cost(args: argparse.Namespace) -> int:
     """Per op and shape: host seconds per call, bytes moved, GB/s, beside the copy bandwidth."""
     from .runtime import build_host_kernels
     from .runtime.cost import cases_from_shapes, measure_package
+    from .runtime.dtype_cases import dtype_cases
 
     package = _load([str(c) for c in _package_configs(args.package_dir)])
     own = None if args.shape else _shipped_cases(package)
-    if args.shape:
+    if args.dtype and not args.shape:
+        raise UsageError(f"{args.package_dir}: --dtype needs --shape (the shapes to measure each datatype on)")
+    if args.shape and (args.dtype or args.hexagon):  # every declared datatype, as hexagon-check
+        cases = dtype_cases(package, args.shape, only=_datatypes(args.dtype))
+    elif args.shape:
         cases = cases_from_shapes(package, args.shape)
     elif own is not None:
         cases = own.cost(package)
@@ -256,6 +261,16 @@ def _cmd_cost(args: argparse.Namespace) -> int:
             f"{cost.bandwidth / 1e9:>8.2f}{count}"
         )
     return EXIT_OK
+
+
+def _datatypes(texts: Sequence[str]) -> list[Datatype]:
+    """``--dtype FLOAT_32,UFIXED_POINT_8 ...`` -> datatypes; ``all`` (or none given) -> []: every one."""
+    names = [name for text in texts for name in text.split(",") if name.strip().lower() != "all"]
+    parsed = [(name, Datatype.parse(name)) for name in names]
+    unknown = [name for name, datatype in parsed if datatype is None]
+    if unknown:
+        raise UsageError(f"--dtype {unknown[0]!r} is not a datatype (write e.g. FLOAT_32 or UFIXED_POINT_8, or all)")
+    return [datatype for _, datatype in parsed if datatype is not None]
 
 
 def _cmd_hexagon_check(args: argparse.Namespace) -> int:
@@ -489,7 +504,16 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument(
         "--hexagon",
         action="store_true",
-        help="also count each call's executed packets on Hexagon (qemu-hexagon; slow for big shapes)",
+        help="also count each call's executed packets on Hexagon (qemu-hexagon; slow for big shapes), "
+        "at every datatype the op declares unless --dtype says",
+    )
+    cost.add_argument(
+        "--dtype",
+        action="append",
+        default=[],
+        metavar="DT[,DT...]",
+        help="measure the --shape cases at these datatypes of the op's output (e.g. UFIXED_POINT_8, or all; "
+        "default: FLOAT_32, or every declared one with --hexagon)",
     )
     cost.set_defaults(handler=_cmd_cost)
     hexagon = commands.add_parser(

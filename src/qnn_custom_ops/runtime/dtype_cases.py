@@ -8,7 +8,7 @@ carries it, with a random encoding of QNN's convention (real = scale * (q + offs
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -69,15 +69,31 @@ def _shapes(op: OpDef, assignments: str, where: str) -> dict[str, tuple[int, ...
     return named_shapes(op, assignments, where)
 
 
-def dtype_cases(package: OpPackage, specs: Sequence[str] = (), seed: int = 0) -> list[KernelCase]:
-    """One case per op and declared datatype for each ``Op:tensor=DIMS,...`` spec (or each op
-    of the package with default dims when no spec is given); labels name the datatype."""
+def _wanted(op: OpDef, datatypes: Collection[Datatype], where: str) -> list[Datatype]:
+    """The op's case datatypes that ``datatypes`` names (all when it names none); one it does
+    not declare is an error naming what it does."""
+    declared = case_datatypes(op)
+    missing = [d.short_name for d in datatypes if d not in declared]
+    if missing:
+        raise UsageError(
+            f"{where}: {op.name} declares no output datatype {', '.join(missing)} "
+            f"(it declares {', '.join(d.short_name for d in declared)})"
+        )
+    return [d for d in declared if not datatypes or d in datatypes]
+
+
+def dtype_cases(
+    package: OpPackage, specs: Sequence[str] = (), seed: int = 0, only: Collection[Datatype] = ()
+) -> list[KernelCase]:
+    """One case per op and declared datatype (those ``only`` names, when it names any) for
+    each ``Op:tensor=DIMS,...`` spec (or each op of the package with default dims when no spec
+    is given); labels name the datatype."""
     generator = np.random.default_rng(seed)
     cases = []
     for op, assignments, where in shape_specs(package, list(specs) or list(package.ops)):
         shapes = _shapes(op, assignments, where)
         label = shape_label(op, shapes)
-        for wanted in case_datatypes(op):
+        for wanted in _wanted(op, only, where):
             datatypes = {t.name: tensor_datatype(t, op, wanted) for t in op.outputs + op.inputs}
             check_case_size(shapes, datatypes, where)
             made = {name: random_tensor(datatypes[name], dims, generator) for name, dims in shapes.items()}
