@@ -97,8 +97,8 @@ class LlmShape:
         """Inputs of a call of ``length`` tokens per sequence, for export."""
         caches = self.empty_cache()
         if self.cache == "runner":
-            mask = torch.zeros(1, 1, length, self.ctx_len)
-            return self.runner_inputs([0] * length, [mask] * self.masks, range(length), caches)
+            masks = [torch.zeros(1, 1, length, self.ctx_len) for _ in range(self.masks)]  # distinct: export
+            return self.runner_inputs([0] * length, masks, range(length), caches)  # takes one tensor twice as one
         start = 0 if length == self.prefill_len else self.prefill_len
         return self.inputs([[0] * length] * self.batch, [start] * self.batch, length, caches)
 
