@@ -220,3 +220,19 @@ def test_cost_on_hexagon_measures_every_datatype_the_op_declares(capsys):
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
     assert [row[1:3] for row in rows] == [["FLOAT_32", "1x1x4x64"], ["UFIXED_POINT_8", "1x1x4x64"]]
     assert all(int(row[-1]) > 0 for row in rows)
+
+
+@pytest.mark.slow
+def test_a_truncated_cached_driver_is_rebuilt(tmp_path, monkeypatch):
+    """A cached Hexagon program cut short (a crash, a full disk) would fail every later run with
+    qemu's "Error mapping file": it is rebuilt instead."""
+    from qnn_custom_ops.runtime.hexagon import build_hexagon_driver, hexagon_packets
+
+    monkeypatch.setenv("QCO_CACHE_DIR", str(tmp_path / "cache"))
+    package_dir = OP_PACKAGES / "ExampleOpPackage"
+    program = build_hexagon_driver(package_dir)
+    whole = program.read_bytes()
+    program.write_bytes(whole[:4096])
+    cases = dtype_cases(qco.load_package(*package_dir.glob("config/*.xml")))
+    assert all(count > 0 for count in hexagon_packets(package_dir, cases))
+    assert build_hexagon_driver(package_dir) == program and program.stat().st_size == len(whole)  # rebuilt whole

@@ -13,6 +13,7 @@ they are not cycles on a phone.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import re
@@ -130,8 +131,9 @@ def build_hexagon_driver(package_dir: str | Path) -> Path:
     program = entry / "driver"
     entry.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(entry) + ".lock"):
-        if program.is_file():
+        if _is_whole(program):
             return program
+        shutil.rmtree(entry, ignore_errors=True)  # a broken entry is rebuilt
         staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".partial", dir=entry.parent))
         try:
             (staging / "driver.cpp").write_text(driver)
@@ -143,10 +145,26 @@ def build_hexagon_driver(package_dir: str | Path) -> Path:
             compile_for_hexagon(
                 sources, staging / "driver", includes=[package_dir / "kernels", package_dir / "host/src"]
             )
+            _hash_record(staging / "driver").write_text(_sha256(staging / "driver"))
             staging.rename(entry)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return program
+
+
+def _hash_record(program: Path) -> Path:
+    return program.with_name(f"{program.name}.sha256")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _is_whole(program: Path) -> bool:
+    """The cached program is the one built: a copy cut short (a crash, a full disk) would fail
+    every later run with qemu's "Error mapping file", so its recorded hash is checked."""
+    record = _hash_record(program)
+    return program.is_file() and record.is_file() and record.read_text() == _sha256(program)
 
 
 def _write_tensor(stream: bytearray, tensor: KernelTensor) -> None:
