@@ -385,10 +385,13 @@ def generate_text(
     result = loop.generate(ids, min(max_new_tokens, room), eos=manifest.eos_ids, on_token=heard)
     prefill_seconds = times[0] - started
     decode_seconds = times[-1] - times[0]
+    text = tokenizer.decode(result.tokens, skip_special_tokens=True)
+    if on_text is not None and text.startswith(shown) and len(text) > len(shown):
+        on_text(text[len(shown) :])  # what waited for a character's last byte
     return TextGeneration(
         len(ids),
         result.tokens,
-        tokenizer.decode(result.tokens, skip_special_tokens=True),
+        text,
         len(ids) / prefill_seconds if prefill_seconds > 0 else float("inf"),
         (len(result.tokens) - 1) / decode_seconds if decode_seconds > 0 else float("nan"),
     )

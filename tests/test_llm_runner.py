@@ -1,0 +1,272 @@
+"""The LLM route to the phone: a checkpoint directory (made here with ``save_pretrained`` and a
+tokenizer trained here; nothing downloaded) through ``qnn-custom-ops llm export`` to the one
+program ExecuTorch's ``qnn_llama_runner`` runs, checked against the runner's contract (read
+from its source), and run on the host by ``RunnerLoop``, a loop written from that source."""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from qnn_custom_ops.cli import main
+from qnn_custom_ops.library import RunnerLoop, eager_step, export_llm, greedy
+from qnn_custom_ops.library.checkpoint import LlmManifest, calibration_prompts
+from qnn_custom_ops.library.families import LlmExportError
+from qnn_custom_ops.library.hf import LlmDtypeWarning, LlmShape
+
+from .conftest import REPO
+from .test_hf_export import COMMON, NEW_TOKENS, PROMPT, hf_model, hf_tokens
+
+transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
+tokenizers = pytest.importorskip("tokenizers")
+
+PREFILL, CTX = 8, 64
+#: The metadata ExecuTorch's static llama writes beside the two methods (get_n_layers is the
+#: one the runner requires; it reads every size from the methods' own metadata).
+METADATA = ("get_ar_len", "get_bos_id", "get_eos_id", "get_dim", "get_head_dim", "get_max_batch_size",
+            "get_max_seq_len", "get_max_context_len", "get_n_bos", "get_n_eos", "get_n_kv_heads", "get_n_layers",
+            "get_vocab_size", "get_use_kv_cache", "get_kv_io_bit_width")
+
+
+def trained_tokenizer() -> transformers.PreTrainedTokenizerFast:
+    """A byte-level BPE of 300 tokens trained on the README, with a chat template."""
+    text = [line for line in (REPO / "README.md").read_text().splitlines() if line.strip()]
+    bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
+    bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    bpe.train_from_iterator(text, trainer)
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>",
+                                                     bos_token="<|endoftext|>")
+    tokenizer.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                               "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    return tokenizer
+
+
+def save_checkpoint(directory: Path, dtype: torch.dtype = torch.float32, layers: int = 1) -> Path:
+    """A Qwen3 (q/k norms) saved as a Hugging Face checkpoint with its tokenizer."""
+    tokenizer = trained_tokenizer()
+    config = transformers.Qwen3Config(**{**COMMON, "vocab_size": len(tokenizer)}, head_dim=16, num_hidden_layers=layers,
+                                      bos_token_id=tokenizer.bos_token_id)
+    config.eos_token_id = tokenizer.eos_token_id
+    torch.manual_seed(0)
+    transformers.Qwen3ForCausalLM(config).to(dtype).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    return save_checkpoint(tmp_path_factory.mktemp("qwen3"))
+
+
+def export(checkpoint: Path, out: Path, *options: str) -> Path:
+    assert main(["llm", "export", str(checkpoint), "-o", str(out), "--prefill", str(PREFILL), "--ctx", str(CTX),
+                 "--progress", *options]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def float_export(checkpoint, tmp_path_factory) -> Path:
+    return export(checkpoint, tmp_path_factory.mktemp("float") / "out")
+
+
+@pytest.fixture(scope="module")
+def quantized_export(checkpoint, tmp_path_factory) -> Path:
+    return export(checkpoint, tmp_path_factory.mktemp("16a8w") / "out", "--quant", "16a8w")
+
+
+def program_of(directory: Path):
+    from executorch.runtime import Runtime
+
+    return Runtime.get().load_program((directory / "model.pte").read_bytes())
+
+
+def shapes(meta, count, kind) -> list:
+    tensors = [getattr(meta, f"{kind}_tensor_meta")(i) for i in range(count)]
+    return [(tuple(t.sizes()), str(t.dtype()).split(".")[-1]) for t in tensors]
+
+
+@pytest.mark.slow
+def test_the_exported_program_follows_qnn_llama_runners_contract(float_export):
+    """One .pte, methods prefill_forward and kv_forward, the metadata methods, inputs (tokens,
+    mask, input_pos, K caches transposed, V caches) and outputs (logits, new K, new V) in the
+    runner's order, shapes and dtypes, and outputs left unplanned (the runner sets each one)."""
+    program = program_of(float_export)
+    assert {"prefill_forward", "kv_forward", *METADATA} <= set(program.method_names)
+    value = {name: program.load_method(name).execute([])[0] for name in METADATA}
+    assert (value["get_n_layers"], value["get_n_kv_heads"], value["get_head_dim"]) == (1, 2, 16)
+    assert (value["get_max_context_len"], value["get_vocab_size"], value["get_kv_io_bit_width"]) == (CTX, 300, 32)
+    for method, ar in (("prefill_forward", PREFILL), ("kv_forward", 1)):
+        meta = program.metadata(method)
+        cached = CTX - ar
+        assert shapes(meta, meta.num_inputs(), "input") == [
+            ((1, ar), "Int"), ((1, 1, ar, CTX), "Float"), ((1, ar), "Int"),
+            ((1, 2, 16, cached), "Float"), ((1, 2, cached, 16), "Float")], method
+        assert shapes(meta, meta.num_outputs(), "output") == [
+            ((1, ar, 300), "Float"), ((1, 2, 16, ar), "Float"), ((1, 2, ar, 16), "Float")], method
+        assert not any(meta.output_tensor_meta(i).is_memory_planned() for i in range(meta.num_outputs())), method
+    manifest = LlmManifest.read(float_export)
+    assert (manifest.decoder_model_version, manifest.quant, manifest.shape.cache) == ("qwen3", "none", "runner")
+    assert (float_export / "tokenizer" / "tokenizer.json").is_file()  # the runner's --tokenizer_path
+
+
+@pytest.mark.slow
+def test_llm_generate_streams_hfs_greedy_text_and_prints_tokens_per_second(checkpoint, float_export, capsys):
+    capsys.readouterr()
+    assert main(["llm", "generate", str(float_export), "--prompt", "The host runtime", "--max-new-tokens", "24",
+                 "--progress"]) == 0
+    out, err = capsys.readouterr()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, attn_implementation="eager").eval()
+    ids = tokenizer("The host runtime")["input_ids"]
+    with torch.no_grad():
+        want = model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)[0, len(ids):]
+    assert out.strip() == tokenizer.decode(want, skip_special_tokens=True).strip()
+    assert "preparing the LlmOpPackage host library" in err
+    assert f"prefill: {len(ids)} tokens at " in err and " tokens/s; decode: " in err
+
+
+@pytest.mark.slow
+def test_a_runner_copying_16a8w_codes_generates_exactly_what_a_loop_on_reals_does(quantized_export):
+    """Each layer's new K/V rows share the encoding of its cache input, in both methods, so the
+    runner's raw code copies (update_cache) are copies of values."""
+    import qnn_custom_ops as qco
+    from qnn_custom_ops.library import host_step, llm_binding, package_dir
+    from qnn_custom_ops.library.checkpoint import METHODS
+    from qnn_custom_ops.runtime import HostRunner
+
+    manifest = LlmManifest.read(quantized_export)
+    prefill, decode = (manifest.encodings[m] for m in METHODS)
+    caches = 2 * manifest.shape.layers
+    for i in range(caches):
+        shared = {prefill.inputs[3 + i], prefill.outputs[1 + i], decode.inputs[3 + i], decode.outputs[1 + i]}
+        assert len(shared) == 1 and next(iter(shared)).is_quantized, i
+    assert prefill.inputs[1] == decode.inputs[1] and prefill.inputs[1].datatype.short_name == "UFIXED_POINT_16"
+    assert prefill.inputs[1].scale * 65535 == pytest.approx(255)  # code 65535 is 0, code 0 is -255
+    program = (quantized_export / "model.pte").read_bytes()
+    runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
+    steps = [host_step(runner, program, method) for method in METHODS]
+    prompt = list(range(40, 53))  # 13 tokens: two prefill chunks
+    reals = RunnerLoop(manifest.shape, *steps).generate(prompt, NEW_TOKENS)
+    codes = RunnerLoop(manifest.shape, *steps, encodings=(prefill, decode)).generate(prompt, NEW_TOKENS)
+    assert codes.tokens == reals.tokens
+    assert all(torch.equal(a, b) for a, b in zip(codes.logits, reals.logits))
+    assert len(set(reals.tokens)) > 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["gemma2", "llama"])
+def test_the_runner_loop_chunks_a_long_prompt_and_follows_windows_as_hf_does(arch):
+    """A 13-token prompt through a 4-token prefill (chunks, stale padding rows) and Gemma 2's
+    window mask hiding keys past 16 positions, eagerly: HF's tokens."""
+    model = hf_model(arch)
+    prompt = [5, 17, 42, 9, 77, 3, 64, 99, 12, 1, 2, 8, 30]
+    want = hf_tokens(copy.deepcopy(model), prompt)
+    programs = export_llm(model, prefill_len=4, ctx_len=52, cache="runner")
+    assert programs.shape.masks == (2 if arch == "gemma2" else 1)
+    step = eager_step(programs.prefill.module)
+    assert RunnerLoop(programs.shape, step, step).generate(prompt, NEW_TOKENS).tokens == want
+
+
+@pytest.mark.slow
+def test_a_bfloat16_checkpoint_is_cast_with_one_warning_and_generates_hfs_float_tokens():
+    model = hf_model("qwen3").to(torch.bfloat16)
+    reference = copy.deepcopy(model).float()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        programs = export_llm(model, prefill_len=8, ctx_len=40)
+    cast = [w for w in caught if issubclass(w.category, LlmDtypeWarning)]
+    assert [str(w.message) for w in cast] == ["export_llm: the weights are bfloat16; cast to float32 for the programs"]
+    step = eager_step(programs.prefill.module)
+    assert greedy(programs.shape, step, step, PROMPT, NEW_TOKENS).tokens == hf_tokens(reference)
+
+
+@pytest.mark.parametrize("token, message", [
+    (128, r"token 1 is 128, outside the vocabulary \(ids 0 to 127\)"),
+    (-1, r"token 1 is -1, outside the vocabulary"),
+    (1.7, r"token 1 is 1.7, not a whole-number token id"),
+    (True, r"token 1 is True, not a whole-number token id"),
+])
+@pytest.mark.slow
+def test_a_bad_token_id_is_one_error_naming_it(token, message):
+    programs = export_llm(hf_model("llama"), prefill_len=8, ctx_len=40)
+    step = eager_step(programs.prefill.module)
+    with pytest.raises(LlmExportError, match=rf"^greedy: prompt 0: {message}"):
+        greedy(programs.shape, step, step, [5, token], 4)
+
+
+@pytest.mark.parametrize("rope, ctx, message", [
+    (dict(rope_type="dynamic", factor=2.0), 200, r"rope_type 'dynamic' at ctx_len=200: dynamic NTK recomputes its "
+                                                 r"frequencies for longer sequences \(past 128 positions\).*export "
+                                                 r"ctx_len <= 128"),
+    (dict(rope_type="longrope", original_max_position_embeddings=64, short_factor=[1.0] * 8, long_factor=[2.0] * 8),
+     100, r"rope_type 'longrope' at ctx_len=100: longrope switches from short_factor to long_factor .*past 64"),
+])
+@pytest.mark.slow
+def test_a_rope_type_whose_frequencies_change_past_the_context_is_refused_saying_what_to_export(rope, ctx, message):
+    model = hf_model("llama", rope_parameters={"rope_theta": 10000.0, **rope})
+    with pytest.raises(LlmExportError, match=rf"^export_llm: {message}"):
+        export_llm(model, prefill_len=8, ctx_len=ctx)
+    export_llm(hf_model("llama", rope_parameters={"rope_theta": 10000.0, **rope}), prefill_len=8, ctx_len=64)
+
+
+def test_calibration_prompts_fit_the_programs():
+    shape = LlmShape(layers=1, kv_heads=2, head_dim=16, vocab=300, ctx_len=40, prefill_len=8, cache="runner")
+    prompts = calibration_prompts(trained_tokenizer(), shape, ["a " * 100, "", "short"])
+    assert [len(p) for p in prompts][1:] == [len(trained_tokenizer()("short")["input_ids"])]
+    assert len(prompts[0]) == 25  # ctx_len - 16 calibration tokens + 1
+
+
+def cli_error(capsys, *argv: str) -> str:
+    capsys.readouterr()
+    code = main(list(argv))
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    return err
+
+
+def test_llm_export_of_what_is_not_a_checkpoint_is_one_line(tmp_path, capsys):
+    assert "no config.json; pass a Hugging Face checkpoint directory" in cli_error(
+        capsys, "llm", "export", str(tmp_path), "-o", str(tmp_path / "out"))
+    transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=64).save_pretrained(tmp_path)
+    assert "model_type 'gpt2' is not supported; supported: llama, qwen2" in cli_error(
+        capsys, "llm", "export", str(tmp_path), "-o", str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_llm_options_that_cannot_work_are_one_line(checkpoint, tmp_path, capsys):
+    out = str(tmp_path / "out")
+    assert "--target qnn needs --soc" in cli_error(capsys, "llm", "export", str(checkpoint), "-o", out,
+                                                   "--target", "qnn")
+    assert "--calibration nope.txt: no such file" in cli_error(capsys, "llm", "export", str(checkpoint), "-o", out,
+                                                               "--quant", "8a8w", "--calibration", "nope.txt")
+    assert f"{tmp_path}: no manifest.json; pass a directory written by qnn-custom-ops llm export" in cli_error(
+        capsys, "llm", "generate", str(tmp_path), "--prompt", "hi")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_llm_generate_refuses_a_prompt_too_long_and_a_chat_without_template(float_export, tmp_path, capsys):
+    assert "a prompt of" in cli_error(capsys, "llm", "generate", str(float_export), "--prompt", "word " * 200)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for item in float_export.iterdir():
+        (bare / item.name).symlink_to(item)
+    (bare / "tokenizer").unlink()
+    (bare / "tokenizer").mkdir()
+    for item in (float_export / "tokenizer").iterdir():
+        if item.name != "chat_template.jinja":
+            (bare / "tokenizer" / item.name).write_bytes(item.read_bytes())
+    config = json.loads((bare / "tokenizer" / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (bare / "tokenizer" / "tokenizer_config.json").write_text(json.dumps(config))
+    assert "--chat: the tokenizer has no chat template" in cli_error(
+        capsys, "llm", "generate", str(bare), "--prompt", "hi", "--chat")
