@@ -11,6 +11,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import qnn_custom_ops as qco
@@ -236,3 +237,12 @@ def test_a_truncated_cached_driver_is_rebuilt(tmp_path, monkeypatch):
     cases = dtype_cases(qco.load_package(*package_dir.glob("config/*.xml")))
     assert all(count > 0 for count in hexagon_packets(package_dir, cases))
     assert build_hexagon_driver(package_dir) == program and program.stat().st_size == len(whole)  # rebuilt whole
+
+
+def test_outputs_with_a_zero_sized_dim_are_compared_as_equal():
+    """``--shape Op:y=0x4,...``: nothing to differ in (it was an internal error reshaping them)."""
+    from qnn_custom_ops.runtime.hexagon import first_mismatch
+    from qnn_custom_ops.runtime.kernel_abi import KernelDType, KernelTensor
+
+    empty = np.zeros((0, 4), np.uint8)
+    assert first_mismatch(empty, empty.copy(), KernelTensor(empty, KernelDType.UFixed8), 0) == ""

@@ -300,7 +300,8 @@ class CheckResult:
         return self.default_shape and self.host_status == self.hexagon_status == KernelStatus.ShapeMismatch
 
     def __str__(self) -> str:
-        cost = f"{self.packets:>10} packets  {self.packets / max(self.elements, 1):8.2f}/element"
+        per_element = f"{self.packets / self.elements:8.2f}/element" if self.elements else "no elements"
+        cost = f"{self.packets:>10} packets  {per_element}"
         if self.host_status != self.hexagon_status:
             return (
                 f"{self.op:<16}{self.label:<48}MISMATCH status: host {_status(self.host_status)}, "
@@ -343,8 +344,10 @@ def first_mismatch(host: np.ndarray, hexagon: np.ndarray, tensor: KernelTensor, 
     """ "" if the two outputs are the same bits; else where they first differ, in values and,
     for fixed point, in steps."""
     flat_host, flat_hexagon = host.ravel(), hexagon.ravel()
-    element_bytes = flat_host.view(np.uint8).reshape(flat_host.size, -1)
-    differs = np.flatnonzero((element_bytes != flat_hexagon.view(np.uint8).reshape(flat_hexagon.size, -1)).any(axis=1))
+    width = flat_host.dtype.itemsize  # bytes per element, so a tensor with no elements compares too
+    host_bytes = flat_host.view(np.uint8).reshape(flat_host.size, width)
+    hexagon_bytes = flat_hexagon.view(np.uint8).reshape(flat_hexagon.size, width)
+    differs = np.flatnonzero((host_bytes != hexagon_bytes).any(axis=1))
     if not differs.size:
         return ""
     at = int(differs[0])
