@@ -246,3 +246,21 @@ def test_outputs_with_a_zero_sized_dim_are_compared_as_equal():
 
     empty = np.zeros((0, 4), np.uint8)
     assert first_mismatch(empty, empty.copy(), KernelTensor(empty, KernelDType.UFixed8), 0) == ""
+
+
+@pytest.mark.parametrize("copied", [("config",), ("config", "kernels")])
+def test_hexagon_check_of_a_directory_that_is_no_generated_package_is_one_line(copied, tmp_path, capsys):
+    """A config alone (was a raw compiler error) or no host/ (was ValueError: 'Segv' is not in list)."""
+    for name in copied:
+        shutil.copytree(OP_PACKAGES / "ExampleOpPackage" / name, tmp_path / name)
+    assert main(["hexagon-check", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {tmp_path}: no host/CMakeLists.txt (run generate-op-package first)"
+
+
+def test_hexagon_check_with_a_cache_directory_that_is_a_file_is_one_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "cache").write_text("not a directory")
+    monkeypatch.setenv("QCO_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["hexagon-check", str(OP_PACKAGES / "ExampleOpPackage")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: Hexagon build of ExampleOpPackage: cannot build in the cache {tmp_path}/cache/hexagon: Not a "
+        f"directory ({tmp_path}/cache/hexagon) (set QCO_CACHE_DIR to a writable directory)")

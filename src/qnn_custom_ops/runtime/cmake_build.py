@@ -103,11 +103,16 @@ def cached_build(
     try:
         return _build_locked(project, build_dir, work_dir, library_name, options, what, keyed)
     except OSError as exc:  # the compiler's failures are HostBuildError; this is the cache directory
-        raise HostBuildError(
-            f"{what}: cannot build in the cache {build_dir.parent}: {exc.strerror or exc}"
-            f"{f' ({exc.filename})' if exc.filename else ''} (set QCO_CACHE_DIR to a writable "
-            "directory)"
-        ) from exc
+        raise HostBuildError(unusable_cache(what, build_dir.parent, exc)) from exc
+
+
+def unusable_cache(what: str, cache: Path, error: OSError) -> str:
+    """The one line for a cache directory that cannot hold builds (a file, read-only, full)."""
+    where = f" ({error.filename})" if error.filename else ""
+    return (
+        f"{what}: cannot build in the cache {cache}: {error.strerror or error}{where} "
+        "(set QCO_CACHE_DIR to a writable directory)"
+    )
 
 
 def _build_locked(

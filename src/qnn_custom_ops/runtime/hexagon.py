@@ -34,9 +34,9 @@ from ..errors import ReportedError
 from ..generator.abi import KernelDType, KernelStatus
 from ..generator.hexagon_driver import driver_ops, render_driver
 from ..opdef.datatypes import kernel_rows
-from .cmake_build import cache_root, content_key, files_under
+from .cmake_build import cache_root, content_key, files_under, unusable_cache
 from .cost import KernelCase
-from .host_build import build_host_kernels, package_name
+from .host_build import build_host_kernels, generated_package, package_name
 from .kernel_abi import KernelError, KernelLibrary, KernelTensor
 
 #: The CPU the programs are built for: HTP v66 scalar core with 128-byte HVX (integer).
@@ -122,12 +122,20 @@ def check_toolchain() -> str:
 def build_hexagon_driver(package_dir: str | Path) -> Path:
     """The package's kernels and the case driver as one static Hexagon program; cached by the
     content of ``kernels/`` and ``host/``, the driver, the flags and the compiler's version."""
-    package_dir = Path(package_dir).resolve()
+    package_dir = generated_package(package_dir)
     name = package_name(package_dir)
     driver = render_driver(package_dir, name)
     extra = {"driver": driver, "flags": " ".join(HEXAGON_FLAGS), "ziglang": version("ziglang")}
     key = content_key(package_dir, files_under(package_dir / "kernels", package_dir / "host"), extra)
     entry = cache_root() / "hexagon" / f"{name}-{key}"
+    try:
+        return _cached_driver(package_dir, driver, entry)
+    except OSError as exc:  # the compiler's failures are HexagonToolError; this is the cache directory
+        raise HexagonToolError(unusable_cache(f"Hexagon build of {name}", entry.parent, exc)) from exc
+
+
+def _cached_driver(package_dir: Path, driver: str, entry: Path) -> Path:
+    """``entry/driver``, built from ``driver`` and the package's C ABI unless a whole copy is there."""
     program = entry / "driver"
     entry.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(entry) + ".lock"):
@@ -358,13 +366,13 @@ def first_mismatch(host: np.ndarray, hexagon: np.ndarray, tensor: KernelTensor, 
 
 def hexagon_packets(package_dir: str | Path, cases: Sequence[KernelCase]) -> list[int]:
     """Executed packets of each case's kernel call on Hexagon (emulated)."""
-    package_dir = Path(package_dir).resolve()
+    package_dir = generated_package(package_dir)
     return run_on_hexagon(build_hexagon_driver(package_dir), cases, driver_ops(package_dir)).packets
 
 
 def hexagon_check(package_dir: str | Path, cases: Sequence[KernelCase]) -> list[CheckResult]:
     """Run ``cases`` through the host build and under the emulator; one result per case."""
-    package_dir = Path(package_dir).resolve()
+    package_dir = generated_package(package_dir)
     name = package_name(package_dir)
     ops = driver_ops(package_dir)
     run = run_on_hexagon(build_hexagon_driver(package_dir), cases, ops)

@@ -20,11 +20,18 @@ def package_name(package_dir: Path) -> str:
         return load_package(*configs).name
 
 
-def build_host_kernels(package_dir: str | Path, *, sanitize: str = "", build_root: Path | None = None) -> Path:
-    """Compile ``package_dir/host`` and return the shared library; reuse an identical build."""
+def generated_package(package_dir: str | Path) -> Path:
+    """``package_dir`` resolved, once it is known to hold what generate-op-package writes (its
+    host/ project and kernels), which every build of its kernels compiles."""
     package_dir = Path(package_dir).resolve()
     if not (package_dir / "host" / "CMakeLists.txt").is_file():
         raise HostBuildError(f"{package_dir}: no host/CMakeLists.txt (run generate-op-package first)")
+    return package_dir
+
+
+def build_host_kernels(package_dir: str | Path, *, sanitize: str = "", build_root: Path | None = None) -> Path:
+    """Compile ``package_dir/host`` and return the shared library; reuse an identical build."""
+    package_dir = generated_package(package_dir)
     name = package_name(package_dir)
     options = {"QCO_SANITIZE": sanitize}
     key = content_key(package_dir, files_under(package_dir / "kernels", package_dir / "host"), options)
