@@ -270,3 +270,13 @@ def test_llm_generate_refuses_a_prompt_too_long_and_a_chat_without_template(floa
     (bare / "tokenizer" / "tokenizer_config.json").write_text(json.dumps(config))
     assert "--chat: the tokenizer has no chat template" in cli_error(
         capsys, "llm", "generate", str(bare), "--prompt", "hi", "--chat")
+
+
+def test_building_the_cli_parser_imports_no_torch():
+    """The llm commands are registered without importing torch (whose import chatter would
+    reach every command before the CLI quiets it)."""
+    import subprocess
+    import sys
+
+    code = "import sys; from qnn_custom_ops.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

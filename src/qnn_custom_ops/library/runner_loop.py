@@ -136,12 +136,14 @@ def check_fits(shape: LlmShape, prompt: int, new_tokens: int, where: str) -> Non
 
 class RunnerLoop:
     """``qnn_llama_runner``'s prompt processor, token generator and KV manager over two steps:
-    ``prefill`` (``prefill_forward``, ``ar = shape.prefill_len``) and ``decode`` (``kv_forward``)."""
+    ``prefill`` (``prefill_forward``, ``ar = shape.prefill_len``) and ``decode`` (``kv_forward``).
+    Without ``prefill`` the prompt goes through ``kv_forward`` a token at a time, as the runner's
+    ``--eval_mode 0`` does (a program with the one method)."""
 
     def __init__(
         self,
         shape: LlmShape,
-        prefill: Step,
+        prefill: Step | None,
         decode: Step,
         encodings: tuple[MethodEncodings, MethodEncodings] | None = None,
     ):
@@ -151,7 +153,7 @@ class RunnerLoop:
         self.record: tuple[list[tuple], list[tuple]] | None = None
         self.caches = shape.empty_cache()
         if encodings is not None:  # codes of the new rows' encodings, zero as the runner's buffers start
-            self.caches = [c.to(_storage(e)) for c, e in zip(self.caches, encodings[0].outputs[1:])]
+            self.caches = [c.to(_storage(e)) for c, e in zip(self.caches, encodings[1].outputs[1:])]
 
     def _mask_encoding(self, phase: int) -> Encoding | None:
         return None if self.encodings is None else self.encodings[phase].inputs[1]
@@ -161,10 +163,12 @@ class RunnerLoop:
         inputs = self.shape.runner_inputs(tokens, masks.tensors, positions, self.caches)
         if self.record is not None:
             self.record[phase].append(snapshot(inputs))
+        step = self.steps[phase]
+        assert step is not None  # the prompt goes through kv_forward without a prefill step
         if self.encodings is None:
-            return list(self.steps[phase](inputs))
+            return list(step(inputs))
         io = self.encodings[phase]
-        outputs = self.steps[phase](tuple(dequantize_codes(t, e) for t, e in zip(inputs, io.inputs)))
+        outputs = step(tuple(dequantize_codes(t, e) for t, e in zip(inputs, io.inputs)))
         return [quantize_codes(t, e) for t, e in zip(outputs, io.outputs)]
 
     def _update_cache(self, outputs: Sequence[torch.Tensor], n_past: int, count: int) -> None:
@@ -181,18 +185,20 @@ class RunnerLoop:
             return logits
         return dequantize_codes(logits, self.encodings[phase].outputs[0])
 
-    def _prefill(self, prompt: Sequence[int]) -> torch.Tensor:
-        """The prompt processor; the logits row the first token is taken from."""
-        ar, count = self.shape.prefill_len, len(prompt)
-        masks = _Masks(self.shape, ar, 0, self._mask_encoding(0))
+    def _prefill(self, prompt: Sequence[int]) -> tuple[torch.Tensor, int]:
+        """The prompt processor: the logits row the first token is taken from, and the phase
+        that computed it (``kv_forward``'s without a prefill step)."""
+        phase = 0 if self.steps[0] is not None else 1
+        ar, count = (self.shape.prefill_len, 1)[phase], len(prompt)
+        masks = _Masks(self.shape, ar, 0, self._mask_encoding(phase))
         tokens = [0] * ar  # padding rows keep the previous chunk's tokens, as the runner's buffer does
         for start in range(0, count, ar):
             chunk = prompt[start : start + ar]
             tokens[: len(chunk)] = chunk
-            outputs = self._call(0, tokens, range(start, start + ar), masks)
+            outputs = self._call(phase, tokens, range(start, start + ar), masks)
             self._update_cache(outputs, start, len(chunk))
             masks.update(start, len(chunk))
-        return outputs[0][0, (count - 1) % ar]
+        return outputs[0][0, (count - 1) % ar], phase
 
     def generate(
         self,
@@ -212,13 +218,13 @@ class RunnerLoop:
         prompt = token_ids(prompt, shape.vocab, "RunnerLoop: the prompt")
         check_fits(shape, len(prompt), new_tokens, "RunnerLoop")
         self.record = ([], []) if record else None
-        row = self._prefill(prompt)
+        row, phase = self._prefill(prompt)
         result = Generation([], [], *(self.record or ([], [])))
         masks = _Masks(shape, 1, len(prompt), self._mask_encoding(1))
         for position in range(len(prompt), len(prompt) + new_tokens):
             token = int(row.double().argmax()) if forced is None else int(forced[len(result.tokens)])
             result.tokens.append(token)
-            result.logits.append(self._logits(0 if position == len(prompt) else 1, row))
+            result.logits.append(self._logits(phase, row))
             if on_token is not None:
                 on_token(result.tokens)
             if len(result.tokens) == new_tokens or (len(result.tokens) > 1 and token in eos):
@@ -226,5 +232,5 @@ class RunnerLoop:
             outputs = self._call(1, [token], [position], masks)
             self._update_cache(outputs, position, 1)
             masks.update(position, 1)
-            row = outputs[0][0, 0]
+            row, phase = outputs[0][0, 0], 1
         return result
