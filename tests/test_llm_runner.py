@@ -18,6 +18,7 @@ from qnn_custom_ops.library import RunnerLoop, eager_step, export_llm, greedy
 from qnn_custom_ops.library.checkpoint import LlmManifest, calibration_prompts
 from qnn_custom_ops.library.families import LlmExportError
 from qnn_custom_ops.library.hf import LlmDtypeWarning, LlmShape
+from qnn_custom_ops.runtime import method_specs
 
 from .conftest import REPO
 from .test_hf_export import COMMON, NEW_TOKENS, PROMPT, hf_model, hf_tokens
@@ -89,9 +90,8 @@ def program_of(directory: Path):
     return Runtime.get().load_program((directory / "model.pte").read_bytes())
 
 
-def shapes(meta, count, kind) -> list:
-    tensors = [getattr(meta, f"{kind}_tensor_meta")(i) for i in range(count)]
-    return [(tuple(t.sizes()), str(t.dtype()).split(".")[-1]) for t in tensors]
+def shapes(specs) -> list:
+    return [(tuple(spec.shape), str(spec.dtype).replace("torch.", "")) for spec in specs]
 
 
 @pytest.mark.slow
@@ -104,14 +104,16 @@ def test_the_exported_program_follows_qnn_llama_runners_contract(float_export):
     value = {name: program.load_method(name).execute([])[0] for name in METADATA}
     assert (value["get_n_layers"], value["get_n_kv_heads"], value["get_head_dim"]) == (1, 2, 16)
     assert (value["get_max_context_len"], value["get_vocab_size"], value["get_kv_io_bit_width"]) == (CTX, 300, 32)
+    pte = (float_export / "model.pte").read_bytes()
     for method, ar in (("prefill_forward", PREFILL), ("kv_forward", 1)):
-        meta = program.metadata(method)
+        inputs, outputs = method_specs(pte, method)
         cached = CTX - ar
-        assert shapes(meta, meta.num_inputs(), "input") == [
-            ((1, ar), "Int"), ((1, 1, ar, CTX), "Float"), ((1, ar), "Int"),
-            ((1, 2, 16, cached), "Float"), ((1, 2, cached, 16), "Float")], method
-        assert shapes(meta, meta.num_outputs(), "output") == [
-            ((1, ar, 300), "Float"), ((1, 2, 16, ar), "Float"), ((1, 2, ar, 16), "Float")], method
+        assert shapes(inputs) == [
+            ((1, ar), "int32"), ((1, 1, ar, CTX), "float32"), ((1, ar), "int32"),
+            ((1, 2, 16, cached), "float32"), ((1, 2, cached, 16), "float32")], method
+        assert shapes(outputs) == [
+            ((1, ar, 300), "float32"), ((1, 2, 16, ar), "float32"), ((1, 2, ar, 16), "float32")], method
+        meta = program.metadata(method)
         assert not any(meta.output_tensor_meta(i).is_memory_planned() for i in range(meta.num_outputs())), method
     manifest = LlmManifest.read(float_export)
     assert (manifest.decoder_model_version, manifest.quant, manifest.shape.cache) == ("qwen3", "none", "runner")
@@ -119,19 +121,30 @@ def test_the_exported_program_follows_qnn_llama_runners_contract(float_export):
 
 
 @pytest.mark.slow
-def test_llm_generate_streams_hfs_greedy_text_and_prints_tokens_per_second(checkpoint, float_export, capsys):
-    capsys.readouterr()
-    assert main(["llm", "generate", str(float_export), "--prompt", "The host runtime", "--max-new-tokens", "24",
-                 "--progress"]) == 0
-    out, err = capsys.readouterr()
+def test_llm_generate_gives_hfs_greedy_tokens_streams_text_and_prints_tokens_per_second(checkpoint, float_export,
+                                                                                       capsys):
+    import qnn_custom_ops as qco
+    from qnn_custom_ops.library import llm_binding, package_dir
+    from qnn_custom_ops.library.checkpoint import generate_text, load_export
+    from qnn_custom_ops.runtime import HostRunner
+
     tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, attn_implementation="eager").eval()
     ids = tokenizer("The host runtime")["input_ids"]
     with torch.no_grad():
-        want = model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)[0, len(ids):]
-    assert out.strip() == tokenizer.decode(want, skip_special_tokens=True).strip()
+        want = model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)[0, len(ids):].tolist()
+    runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
+    pieces: list[str] = []
+    got = generate_text(load_export(float_export), runner, "The host runtime", 24, on_text=pieces.append)
+    assert got.tokens == want and got.text == tokenizer.decode(want, skip_special_tokens=True)
+    assert got.text.startswith("".join(pieces))  # streamed as it grew (a character's last byte awaited)
+    capsys.readouterr()
+    assert main(["llm", "generate", str(float_export), "--prompt", "The host runtime", "--max-new-tokens", "24",
+                 "--progress"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == "".join(pieces).strip()
     assert "preparing the LlmOpPackage host library" in err
-    assert f"prefill: {len(ids)} tokens at " in err and " tokens/s; decode: " in err
+    assert f"prefill: {len(ids)} tokens at " in err and " tokens/s; decode: 24 tokens at " in err
 
 
 @pytest.mark.slow

@@ -374,10 +374,12 @@ def generate_text(
     times: list[float] = []
 
     def heard(tokens: Sequence[int]) -> None:
+        """Emit what the text gained, once it no longer ends inside a character (a byte-level
+        token may be the first byte of several) and still extends what was shown."""
         nonlocal shown
         times.append(time.monotonic())
         text_so_far = tokenizer.decode(tokens, skip_special_tokens=True)
-        if on_text is not None and text_so_far.startswith(shown):
+        if on_text is not None and not text_so_far.endswith("\ufffd") and text_so_far.startswith(shown):
             on_text(text_so_far[len(shown) :])
             shown = text_so_far
 
