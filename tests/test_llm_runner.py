@@ -20,7 +20,7 @@ from qnn_custom_ops.library.families import LlmExportError
 from qnn_custom_ops.library.hf import LlmDtypeWarning, LlmShape
 from qnn_custom_ops.runtime import method_specs
 
-from .conftest import REPO
+from .conftest import REPO, shared_build
 from .test_hf_export import COMMON, NEW_TOKENS, PROMPT, hf_model, hf_tokens
 
 transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
@@ -64,24 +64,29 @@ def save_checkpoint(directory: Path, dtype: torch.dtype = torch.float32, layers:
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    return save_checkpoint(tmp_path_factory.mktemp("qwen3"))
+def checkpoint() -> Path:
+    """Made once per run, whichever xdist worker comes first (``shared_build``); read-only."""
+    return shared_build("llm-checkpoint", save_checkpoint)
 
 
-def export(checkpoint: Path, out: Path, *options: str) -> Path:
-    assert main(["llm", "export", str(checkpoint), "-o", str(out), "--prefill", str(PREFILL), "--ctx", str(CTX),
-                 "--progress", *options]) == 0
-    return out
+def export(checkpoint: Path, name: str, *options: str) -> Path:
+    """``llm export`` of the checkpoint, once per run (read-only)."""
+
+    def run(root: Path) -> None:
+        assert main(["llm", "export", str(checkpoint), "-o", str(root / "out"), "--prefill", str(PREFILL),
+                     "--ctx", str(CTX), "--progress", *options]) == 0
+
+    return shared_build(name, run) / "out"
 
 
 @pytest.fixture(scope="module")
-def float_export(checkpoint, tmp_path_factory) -> Path:
-    return export(checkpoint, tmp_path_factory.mktemp("float") / "out")
+def float_export(checkpoint) -> Path:
+    return export(checkpoint, "llm-export-float")
 
 
 @pytest.fixture(scope="module")
-def quantized_export(checkpoint, tmp_path_factory) -> Path:
-    return export(checkpoint, tmp_path_factory.mktemp("16a8w") / "out", "--quant", "16a8w")
+def quantized_export(checkpoint) -> Path:
+    return export(checkpoint, "llm-export-16a8w", "--quant", "16a8w")
 
 
 def program_of(directory: Path):
