@@ -4,10 +4,13 @@ generated Makefile's Hexagon target (``make htp_v68``) with a stand-in of the SD
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -264,3 +267,83 @@ def test_hexagon_check_with_a_cache_directory_that_is_a_file_is_one_line(tmp_pat
     assert capsys.readouterr().err.strip() == (
         f"error: Hexagon build of ExampleOpPackage: cannot build in the cache {tmp_path}/cache/hexagon: Not a "
         f"directory ({tmp_path}/cache/hexagon) (set QCO_CACHE_DIR to a writable directory)")
+
+
+ENDLESS_KERNEL = """
+#pragma once
+#include "qco/tensor_view.h"
+
+namespace ExampleOpPackage {
+
+inline qco::Status ExampleCustomOp(qco::TensorView& output, const qco::TensorView& input) {
+  for (;;) asm volatile("" ::: "memory");  // never returns
+}
+
+}  // namespace ExampleOpPackage
+"""
+
+
+@pytest.fixture(scope="module")
+def endless_package(tmp_path_factory):
+    """ExampleOpPackage whose kernel loops forever."""
+    package_dir = tmp_path_factory.mktemp("endless") / "ExampleOpPackage"
+    shutil.copytree(OP_PACKAGES / "ExampleOpPackage", package_dir, ignore=shutil.ignore_patterns("build"))
+    (package_dir / "kernels/ExampleCustomOp.h").write_text(ENDLESS_KERNEL)
+    return package_dir
+
+
+@pytest.mark.slow
+def test_a_kernel_that_never_returns_is_stopped_at_the_time_limit(endless_package, capsys):
+    """It hung without limit while qemu's instruction log filled the disk at 20-60 MB/s."""
+    assert main(["hexagon-check", str(endless_package), "--time-limit", "2"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: kernel ExampleCustomOp (FLOAT_32 2x3x5x9) did not return within 2 s under qemu-hexagon: an "
+        "endless loop? (give it longer with --time-limit SECONDS)")
+
+
+def _children(pid: int, name: str) -> list[int]:
+    """Processes named ``name`` whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)
+            if fields[0].endswith(f"({name}") and int(fields[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _du(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signal_number", [signal.SIGTERM, signal.SIGKILL])
+def test_the_emulator_ends_with_the_cli_and_writes_no_log(endless_package, tmp_path, signal_number):
+    """Killed (SIGTERM: its temporary files removed too), the CLI leaves no emulator running;
+    while it runs, the packet count's log takes no disk."""
+    (tmp_path / "tmp").mkdir()
+    cli = subprocess.Popen([sys.executable, "-m", "qnn_custom_ops", "hexagon-check", str(endless_package)],
+                           stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
+    deadline = time.monotonic() + 300
+    while not (emulators := _children(cli.pid, "qemu-hexagon")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert emulators, "the emulator never started"
+    time.sleep(3)  # the log would have grown by 60-180 MB
+    assert _du(tmp_path / "tmp") < 1 << 20
+    cli.send_signal(signal_number)
+    returncode = cli.wait(30)
+    time.sleep(0.5)
+    assert not any(_running(pid) for pid in emulators)
+    if signal_number == signal.SIGTERM:
+        assert (returncode, cli.stderr.read().strip()) == (128 + signal.SIGTERM, "terminated (SIGTERM)")
+        assert not list((tmp_path / "tmp").iterdir())

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import math
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -281,7 +282,7 @@ def _cmd_hexagon_check(args: argparse.Namespace) -> int:
     package = _load([str(c) for c in _package_configs(args.package_dir)])
     own = None if args.shape else _shipped_cases(package)
     cases = own.check(package) if own is not None else dtype_cases(package, args.shape)
-    results = hexagon_check(args.package_dir, cases)
+    results = hexagon_check(args.package_dir, cases, args.time_limit)
     for result in results:
         print(result)
     checked = [r for r in results if not r.not_applicable]
@@ -387,14 +388,18 @@ def _add_binding_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _timing_seconds(text: str) -> float:
-    """A timing round's length: a finite number of seconds in (0, 60]."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not 0 < seconds <= 60:  # false for nan too
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in (0, 60]")
+def _seconds_up_to(upper: float) -> Callable[[str], float]:
+    """An argument type: a finite number of seconds in (0, upper]."""
+
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not 0 < value <= upper:  # false for nan too
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in (0, {upper:g}]")
+        return value
+
     return seconds
 
 
@@ -492,7 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cost.add_argument(
         "--min-seconds",
-        type=_timing_seconds,
+        type=_seconds_up_to(60),
         default=0.2,
         help="length of each timing round (0 < S <= 60, default 0.2)",
     )
@@ -530,6 +535,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="an op and the shape of each of its inputs and outputs, checked at every datatype "
         "it declares (repeatable; default: each op with dims 2x3x5x9 cut to each rank; "
         "a shipped package such as LlmOpPackage brings its own)",
+    )
+    hexagon.add_argument(
+        "--time-limit",
+        type=_seconds_up_to(86400),
+        metavar="SECONDS",
+        help="seconds each case may run under the emulator before it is taken for a kernel that never "
+        "returns (default: 30 s plus 2 ms per element of its tensors)",
     )
     hexagon.set_defaults(handler=_cmd_hexagon_check)
     add_llm_commands(commands)
@@ -607,6 +619,33 @@ def _discard_stdout() -> None:
         os.close(devnull)
 
 
+class Terminated(BaseException):
+    """A signal (SIGTERM, SIGHUP) asked the command to end: raised where it runs, as Ctrl-C's
+    KeyboardInterrupt is, so every ``finally`` runs first (an emulator or an isolated child
+    killed, temporary directories removed)."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__(number)
+        self.number = number
+
+
+def _raise_terminated(number: int, frame: object) -> None:
+    raise Terminated(number)
+
+
+@contextlib.contextmanager
+def _signals_end_the_command() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``Terminated`` inside the block (their default ends the process
+    at once, leaving its children running and its temporary files behind)."""
+    numbers = (signal.SIGTERM, signal.SIGHUP)
+    previous = [signal.signal(number, _raise_terminated) for number in numbers]
+    try:
+        yield
+    finally:
+        for number, handler in zip(numbers, previous):
+            signal.signal(number, handler)
+
+
 def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     try:
         with _our_warnings_one_line(), _stdout_refusals_named():
@@ -626,6 +665,11 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
     except KeyboardInterrupt:
         print("interrupted (Ctrl-C)", file=sys.stderr)
         return 130
+    except Terminated as exc:
+        from .runtime.isolation import signal_name
+
+        print(f"terminated ({signal_name(exc.number)})", file=sys.stderr)
+        return 128 + exc.number
     except Exception as exc:  # the last line of defence: one line, not a traceback
         if os.environ.get("QCO_DEBUG"):
             raise
@@ -636,7 +680,8 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     quiet_third_party(args.verbose)
-    return _run(args.handler, args)
+    with _signals_end_the_command():
+        return _run(args.handler, args)
 
 
 def generate_op_package_main(argv: Sequence[str] | None = None) -> int:

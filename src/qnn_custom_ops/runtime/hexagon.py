@@ -22,6 +22,9 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -37,6 +40,7 @@ from ..opdef.datatypes import kernel_rows
 from .cmake_build import cache_root, content_key, files_under, unusable_cache
 from .cost import KernelCase
 from .host_build import build_host_kernels, generated_package, package_name
+from .isolation import ending_with_parent, signal_name
 from .kernel_abi import KernelError, KernelLibrary, KernelTensor
 
 #: The CPU the programs are built for: HTP v66 scalar core with 128-byte HVX (integer).
@@ -218,70 +222,175 @@ class HexagonRun:
     packets: list[int]  # executed packets of each case's kernel call
 
 
-def run_on_hexagon(program: Path, cases: Sequence[KernelCase], ops: Sequence[str]) -> HexagonRun:
-    """Run the cases under qemu-hexagon, logging every executed translation block, and count
-    the packets executed between each call's begin and end marks."""
+#: A case's time limit under the emulator (which logs every executed block): a fixed allowance
+#: (starting qemu, translating the program, reading the case) and a time per element of its
+#: tensors, a few times what the slowest shipped kernel takes; ``time_limit`` replaces both.
+CASE_SECONDS = 30.0
+ELEMENT_SECONDS = 2e-3
+
+
+def case_time_limit(case: KernelCase) -> float:
+    """Seconds ``case`` may take under the emulator before it is taken for a kernel that never returns."""
+    return CASE_SECONDS + ELEMENT_SECONDS * sum(t.array.size for t in (*case.outputs, *case.inputs, *case.params))
+
+
+def run_on_hexagon(
+    program: Path, cases: Sequence[KernelCase], ops: Sequence[str], time_limit: float | None = None
+) -> HexagonRun:
+    """Run the cases under qemu-hexagon, its log of every executed translation block counted as
+    it streams (never stored), and count the packets executed between each call's begin and end
+    marks. A case past its time limit (``case_time_limit``, or ``time_limit`` seconds) ends
+    the emulator; so does this process's end."""
+    limits = [time_limit or case_time_limit(case) for case in cases]
     with tempfile.TemporaryDirectory(prefix="qco-hexagon-") as tmp:
         work = Path(tmp)
         (work / "cases").write_bytes(encode_cases(cases, ops))
-        command = [
-            emulator(),
-            "-cpu",
-            QEMU_CPU,
-            "-d",
-            "in_asm,exec,nochain",
-            "-D",
-            str(work / "log"),
-            str(program),
-            str(work / "cases"),
-            str(work / "results"),
-        ]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise HexagonToolError(
-                f"the Hexagon program failed under qemu-hexagon (exit {result.returncode}): "
-                f"{(result.stderr or result.stdout).strip()[-500:]}"
-            )
-        marks = dict(re.findall(r"(qco_call_begin|qco_call_end)=0x([0-9a-f]+)", result.stdout))
-        packets = count_packets(work / "log", int(marks["qco_call_begin"], 16), int(marks["qco_call_end"], 16))
-        return HexagonRun(decode_results((work / "results").read_bytes(), cases), packets)
+        command = [emulator(), "-cpu", QEMU_CPU, "-d", "in_asm,exec,nochain"]
+        counter = PacketCounter()
+        returncode, expired = _emulate(
+            [*command, str(program), str(work / "cases"), str(work / "results")], counter, limits
+        )
+        failure = _failure(returncode, expired, counter, cases, limits)
+        if failure:
+            raise HexagonToolError(failure)
+        results = (work / "results").read_bytes() if (work / "results").is_file() else b""
+        return HexagonRun(decode_results(results, cases), counter.packets)
 
 
-_BLOCK = re.compile(r"^IN: ")
-_INSTRUCTION = re.compile(r"^0x([0-9a-f]{8}):\s+0x[0-9a-f]{8}\s+(\{)?")
-_EXEC = re.compile(r"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")
+def _emulate(command: list[str], counter: PacketCounter, limits: Sequence[float]) -> tuple[int, bool]:
+    """Run ``command``, its standard error (qemu's log, the program's and qemu's own lines) fed to
+    ``counter`` line by line; killed when a case outlives its limit. (exit status, killed for time)."""
+    try:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=ending_with_parent(),
+        )
+    except OSError as exc:
+        raise HexagonToolError(
+            f"{command[0]}: cannot be run ({exc.strerror}): reinstall it (apt-get install qemu-user)"
+        ) from exc
+    done, expired = threading.Event(), threading.Event()
+    watchdog = threading.Thread(target=_watch, args=(process, counter, limits, done, expired), daemon=True)
+    watchdog.start()
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:
+            counter.feed(line)
+        process.wait()
+    finally:
+        done.set()
+        process.kill()  # still running only if this process is being interrupted
+        process.wait()
+        watchdog.join()
+    return process.returncode, expired.is_set()
 
 
-def count_packets(log: Path, begin: int, end: int) -> list[int]:
-    """Per window between an execution of ``begin`` and the next of ``end``: executed packets
-    (each translation block's packets, from ``in_asm``, times its executions)."""
-    sizes: dict[int, int] = {}
-    packets: list[int] = []
-    block_start, block_packets = None, 0
-    counting = False
-    with open(log, errors="replace") as lines:
-        for line in lines:
-            if _BLOCK.match(line):
-                block_start, block_packets = None, 0
-                continue
-            instruction = _INSTRUCTION.match(line)
-            if instruction:
-                block_start = block_start if block_start is not None else int(instruction[1], 16)
-                block_packets += bool(instruction[2])
-                sizes[block_start] = block_packets
-                continue
-            executed = _EXEC.match(line)
-            if not executed:
-                continue
-            pc = int(executed[1], 16)
-            if pc == begin:
-                counting = True
-                packets.append(0)
-            elif pc == end:
-                counting = False
-            elif counting:
-                packets[-1] += sizes.get(pc, 0)
-    return packets
+def _watch(
+    process: subprocess.Popen,
+    counter: PacketCounter,
+    limits: Sequence[float],
+    done: threading.Event,
+    expired: threading.Event,
+) -> None:
+    """Kill ``process`` when the case it is on (the one after the last ended) outlives its limit;
+    each case's clock starts when the one before it ends, so reading a case counts too."""
+    case, deadline = 0, time.monotonic() + (limits[0] if limits else CASE_SECONDS)
+    while not done.wait(0.1):
+        if counter.ended > case:
+            case = counter.ended
+            deadline = time.monotonic() + (limits[case] if case < len(limits) else CASE_SECONDS)
+        elif time.monotonic() > deadline:
+            expired.set()
+            process.kill()
+            return
+
+
+def _failure(
+    returncode: int, expired: bool, counter: PacketCounter, cases: Sequence[KernelCase], limits: Sequence[float]
+) -> str:
+    """What went wrong with the emulator's run, as one line naming the op and what to do; "" if nothing."""
+    case = cases[counter.ended] if counter.ended < len(cases) else None
+    where = f"kernel {case.op} ({case.label})" if case else "the Hexagon driver"
+    inside = len(counter.packets) > counter.ended  # a kernel call begun and not ended
+    said = "; ".join(counter.other)[-300:]
+    if expired:
+        limit = limits[counter.ended] if case else CASE_SECONDS
+        return (
+            f"{where} did not return within {limit:.0f} s under qemu-hexagon: an endless loop? "
+            "(give it longer with --time-limit SECONDS)"
+        )
+    if returncode < 0:
+        return f"{where} crashed on Hexagon (qemu-hexagon): {signal_name(-returncode)}" + (
+            "; a C++ exception thrown on Hexagon ends this way too (catch it in the kernel)" if inside else f": {said}"
+        )
+    if inside:
+        return (
+            f"{where} ended the Hexagon program with exit status {returncode}: a kernel returns a "
+            "status, it does not call exit()"
+        )
+    if returncode != 0:
+        return f"the Hexagon program failed under qemu-hexagon (exit {returncode}): {said}"
+    if counter.ended < len(cases):
+        return (
+            f"{emulator()} exited 0 having run {counter.ended} of {len(cases)} case(s): it is no working "
+            "qemu-hexagon (apt-get install qemu-user)"
+        )
+    return ""
+
+
+_IN = re.compile(rb"^IN: (\S*)")
+_INSTRUCTION = re.compile(rb"^0x([0-9a-f]{8}):\s+0x[0-9a-f]{8}\s+(\{)?")
+_EXEC = re.compile(rb"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")
+_BEGIN, _END = b"qco_call_begin", b"qco_call_end"
+
+
+class PacketCounter:
+    """Per window between an execution of ``qco_call_begin`` and the next of ``qco_call_end``:
+    executed packets (each translation block's packets, from ``in_asm``, times its executions),
+    counted line by line as qemu's log streams. What is kept: each block's packet count, the
+    marks' addresses (from the blocks' symbol names) and the last lines that are not the log's."""
+
+    def __init__(self) -> None:
+        self.packets: list[int] = []  # one per window begun
+        self.ended = 0  # windows ended
+        self.other: deque[str] = deque(maxlen=5)  # the program's and qemu's own last lines
+        self._sizes: dict[int, int] = {}
+        self._marks: dict[int, bytes] = {}
+        self._name, self._start, self._counting = b"", -1, False
+
+    def feed(self, line: bytes) -> None:
+        executed = _EXEC.match(line)
+        if executed:
+            self._executed(int(executed[1], 16))
+            return
+        instruction = _INSTRUCTION.match(line)
+        if instruction:
+            if self._start < 0:
+                self._start = int(instruction[1], 16)
+                self._sizes[self._start] = 0
+                if self._name in (_BEGIN, _END):
+                    self._marks[self._start] = self._name
+            self._sizes[self._start] += bool(instruction[2])
+            return
+        block = _IN.match(line)
+        if block:
+            self._name, self._start = block[1], -1
+        elif line.strip() and not line.startswith(b"----"):
+            self.other.append(line.decode("utf-8", "replace").strip())
+
+    def _executed(self, pc: int) -> None:
+        mark = self._marks.get(pc)
+        if mark == _BEGIN:
+            self._counting = True
+            self.packets.append(0)
+        elif mark == _END:
+            self._counting = False
+            self.ended += 1
+        elif self._counting:
+            self.packets[-1] += self._sizes.get(pc, 0)
 
 
 @dataclass(frozen=True)
@@ -364,18 +473,21 @@ def first_mismatch(host: np.ndarray, hexagon: np.ndarray, tensor: KernelTensor, 
     return f"output {index} index {at} ({len(differs)} differ): host {want}, hexagon {got}{steps}"
 
 
-def hexagon_packets(package_dir: str | Path, cases: Sequence[KernelCase]) -> list[int]:
+def hexagon_packets(package_dir: str | Path, cases: Sequence[KernelCase], time_limit: float | None = None) -> list[int]:
     """Executed packets of each case's kernel call on Hexagon (emulated)."""
     package_dir = generated_package(package_dir)
-    return run_on_hexagon(build_hexagon_driver(package_dir), cases, driver_ops(package_dir)).packets
+    return run_on_hexagon(build_hexagon_driver(package_dir), cases, driver_ops(package_dir), time_limit).packets
 
 
-def hexagon_check(package_dir: str | Path, cases: Sequence[KernelCase]) -> list[CheckResult]:
-    """Run ``cases`` through the host build and under the emulator; one result per case."""
+def hexagon_check(
+    package_dir: str | Path, cases: Sequence[KernelCase], time_limit: float | None = None
+) -> list[CheckResult]:
+    """Run ``cases`` through the host build and under the emulator; one result per case.
+    ``time_limit``: seconds per case under the emulator (default: ``case_time_limit``)."""
     package_dir = generated_package(package_dir)
     name = package_name(package_dir)
     ops = driver_ops(package_dir)
-    run = run_on_hexagon(build_hexagon_driver(package_dir), cases, ops)
+    run = run_on_hexagon(build_hexagon_driver(package_dir), cases, ops, time_limit)
     library = KernelLibrary(build_host_kernels(package_dir), name)
     results = []
     for case, (hexagon_status, hexagon_outputs), packets in zip(cases, run.results, run.packets):
