@@ -22,67 +22,11 @@ from qnn_custom_ops.runtime import HostRunner
 
 transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 
+from .hf_models import ARCHITECTURES, COMMON, hf_model  # noqa: E402  (after the dev extra is found)
+
 PROMPT = [5, 17, 42, 9, 77]
 NEW_TOKENS = 32
 PREFILL_LEN, CTX_LEN = 8, 40
-COMMON = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-              max_position_embeddings=128, initializer_range=0.5, eos_token_id=None)
-# (config class, model class, its own settings, layers, cache layout on ExecuTorch): each
-# architecture brings what sets it apart -- sliding windows shorter than the 37 positions
-# generated, Gemma's 1 + weight norm, tanh MLP and tied embeddings, Phi-3's fused projections
-# and partial rotary; Llama takes two layers (the per-layer cache order), the others one (each
-# layer lowered costs seconds).
-#
-# The 2025-26 families run on ExecuTorch in the device runner's layout ("runner", both methods in
-# one program), each with what sets it apart: Qwen3's per-head q/k norms; Gemma 2's attention and
-# final soft-capping, sandwich norms, query_pre_attn_scalar and alternating window (two layers:
-# one sliding, one full); Gemma 3's q/k norms and local/global RoPE bases (a sliding and a full
-# layer); Granite's four multipliers; SmolLM3's NoPE layer; Phi-4-mini's longrope (short factors
-# at this ctx_len) with partial rotary. Gemma 2/3 untie the embeddings: tied, a random model's
-# scaled embedding dominates and it repeats its input token.
-PHI4_FACTORS = dict(short_factor=[1.0, 1.3, 1.7, 2.0, 2.5, 3.0], long_factor=[2.0, 3.0, 5.0, 8.0, 13.0, 21.0])
-ARCHITECTURES = {
-    "llama": ("LlamaConfig", "LlamaForCausalLM", {}, 2, "rows"),
-    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM",
-              dict(use_sliding_window=True, sliding_window=16, max_window_layers=0), 1, "scatter"),
-    "mistral": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=16), 1, "rows"),
-    "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(head_dim=16, hidden_act="gelu_pytorch_tanh"), 1, "rows"),
-    "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(num_key_value_heads=4, partial_rotary_factor=0.5, pad_token_id=0),
-             1, "rows"),
-    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=16), 1, "runner"),
-    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
-               dict(head_dim=16, sliding_window=16, query_pre_attn_scalar=24, attn_logit_softcapping=20.0,
-                    final_logit_softcapping=15.0, hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=False),
-               2, "runner"),
-    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM",
-                    dict(head_dim=16, sliding_window=16, layer_types=["sliding_attention", "full_attention"],
-                         query_pre_attn_scalar=24, tie_word_embeddings=False), 2, "runner"),
-    "granite": ("GraniteConfig", "GraniteForCausalLM",
-                dict(embedding_multiplier=6.0, residual_multiplier=0.3, logits_scaling=4.0, attention_multiplier=0.2),
-                1, "runner"),
-    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM",
-                dict(no_rope_layers=[1, 0], pad_token_id=0, bos_token_id=1), 2, "runner"),
-    "phi4_mini": ("Phi3Config", "Phi3ForCausalLM",
-                  dict(num_key_value_heads=4, pad_token_id=0, original_max_position_embeddings=64,
-                       max_position_embeddings=256,
-                       rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.75,
-                                            original_max_position_embeddings=64, **PHI4_FACTORS)),
-                  1, "runner"),
-}
-
-
-def hf_model(arch: str, **overrides: object) -> torch.nn.Module:
-    """A seeded random model, eager attention, norm gains away from their identity."""
-    config_class, model_class, own, layers, _ = ARCHITECTURES[arch]
-    config = getattr(transformers, config_class)(**{**COMMON, **own, "num_hidden_layers": layers, **overrides})
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = getattr(transformers, model_class)(config).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "norm" in name:
-                parameter.uniform_(-0.5, 0.5) if arch.startswith("gemma") else parameter.uniform_(0.5, 1.5)
-    return model
 
 
 def hf_tokens(model: torch.nn.Module, prompt: list[int] = PROMPT) -> list[int]:

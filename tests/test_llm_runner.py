@@ -298,3 +298,21 @@ def test_building_the_cli_parser_imports_no_torch():
 
     code = "import sys; from qnn_custom_ops.cli import build_parser; build_parser(); print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("rope", [
+    dict(rope_type="linear", factor=2.0),
+    dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+         original_max_position_embeddings=32),
+    dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32),
+    dict(rope_type="dynamic", factor=2.0),
+])
+@pytest.mark.slow
+def test_every_fixed_rope_type_generates_hfs_tokens(rope):
+    """Each type's tables come from the model's own rotary module, so they are HF's; dynamic
+    NTK within max_position_embeddings is the plain table, as HF leaves it there."""
+    model = hf_model("llama", rope_parameters={"rope_theta": 10000.0, **rope})
+    want = hf_tokens(copy.deepcopy(model))
+    programs = export_llm(model, prefill_len=8, ctx_len=40, cache="runner")
+    step = eager_step(programs.prefill.module)
+    assert RunnerLoop(programs.shape, step, step).generate(PROMPT, NEW_TOKENS).tokens == want
