@@ -1,13 +1,19 @@
 """A kernel that throws, segfaults or aborts: an error naming the op, never a dead interpreter.
 
 The crashing kernel is ExampleOpPackage's op with its kernel replaced: the width of the last
-dimension picks the fault (1 throws, 2 dereferences null, 3 aborts), anything else multiplies
-by 3. Crashes are only ever run isolated, in a child process.
+dimension picks the fault (1 throws, 2 dereferences null, 3 aborts, 7 calls exit(0), 11 loops
+forever), anything else multiplies by 3. Crashes are only ever run isolated, in a child process.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,6 +40,8 @@ inline qco::Status ExampleCustomOp(qco::TensorView& output, const qco::TensorVie
     case 1: throw std::out_of_range("row 7 is past the cache");
     case 2: *static_cast<volatile int*>(nullptr) = 1; break;
     case 3: std::abort();
+    case 7: std::exit(0);
+    case 11: for (;;) asm volatile("" ::: "memory");
   }
   for (int64_t i = 0; i < input.numel(); ++i) output.as<float>()[i] = 3.0f * input.as<const float>()[i];
   return qco::Status::kOk;
@@ -120,3 +128,83 @@ def test_the_host_runner_isolated_names_the_kernel_that_crashed(faulty_package, 
     assert main(command + ["--isolated"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [err[0]] and err[0].startswith("error: kernel ExampleCustomOp crashed: SIGSEGV"), err
+
+
+def _cost(package_dir, width: int, *options: str) -> list[str]:
+    return ["cost", str(package_dir), "--min-seconds", "0.001", *options,
+            "--shape", f"ExampleCustomOp:output=1x1x4x{width},input=1x1x4x{width}"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width, message", [
+    (2, "kernel ExampleCustomOp crashed: SIGSEGV (run in an isolated process; the kernel's own output, if any, "
+        "is above)"),
+    (3, "kernel ExampleCustomOp crashed: SIGABRT (run in an isolated process; the kernel's own output, if any, "
+        "is above)"),
+    (7, "kernel ExampleCustomOp ended its isolated process with exit status 0 before returning (a kernel calling "
+        "exit()?)"),
+    (11, "kernel ExampleCustomOp did not return within its time limit of 2 s in an isolated process: an endless "
+         "loop? (give it longer with --time-limit SECONDS)"),
+])
+def test_cost_reports_a_kernel_that_crashes_exits_or_never_returns_without_isolated(faulty_package, capsys,
+                                                                                     width, message):
+    """Without --isolated it was rc 139/134 with nothing printed, rc 0 for exit(0), or a hang:
+    the CLI measures in a child process now (0.4 s)."""
+    assert main(_cost(faulty_package, width, "--time-limit", "2")) == 2
+    assert capsys.readouterr().err.strip() == f"error: {message}"
+
+
+@pytest.mark.slow
+def test_hexagon_check_runs_the_host_half_isolated(tmp_path, capsys):
+    """A kernel that crashes only on the host was rc 139 with nothing printed (its host half ran in-process)."""
+    package_dir = tmp_path / "ExampleOpPackage"
+    shutil.copytree(OP_PACKAGES / "ExampleOpPackage", package_dir, ignore=shutil.ignore_patterns("build"))
+    kernel = package_dir / "kernels/ExampleCustomOp.h"
+    kernel.write_text(FAULTY_KERNEL.replace("switch (input.dims[input.rank - 1]) {",
+                                            "switch (input.dims[input.rank - 1]) {\n#ifndef __hexagon__\n"
+                                            "    case 9: *static_cast<volatile int*>(nullptr) = 1; break;\n#endif"))
+    assert main(["hexagon-check", str(package_dir)]) == 2  # the default dims end in 9
+    assert capsys.readouterr().err.strip() == (
+        "error: kernel ExampleCustomOp crashed: SIGSEGV (run in an isolated process; the kernel's own output, if any, "
+        "is above)")
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signal_number", [signal.SIGTERM, signal.SIGKILL])
+def test_the_isolated_child_ends_with_the_cli(faulty_package, tmp_path, signal_number):
+    """It outlived its killed parent at 100 % of a core, leaving qco-isolated-* directories."""
+    (tmp_path / "tmp").mkdir()
+    cli = subprocess.Popen([sys.executable, "-m", "qnn_custom_ops", *_cost(faulty_package, 11)],
+                           stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
+    deadline = time.monotonic() + 120
+    while not (children := _children(cli.pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert children, "the isolated child never started"
+    time.sleep(2)
+    cli.send_signal(signal_number)
+    returncode = cli.wait(30)
+    time.sleep(0.5)
+    assert not any(_running(pid) for pid in children)
+    if signal_number == signal.SIGTERM:
+        assert (returncode, cli.stderr.read().strip()) == (128 + signal.SIGTERM, "terminated (SIGTERM)")
+        assert not list((tmp_path / "tmp").iterdir())

@@ -19,7 +19,7 @@ from ..errors import UsageError
 from ..generator.abi import KernelDType
 from ..opdef import Datatype, OpDef, OpPackage, TensorDef
 from ..opdef.datatypes import DATATYPES
-from .isolation import call_isolated
+from .isolation import call_isolated, set_time_limit
 from .kernel_abi import KernelLibrary, KernelTensor
 
 
@@ -93,10 +93,24 @@ class Cost:
         return self.nbytes / self.seconds
 
 
-def measure(library: KernelLibrary, cases: Sequence[KernelCase], min_seconds: float = 0.2) -> list[Cost]:
-    """Seconds per call of each case's kernel through the C ABI (views built once)."""
+#: A measurement's calls: a warm-up, a calibration and one overshooting each of the 5 rounds.
+_CALLS_PER_MEASUREMENT = 7
+
+
+def measurement_limit(case: KernelCase, min_seconds: float) -> float:
+    """Seconds measuring ``case`` may take before its kernel is taken for one that never
+    returns: its timing rounds, and per call 2 s and 10 ns per byte it moves (a slow kernel's 100 MB/s)."""
+    return 6 * min_seconds + _CALLS_PER_MEASUREMENT * (2.0 + case.nbytes * 1e-8)
+
+
+def measure(
+    library: KernelLibrary, cases: Sequence[KernelCase], min_seconds: float = 0.2, limit: float | None = None
+) -> list[Cost]:
+    """Seconds per call of each case's kernel through the C ABI (views built once); in an
+    isolated process each measurement has a time limit (``limit`` or ``measurement_limit``)."""
     costs = []
     for case in cases:
+        set_time_limit(limit or measurement_limit(case, min_seconds))
         call = library.prepare(case.op, case.outputs, case.inputs, case.params)
         costs.append(Cost(case.op, case.label, seconds_per_call(call, min_seconds), case.nbytes))
     return costs
@@ -118,16 +132,25 @@ def measure_package(
     min_seconds: float = 0.2,
     *,
     isolated: bool = False,
+    limit: float | None = None,
 ) -> PackageCost:
     """Every case of a package's host kernel library on one pinned core; ``isolated=True``
-    measures in a child process, so a kernel that crashes raises ``KernelCrashError``."""
+    measures in a child process, so a kernel that crashes, exits or outlives its time limit
+    (``limit`` seconds per measurement, or ``measurement_limit``) raises ``KernelCrashError``."""
     if isolated:
         return call_isolated(
-            measure_package, library_path, package_name, cases, min_seconds, what="the cost measurement"
+            _measure_here, library_path, package_name, cases, min_seconds, limit, what="the cost measurement"
         )
+    return _measure_here(library_path, package_name, cases, min_seconds, limit)
+
+
+def _measure_here(
+    library_path: str | Path, package_name: str, cases: Sequence[KernelCase], min_seconds: float, limit: float | None
+) -> PackageCost:
+    """``measure_package`` in this process."""
     library = KernelLibrary(library_path, package_name)
     with one_core() as core:
-        return PackageCost(core, copy_bandwidth(), measure(library, cases, min_seconds))
+        return PackageCost(core, copy_bandwidth(), measure(library, cases, min_seconds, limit))
 
 
 #: At most a quarter of this machine's memory for the tensors of one case.

@@ -40,7 +40,7 @@ from ..opdef.datatypes import kernel_rows
 from .cmake_build import cache_root, content_key, files_under, unusable_cache
 from .cost import KernelCase
 from .host_build import build_host_kernels, generated_package, package_name
-from .isolation import ending_with_parent, signal_name
+from .isolation import call_isolated, ending_with_parent, set_time_limit, signal_name
 from .kernel_abi import KernelError, KernelLibrary, KernelTensor
 
 #: The CPU the programs are built for: HTP v66 scalar core with 128-byte HVX (integer).
@@ -488,19 +488,20 @@ def hexagon_check(
     name = package_name(package_dir)
     ops = driver_ops(package_dir)
     run = run_on_hexagon(build_hexagon_driver(package_dir), cases, ops, time_limit)
-    library = KernelLibrary(build_host_kernels(package_dir), name)
+    library = build_host_kernels(package_dir)
+    host = call_isolated(host_results, library, name, cases, time_limit, what="the host half of the Hexagon check")
     results = []
-    for case, (hexagon_status, hexagon_outputs), packets in zip(cases, run.results, run.packets):
-        outputs = [KernelTensor(t.array.copy(), t.dtype, t.scale, t.offset) for t in case.outputs]
-        host_status = _host_status(library, case, outputs)
+    for case, (hexagon_status, hexagon_outputs), (host_status, host_outputs), packets in zip(
+        cases, run.results, host, run.packets
+    ):
         mismatch = (
             ""
             if host_status != KernelStatus.Ok
             else next(
                 (
                     m
-                    for i, (t, h) in enumerate(zip(outputs, hexagon_outputs))
-                    if (m := first_mismatch(t.array, h, t, i))
+                    for i, (t, h, x) in enumerate(zip(case.outputs, host_outputs, hexagon_outputs))
+                    if (m := first_mismatch(h, x, t, i))
                 ),
                 "",
             )
@@ -517,6 +518,20 @@ def hexagon_check(
                 case.default_shape,
             )
         )
+    return results
+
+
+def host_results(
+    library_path: Path, package_name: str, cases: Sequence[KernelCase], time_limit: float | None
+) -> list[tuple[int, list[np.ndarray]]]:
+    """(status, output arrays) of each case on the host: what ``hexagon_check`` runs in an
+    isolated process, so a kernel that crashes, exits or loops on the host only is reported."""
+    library = KernelLibrary(library_path, package_name)
+    results = []
+    for case in cases:
+        set_time_limit(time_limit or case_time_limit(case))
+        outputs = [KernelTensor(t.array.copy(), t.dtype, t.scale, t.offset) for t in case.outputs]
+        results.append((_host_status(library, case, outputs), [t.array for t in outputs]))
     return results
 
 

@@ -16,9 +16,11 @@ import mmap
 import os
 import pickle
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,45 +29,82 @@ from ..errors import ReportedError
 
 TRACE_SIZE = 256
 _CALL, _RESULT, _TRACE_FILE = "call.pickle", "result.pickle", "trace"
+#: The shared page: the running op's name, then the step's deadline and limit (two doubles,
+#: ``time.monotonic`` seconds, which every process of the machine shares; 0: none).
+_LIMITS = struct.Struct("<dd")
 # In an isolated child: the page shared with the parent, and a ctypes char over it.
 _TRACE: tuple[mmap.mmap, ctypes.c_char] | None = None
 
 
 class KernelCrashError(ReportedError, RuntimeError):
-    """An isolated call died: a kernel crashed (segfault, abort) or the child exited early."""
+    """An isolated call died (a kernel crashed, or exited early) or was stopped past its time limit."""
 
 
 def call_isolated(function: Callable[..., Any], *args: Any, what: str) -> Any:
     """``function(*args)`` in a child Python process; its result, or its exception re-raised.
 
     ``function`` must be importable by name (a module-level function). ``what`` names the call
-    in the crash report when no kernel was running ("the program", "kernel RmsNorm").
+    in the crash report when no kernel was running ("the program", "kernel RmsNorm"). The child
+    ends with this process; a step it began with ``set_time_limit(seconds)`` and that outlives it is
+    stopped.
     """
     with tempfile.TemporaryDirectory(prefix="qco-isolated-") as tmp:
         work = Path(tmp)
         quiet = logging.root.manager.disable >= logging.WARNING  # the caller silenced third-party noise
         # the flag first: the child silences noise before unpickling the call imports torch
         (work / _CALL).write_bytes(pickle.dumps(quiet) + pickle.dumps((function, args)))
-        (work / _TRACE_FILE).write_bytes(bytes(TRACE_SIZE))
+        (work / _TRACE_FILE).write_bytes(bytes(TRACE_SIZE + _LIMITS.size))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, sys.path))}
-        child = f"import sys; from {__name__} import run_child; run_child(sys.argv[1])"
-        returncode = subprocess.run([sys.executable, "-c", child, tmp], stdin=subprocess.DEVNULL, env=env).returncode
-        running = (work / _TRACE_FILE).read_bytes().split(b"\0", 1)[0].decode("utf-8", "replace")
+        child = f"import sys; from {__name__} import run_child; run_child(sys.argv[1], int(sys.argv[2]))"
+        command = [sys.executable, "-c", child, tmp, str(os.getpid())]
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env)
+        try:
+            returncode, limit = _wait(process, work / _TRACE_FILE)
+        finally:
+            process.kill()  # still running only if this process is being interrupted
+            process.wait()
+        running = (work / _TRACE_FILE).read_bytes()[:TRACE_SIZE].split(b"\0", 1)[0].decode("utf-8", "replace")
+        culprit = f"kernel {running}" if running else what
+        if limit:
+            raise KernelCrashError(
+                f"{culprit} did not return within its time limit of {limit:.0f} s in an isolated process: "
+                "an endless loop? (give it longer with --time-limit SECONDS)"
+            )
         if returncode < 0:
-            culprit = f"kernel {running}" if running else what
             raise KernelCrashError(
                 f"{culprit} crashed: {signal_name(-returncode)} (run in an isolated process; "
                 "the kernel's own output, if any, is above)"
             )
         if not (work / _RESULT).is_file():
             raise KernelCrashError(
-                f"{what} ended its isolated process with exit status {returncode} before "
+                f"{culprit} ended its isolated process with exit status {returncode} before "
                 "returning (a kernel calling exit()?)"
             )
         outcome, value = pickle.loads((work / _RESULT).read_bytes())
     if outcome == "error":
         raise _rebuilt(*value)
     return value
+
+
+def _wait(process: subprocess.Popen, trace: Path) -> tuple[int, float]:
+    """(exit status, 0) once ``process`` ends, or (its status, the limit) once it is killed for
+    outliving the deadline its current step set."""
+    while True:
+        try:
+            return process.wait(timeout=0.1), 0.0
+        except subprocess.TimeoutExpired:
+            deadline, limit = _LIMITS.unpack_from(trace.read_bytes(), TRACE_SIZE)
+            if deadline and time.monotonic() > deadline:
+                process.kill()
+                return process.wait(), limit
+
+
+def set_time_limit(seconds: float) -> None:
+    """In an isolated child, give the step that begins now ``seconds``: past them the parent
+    kills the child and names the op running. Elsewhere nothing can stop a call that never
+    returns, and this does nothing."""
+    if _TRACE is not None:
+        _LIMITS.pack_into(_TRACE[0], TRACE_SIZE, time.monotonic() + seconds, seconds)
 
 
 _PR_SET_PDEATHSIG = 1
@@ -101,12 +140,15 @@ def trace_into(trace_function: Any) -> None:
         trace_function(ctypes.addressof(_TRACE[1]), TRACE_SIZE)
 
 
-def run_child(directory: str) -> None:
+def run_child(directory: str, parent: int) -> None:
     """The child's side: run the pickled call; write its result or its exception for the parent."""
     global _TRACE
+    ending_with_parent()()
+    if os.getppid() != parent:  # the parent died before the line above
+        sys.exit(1)
     work = Path(directory)
     with open(work / _TRACE_FILE, "r+b") as handle:
-        page = mmap.mmap(handle.fileno(), TRACE_SIZE)
+        page = mmap.mmap(handle.fileno(), TRACE_SIZE + _LIMITS.size)
     _TRACE = (page, ctypes.c_char.from_buffer(page))
     with open(work / _CALL, "rb") as call:
         if pickle.load(call):
