@@ -186,19 +186,30 @@ class RunnerLoop:
         return dequantize_codes(logits, self.encodings[phase].outputs[0])
 
     def _prefill(self, prompt: Sequence[int]) -> tuple[torch.Tensor, int]:
-        """The prompt processor: the logits row the first token is taken from, and the phase
-        that computed it (``kv_forward``'s without a prefill step)."""
+        """The prompt processor: the logits of every prompt position (the last one's give the
+        first token), and the phase that computed them (``kv_forward``'s without a prefill step)."""
         phase = 0 if self.steps[0] is not None else 1
         ar, count = (self.shape.prefill_len, 1)[phase], len(prompt)
         masks = _Masks(self.shape, ar, 0, self._mask_encoding(phase))
         tokens = [0] * ar  # padding rows keep the previous chunk's tokens, as the runner's buffer does
+        rows = []
         for start in range(0, count, ar):
             chunk = prompt[start : start + ar]
             tokens[: len(chunk)] = chunk
             outputs = self._call(phase, tokens, range(start, start + ar), masks)
             self._update_cache(outputs, start, len(chunk))
             masks.update(start, len(chunk))
-        return outputs[0][0, (count - 1) % ar], phase
+            rows.append(outputs[0][0, : len(chunk)])
+        return torch.cat(rows), phase
+
+    def score(self, tokens: Sequence[int]) -> torch.Tensor:
+        """Teacher forcing: the logits ``[len(tokens), vocab]`` (reals) the prompt processor
+        computes at every position of ``tokens``, each predicting the next token."""
+        tokens = token_ids(tokens, self.shape.vocab, "RunnerLoop.score")
+        check_fits(self.shape, len(tokens), 1, "RunnerLoop.score")
+        self.caches = [torch.zeros_like(c) for c in self.caches]
+        logits, phase = self._prefill(tokens)
+        return self._logits(phase, logits)
 
     def generate(
         self,
@@ -218,7 +229,9 @@ class RunnerLoop:
         prompt = token_ids(prompt, shape.vocab, "RunnerLoop: the prompt")
         check_fits(shape, len(prompt), new_tokens, "RunnerLoop")
         self.record = ([], []) if record else None
-        row, phase = self._prefill(prompt)
+        self.caches = [torch.zeros_like(c) for c in self.caches]
+        logits, phase = self._prefill(prompt)
+        row = logits[-1]
         result = Generation([], [], *(self.record or ([], [])))
         masks = _Masks(shape, 1, len(prompt), self._mask_encoding(1))
         for position in range(len(prompt), len(prompt) + new_tokens):
