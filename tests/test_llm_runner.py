@@ -100,7 +100,7 @@ def shapes(specs) -> list:
 
 
 @pytest.mark.slow
-def test_the_exported_program_follows_qnn_llama_runners_contract(float_export):
+def test_the_exported_program_follows_qnn_llama_runners_contract(checkpoint, float_export):
     """One .pte, methods prefill_forward and kv_forward, the metadata methods, inputs (tokens,
     mask, input_pos, K caches transposed, V caches) and outputs (logits, new K, new V) in the
     runner's order, shapes and dtypes, and outputs left unplanned (the runner sets each one)."""
@@ -122,6 +122,8 @@ def test_the_exported_program_follows_qnn_llama_runners_contract(float_export):
         assert not any(meta.output_tensor_meta(i).is_memory_planned() for i in range(meta.num_outputs())), method
     manifest = LlmManifest.read(float_export)
     assert (manifest.decoder_model_version, manifest.quant, manifest.shape.cache) == ("qwen3", "none", "runner")
+    weights = sum(p.numel() * 4 for p in transformers.AutoModelForCausalLM.from_pretrained(checkpoint).parameters())
+    assert weights < len(pte) < 1.25 * weights  # the two methods share one copy of every weight
     assert (float_export / "tokenizer" / "tokenizer.json").is_file()  # the runner's --tokenizer_path
 
 
