@@ -197,6 +197,8 @@ def quantize_llm(
         for sample in samples:
             module(*sample)
         prepared.append(module)
+        if progress is not None:
+            progress(f"calibration: {program.name} observed on {len(samples)} calls")
     if programs.shape.cache == "runner":
         share_cache_encodings(prepared, programs.shape)
     return convert_pt2e(prepared[0]), convert_pt2e(prepared[1])
