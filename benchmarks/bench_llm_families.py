@@ -1,6 +1,7 @@
 """Every family of the HF route, quantized: per-step logits SQNR of 16a8w (or --quant) programs
 against float, teacher-forced on float's greedy tokens, on ExecuTorch (host target, each
-quantized op's integer kernel as on the HTP), in the device runner's layout.
+quantized op's integer kernel as on the HTP), in the layout the tests run each family in (the
+device runner's for the 2025-26 families).
 
 The models are the tests' tiny random ones (tests/hf_models.py): random weights give
 activations far wider than a trained model's, so read the figures as floors of these models,
@@ -33,21 +34,18 @@ def sqnr_db(signal, noisy) -> float:
 
 
 def measure(arch: str, quant: str, runner) -> tuple[list[float], float]:
-    """Per-step SQNR of the quantized program's logits against float's, and seconds taken."""
-    from qnn_custom_ops.library import RunnerLoop, eager_step, export_llm, host_step, llm_binding, quantize_llm
-    from qnn_custom_ops.library.checkpoint import METHODS
-    from qnn_custom_ops.lowering.program import lower_methods
-    from tests.hf_models import hf_model
+    """Per-step SQNR of the quantized programs' logits against float's, and seconds taken, in
+    the layout the tests run the family in on ExecuTorch."""
+    from qnn_custom_ops.library import eager_step, export_llm, greedy, quantize_llm
+    from tests.hf_models import ARCHITECTURES, hf_model, lowered_steps
 
     started = time.monotonic()
-    programs = export_llm(hf_model(arch), prefill_len=PREFILL, ctx_len=CTX, cache="runner")
+    programs = export_llm(hf_model(arch), prefill_len=PREFILL, ctx_len=CTX, cache=ARCHITECTURES[arch][4])
     step = eager_step(programs.prefill.module)
-    reference = RunnerLoop(programs.shape, step, step).generate(PROMPT, NEW_TOKENS)
-    modules = quantize_llm(programs, quant, CALIBRATION, 8)
-    inputs = (programs.prefill.example_inputs, programs.decode.example_inputs)
-    program = lower_methods(dict(zip(METHODS, zip(modules, inputs))), llm_binding(), "host", plan_outputs=False)
-    steps = [host_step(runner, program.buffer, method) for method in METHODS]
-    quantized = RunnerLoop(programs.shape, *steps).generate(PROMPT, NEW_TOKENS, forced=reference.tokens)
+    reference = greedy(programs.shape, step, step, PROMPT, NEW_TOKENS)
+    converted = quantize_llm(programs, quant, CALIBRATION, 8)
+    quantized = greedy(programs.shape, *lowered_steps(programs, runner, converted=converted), PROMPT, NEW_TOKENS,
+                       forced=reference.tokens)
     return [sqnr_db(f, q) for f, q in zip(reference.logits, quantized.logits)], time.monotonic() - started
 
 
@@ -63,7 +61,7 @@ def main() -> None:
         from qnn_custom_ops.runtime import HostRunner
 
         runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
-        print(f"{args.quant} per-step logits SQNR against float (dB), {NEW_TOKENS} steps teacher-forced, ExecuTorch host")
+        print(f"{args.quant} per-step logits SQNR against float (dB), {NEW_TOKENS} steps teacher-forced, on ExecuTorch")
         print(f"{'family':<14}{'min':>8}{'median':>8}{'max':>8}{'seconds':>10}")
         for arch in args.families.split(","):
             sqnr, seconds = measure(arch, args.quant, runner)

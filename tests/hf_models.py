@@ -6,6 +6,12 @@ from __future__ import annotations
 import torch
 import transformers
 
+import qnn_custom_ops as qco
+from qnn_custom_ops.library import host_step, llm_binding
+from qnn_custom_ops.library.checkpoint import METHODS
+from qnn_custom_ops.lowering.program import lower_methods
+from qnn_custom_ops.runtime import HostRunner
+
 COMMON = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
               max_position_embeddings=128, initializer_range=0.5, eos_token_id=None)
 # (config class, model class, its own settings, layers, cache layout on ExecuTorch): each
@@ -64,3 +70,16 @@ def hf_model(arch: str, **overrides: object) -> torch.nn.Module:
             if "norm" in name:
                 parameter.uniform_(-0.5, 0.5) if arch.startswith("gemma") else parameter.uniform_(0.5, 1.5)
     return model
+
+
+def lowered_steps(programs, runner: HostRunner, methods=METHODS, converted=None) -> tuple:
+    """The programs (or their PT2E-``converted`` modules) lowered for the host, as steps: for
+    the runner's layout one program with ``methods`` (``prefill_forward``, ``kv_forward``), else
+    two programs."""
+    prefill, decode = converted or (programs.prefill.module, programs.decode.module)
+    modules = dict(zip(METHODS, ((prefill, programs.prefill.example_inputs),
+                                 (decode, programs.decode.example_inputs))))
+    if programs.shape.cache == "runner":
+        buffer = lower_methods({m: modules[m] for m in methods}, llm_binding(), "host", plan_outputs=False).buffer
+        return tuple(host_step(runner, buffer, method) for method in methods)
+    return tuple(host_step(runner, qco.lower(m, i, llm_binding(), target="host").buffer) for m, i in modules.values())

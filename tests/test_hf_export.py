@@ -15,14 +15,12 @@ import qnn_custom_ops as qco
 from qnn_custom_ops.library import RunnerLoop, llm_binding, package_dir
 from qnn_custom_ops.library.generation import greedy, greedy_batch, quantize_llm
 from qnn_custom_ops.library.steps import eager_step, host_step
-from qnn_custom_ops.library.checkpoint import METHODS
 from qnn_custom_ops.library.hf import LlmExportError, export_llm
-from qnn_custom_ops.lowering.program import lower_methods
 from qnn_custom_ops.runtime import HostRunner
 
 transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 
-from .hf_models import ARCHITECTURES, COMMON, hf_model  # noqa: E402  (after the dev extra is found)
+from .hf_models import ARCHITECTURES, COMMON, hf_model, lowered_steps  # noqa: E402  (after the dev extra)
 
 PROMPT = [5, 17, 42, 9, 77]
 NEW_TOKENS = 32
@@ -45,17 +43,6 @@ def runner() -> HostRunner:
 
 def other_layout(arch: str) -> str:
     return "scatter" if ARCHITECTURES[arch][4] == "rows" else "rows"
-
-
-def lowered_steps(programs, runner: HostRunner, methods=METHODS) -> tuple:
-    """The programs lowered for the host, as steps: for the runner's layout one program with
-    ``methods`` (``prefill_forward``, ``kv_forward``), else two programs."""
-    modules = dict(zip(METHODS, ((programs.prefill.module, programs.prefill.example_inputs),
-                                 (programs.decode.module, programs.decode.example_inputs))))
-    if programs.shape.cache == "runner":
-        buffer = lower_methods({m: modules[m] for m in methods}, llm_binding(), "host", plan_outputs=False).buffer
-        return tuple(host_step(runner, buffer, method) for method in methods)
-    return tuple(host_step(runner, qco.lower(m, i, llm_binding(), target="host").buffer) for m, i in modules.values())
 
 
 @pytest.mark.slow
