@@ -20,22 +20,23 @@ COMMON = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_attenti
 # and partial rotary; Llama takes two layers (the per-layer cache order), the others one (each
 # layer lowered costs seconds).
 #
-# The 2025-26 families run on ExecuTorch in the device runner's layout ("runner", both methods in
-# one program), each with what sets it apart: Qwen3's per-head q/k norms; Gemma 2's attention and
-# final soft-capping, sandwich norms, query_pre_attn_scalar and alternating window (two layers:
-# one sliding, one full); Gemma 3's q/k norms and local/global RoPE bases (a sliding and a full
+# Mistral (rows) and Qwen2 (scatter) keep the layouts their windows need; every other family runs
+# on ExecuTorch in the device runner's layout ("runner"; its test lowers kv_forward alone, as the
+# runner's --eval_mode 0 runs it), each 2025-26 family with what sets it apart: Qwen3's per-head
+# q/k norms; Gemma 2's attention and final soft-capping, sandwich norms, query_pre_attn_scalar
+# and alternating window (two layers: one sliding, one full); Gemma 3's q/k norms and local/global RoPE bases (a sliding and a full
 # layer); Granite's four multipliers; SmolLM3's NoPE layer; Phi-4-mini's longrope (short factors
 # at this ctx_len) with partial rotary. Gemma 2/3 untie the embeddings: tied, a random model's
 # scaled embedding dominates and it repeats its input token.
 PHI4_FACTORS = dict(short_factor=[1.0, 1.3, 1.7, 2.0, 2.5, 3.0], long_factor=[2.0, 3.0, 5.0, 8.0, 13.0, 21.0])
 ARCHITECTURES = {
-    "llama": ("LlamaConfig", "LlamaForCausalLM", {}, 2, "rows"),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}, 2, "runner"),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM",
               dict(use_sliding_window=True, sliding_window=16, max_window_layers=0), 1, "scatter"),
     "mistral": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=16), 1, "rows"),
-    "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(head_dim=16, hidden_act="gelu_pytorch_tanh"), 1, "rows"),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(head_dim=16, hidden_act="gelu_pytorch_tanh"), 1, "runner"),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(num_key_value_heads=4, partial_rotary_factor=0.5, pad_token_id=0),
-             1, "rows"),
+             1, "runner"),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=16), 1, "runner"),
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
                dict(head_dim=16, sliding_window=16, query_pre_attn_scalar=24, attn_logit_softcapping=20.0,

@@ -85,8 +85,11 @@ def float_export(checkpoint) -> Path:
 
 
 @pytest.fixture(scope="module")
-def quantized_export(checkpoint) -> Path:
-    return export(checkpoint, "llm-export-16a8w", "--quant", "16a8w")
+def quantized_export(checkpoint, tmp_path_factory) -> Path:
+    """16a8w, calibrated on three lines of text (``--calibration``)."""
+    text = tmp_path_factory.mktemp("calibration") / "prompts.txt"
+    text.write_text("The host runtime runs the program.\nqnn-custom-ops llm export\nA kernel for the HTP\n")
+    return export(checkpoint, "llm-export-16a8w", "--quant", "16a8w", "--calibration", str(text))
 
 
 def program_of(directory: Path):
