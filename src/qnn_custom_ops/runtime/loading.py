@@ -10,6 +10,7 @@ import ctypes
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..errors import ReportedError
 from ..generator.abi import KERNEL_LIST_MARKER
@@ -96,17 +97,27 @@ def load_quantized_kernels() -> None:
     load_host_library(path, declared_ops=[])
 
 
-def program_operators(pte: bytes) -> set[str]:
-    """The kernels a .pte program calls outside its delegates (``ns::op.overload``)."""
+def _program(pte: bytes) -> Any:
+    """The .pte's program, as executorch's schema reads it."""
     from executorch.exir._serialize._program import deserialize_pte_binary
 
     program = deserialize_pte_binary(pte)
-    program = getattr(program, "program", program)
+    return getattr(program, "program", program)
+
+
+def program_operators(pte: bytes) -> set[str]:
+    """The kernels a .pte program calls outside its delegates (``ns::op.overload``)."""
+    program = _program(pte)
     return {
         f"{op.name}.{op.overload}" if op.overload else op.name
         for plan in program.execution_plan
         for op in plan.operators
     }
+
+
+def program_backends(pte: bytes) -> set[str]:
+    """The backends a .pte program is delegated to (``QnnBackend``, ...)."""
+    return {delegate.id for plan in _program(pte).execution_plan for delegate in plan.delegates}
 
 
 def check_program_kernels(pte: bytes, where: str = "program") -> None:

@@ -32,6 +32,7 @@ from .loading import (
     last_kernel_error,
     load_host_library,
     load_quantized_kernels,
+    program_backends,
     program_operators,
     trace_kernels,
 )
@@ -95,31 +96,83 @@ def check_program(pte: bytes, where: str = "program") -> None:
         )
 
 
-def method_specs(
-    pte: bytes, method: str = "forward", where: str = "program"
-) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    """(input specs, output specs) of a program's method, read from the .pte; ``ProgramError``
-    (naming ``where``, with the runtime's reason) for a file the runtime cannot load."""
-    from executorch.runtime import Runtime
+def _last_said(log: list[str], fallback: str) -> str:
+    """The runtime's last log line without its ``[file.cpp:N]`` prefix, or ``fallback``."""
+    return re.sub(r"^\[[\w.]+:\d+\]\s*", "", log[-1].strip()) if log else fallback
 
-    check_program(pte, where)
+
+@contextlib.contextmanager
+def _refused_as_program_error(where: str) -> Iterator[None]:
+    """Whatever the runtime's loader raises for a damaged file (RuntimeError, IndexError,
+    KeyError, MemoryError, UnicodeDecodeError, ...) as one ``ProgramError`` naming ``where``
+    and the runtime's last log line; its log held back."""
     try:
         with _runtime_log_held() as log:
-            meta = Runtime.get().load_program(pte).metadata(method)
-    except (RuntimeError, ValueError) as exc:
-        reason = re.sub(r"^\[[\w.]+:\d+\]\s*", "", log[-1].strip()) if log else str(exc)
+            yield
+    except ReportedError:
+        raise
+    except Exception as exc:
+        reason = _last_said(log, f"{type(exc).__name__}: {exc}")
         raise ProgramError(
             f"{where}: not an ExecuTorch program the installed runtime can load ({reason}); pass "
             "a .pte written by lower(..., output=...)"
         ) from None
 
+
+def _verified(pte: bytes) -> Any:
+    """The runtime's program, its internal consistency verified (every offset and index in range)."""
+    from executorch.runtime import Runtime, Verification
+
+    return Runtime.get().load_program(pte, verification=Verification.InternalConsistency)
+
+
+def method_specs(
+    pte: bytes, method: str = "forward", where: str = "program"
+) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """(input specs, output specs) of a program's method, read from the .pte; ``ProgramError``
+    (naming ``where``, with the runtime's reason) for a file the runtime cannot load."""
+    check_program(pte, where)
+
     def spec(info) -> TensorSpec:
         return TensorSpec(tuple(info.sizes()), _TORCH_DTYPES[int(info.dtype())])
 
-    return (
-        [spec(meta.input_tensor_meta(i)) for i in range(meta.num_inputs())],
-        [spec(meta.output_tensor_meta(i)) for i in range(meta.num_outputs())],
-    )
+    with _refused_as_program_error(where):
+        meta = _verified(pte).metadata(method)
+        return (
+            [spec(meta.input_tensor_meta(i)) for i in range(meta.num_inputs())],
+            [spec(meta.output_tensor_meta(i)) for i in range(meta.num_outputs())],
+        )
+
+
+#: An operator's name in a program: ``ns::op`` and an overload; anything else is a damaged file.
+_OPERATOR_NAME = re.compile(r"[A-Za-z_][\w]*::[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)?")
+#: Backends the host target does not run (executorch's Python runtime registers QnnBackend,
+#: which then fails to find the SDK's libraries), and the targets that run them.
+_BACKEND_TARGETS = {"QnnBackend": "--target x86 (the QNN HTP simulator) or --target device"}
+
+
+def _host_operators(pte: bytes, where: str) -> set[str]:
+    """The program's operators, once its names are known to be names and every backend it is
+    delegated to is one the host runtime has."""
+    from executorch.runtime import Runtime
+
+    with _refused_as_program_error(where):
+        operators = program_operators(pte)
+        backends = program_backends(pte)
+    damaged = sorted(name for name in operators if not _OPERATOR_NAME.fullmatch(name))
+    if damaged:
+        raise ProgramError(
+            f"{where}: not an ExecuTorch program the installed runtime can load (operator name {damaged[0]!r}); "
+            "pass a .pte written by lower(..., output=...)"
+        )
+    registered = set(Runtime.get().backend_registry.registered_backend_names)
+    missing = sorted(name for name in backends if name in _BACKEND_TARGETS or name not in registered)
+    if missing:
+        raise ProgramError(
+            f"{where}: delegated to {missing[0]}, which the host target does not run: run it with "
+            f"{_BACKEND_TARGETS.get(missing[0], 'a runtime built with that backend')}"
+        )
+    return operators
 
 
 @dataclass
@@ -155,27 +208,29 @@ class HostRunner:
     def _load(self, pte: bytes, method: str) -> Any:
         """The program's method, after every check: a file the runtime cannot load, a kernel no
         library registers, each one error."""
-        from executorch.runtime import Runtime
-
         method_specs(pte, method)  # a file the runtime cannot load is one error, before any library is loaded
+        operators = _host_operators(pte, "program")
         for library in self.libraries:
             load_host_library(library)
         trace_kernels(self.libraries)
-        if any(op.startswith("quantized_decomposed::") for op in program_operators(pte)):
+        if any(op.startswith("quantized_decomposed::") for op in operators):
             load_quantized_kernels()
         check_program_kernels(pte)
-        return Runtime.get().load_program(pte).load_method(method)
+        with _refused_as_program_error("program"):
+            return _verified(pte).load_method(method)
 
     def _execute(self, method, inputs: Inference) -> list[torch.Tensor]:
         """One inference; a kernel's failure is raised with its op and status, not a bare code."""
         clear_kernel_errors(self.libraries)
         try:
-            return [t.clone() for t in method.execute(list(inputs))]
+            with _runtime_log_held() as log:
+                return [t.clone() for t in method.execute(list(inputs))]
         except RuntimeError as exc:
             failure = last_kernel_error(self.libraries)
-            if not failure:
-                raise
-            raise RunnerError(f"kernel failed: {failure} (ExecuTorch: {exc})") from None
+            if failure:
+                raise RunnerError(f"kernel failed: {failure} (ExecuTorch: {exc})") from None
+            said = _last_said(log, str(exc))
+            raise RunnerError(f"the program failed while running: {said} (ExecuTorch: {exc})") from None
 
 
 def _run_on_host(
