@@ -178,7 +178,10 @@ def quantize_llm(
     groups[-1] += list(itertools.islice(itertools.cycle(prompts), batch - len(groups[-1])))  # filled by the first
     runs = []
     for index, group in enumerate(groups):
-        runs.append(greedy_batch(programs.shape, float_step, float_step, group, new_tokens, record=True)[0])
+        if programs.shape.cache == "runner":
+            runs.append(_runner_calibration(programs.shape, float_step, group[0], new_tokens))
+        else:
+            runs.append(greedy_batch(programs.shape, float_step, float_step, group, new_tokens, record=True)[0])
         if progress is not None:
             progress(f"calibration: prompt {index + 1} of {len(groups)} generated in float")
     prepared = []
@@ -202,6 +205,22 @@ def quantize_llm(
     if programs.shape.cache == "runner":
         share_cache_encodings(prepared, programs.shape)
     return convert_pt2e(prepared[0]), convert_pt2e(prepared[1])
+
+
+def _runner_calibration(shape: LlmShape, step: Step, prompt: Sequence[int], new_tokens: int) -> Generation:
+    """The calls float generation from ``prompt`` makes as the device runner runs it, then
+    those of the prompt processor over the prompt and what it generated: a prefill chunk past
+    the first attends to a filled cache, which a prompt of one chunk never shows the prefill
+    program (calibrated without it, its cache scores clip: 85% top-1 agreement in 16a8w on a
+    trained model, at the chunks' first rows)."""
+    loop = RunnerLoop(shape, step, step)
+    run = loop.generate(token_ids(prompt, shape.vocab, "quantize_llm: a prompt"), new_tokens, record=True)
+    continued = [*prompt, *run.tokens][: shape.ctx_len - shape.prefill_len]
+    if len(continued) > shape.prefill_len:
+        loop.score(continued, record=True)
+        assert loop.record is not None
+        run.prefill_inputs.extend(loop.record[0])
+    return run
 
 
 def _input_observer(module: torch.fx.GraphModule, node: torch.fx.Node) -> torch.fx.Node:

@@ -202,12 +202,14 @@ class RunnerLoop:
             rows.append(outputs[0][0, : len(chunk)])
         return torch.cat(rows), phase
 
-    def score(self, tokens: Sequence[int]) -> torch.Tensor:
+    def score(self, tokens: Sequence[int], record: bool = False) -> torch.Tensor:
         """Teacher forcing: the logits ``[len(tokens), vocab]`` (reals) the prompt processor
-        computes at every position of ``tokens``, each predicting the next token."""
+        computes at every position of ``tokens``, each predicting the next token; ``record``
+        keeps the calls' inputs in ``self.record``."""
         tokens = token_ids(tokens, self.shape.vocab, "RunnerLoop.score")
         check_fits(self.shape, len(tokens), 1, "RunnerLoop.score")
         self.caches = [torch.zeros_like(c) for c in self.caches]
+        self.record = ([], []) if record else None
         logits, phase = self._prefill(tokens)
         return self._logits(phase, logits)
 
