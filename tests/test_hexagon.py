@@ -347,3 +347,26 @@ def test_the_emulator_ends_with_the_cli_and_writes_no_log(endless_package, tmp_p
     if signal_number == signal.SIGTERM:
         assert (returncode, cli.stderr.read().strip()) == (128 + signal.SIGTERM, "terminated (SIGTERM)")
         assert not list((tmp_path / "tmp").iterdir())
+
+
+@pytest.mark.slow
+def test_progress_lines_on_a_terminal_only_and_not_with_quiet(tmp_path, monkeypatch, capsys):
+    """The first check ran minutes silently: each build and each case is one line on stderr."""
+    package_dir = Path(shutil.copytree(OP_PACKAGES / "ExampleOpPackage", tmp_path / "ExampleOpPackage",
+                                       ignore=shutil.ignore_patterns("build")))
+    (package_dir / "kernels/ExampleCustomOp.h").write_text(
+        (package_dir / "kernels/ExampleCustomOp.h").read_text() + "\n// a new build\n")
+    assert main(["hexagon-check", str(package_dir)]) == 0
+    assert capsys.readouterr().err == ""  # not a terminal
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["hexagon-check", str(package_dir), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+    (package_dir / "kernels/ExampleCustomOp.h").write_text(
+        (package_dir / "kernels/ExampleCustomOp.h").read_text() + "// another\n")
+    assert main(["hexagon-check", str(package_dir)]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "building ExampleOpPackage for Hexagon (zig c++)",
+        "hexagon: 1 of 2 case(s) run under qemu-hexagon",
+        "hexagon: 2 of 2 case(s) run under qemu-hexagon",
+        "host build of ExampleOpPackage: building (cmake; a minute or so the first time, seconds after an edit)",
+    ]

@@ -22,6 +22,7 @@ from .atomic_files import refusal_text
 from .errors import ReportedError, UsageError
 from .llm_cli import add_llm_commands
 from .opdef import Datatype, OpDefError, OpDefWarning, OpPackage, load_package
+from .progress import show_progress
 from .quiet import native_noise_filtered, quiet_third_party
 
 if TYPE_CHECKING:
@@ -403,6 +404,12 @@ def _seconds_up_to(upper: float) -> Callable[[str], float]:
     return seconds
 
 
+def _add_quiet_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress lines on stderr (shown only when it is a terminal)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="qnn-custom-ops", description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="show third-party log lines and warnings too")
@@ -478,12 +485,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="run in a child process: a kernel that crashes is reported, not fatal (host target)",
     )
     _add_binding_arguments(run)
+    _add_quiet_flag(run)
     run.set_defaults(handler=_cmd_run)
     build_host = commands.add_parser(
         "build-host", help="build (cached) a package's host kernel library; print its path"
     )
     build_host.add_argument("package_dir", metavar="PACKAGE_DIR")
     _add_binding_arguments(build_host)
+    _add_quiet_flag(build_host)
     build_host.set_defaults(handler=_cmd_build_host)
     cost = commands.add_parser("cost", help="time each op's host kernel per shape; bytes moved and GB/s")
     cost.add_argument("package_dir", metavar="PACKAGE_DIR")
@@ -525,6 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="measure the --shape cases at these datatypes of the op's output (e.g. UFIXED_POINT_8, or all; "
         "default: FLOAT_32, or every declared one with --hexagon)",
     )
+    _add_quiet_flag(cost)
     cost.set_defaults(handler=_cmd_cost)
     hexagon = commands.add_parser(
         "hexagon-check",
@@ -548,6 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds each case may run under the emulator before it is taken for a kernel that never "
         "returns (default: 30 s plus 2 ms per element of its tensors)",
     )
+    _add_quiet_flag(hexagon)
     hexagon.set_defaults(handler=_cmd_hexagon_check)
     add_llm_commands(commands)
     return parser
@@ -685,6 +696,7 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     quiet_third_party(args.verbose)
+    show_progress(sys.stderr.isatty() and not getattr(args, "quiet", False))
     with _signals_end_the_command():
         return _run(args.handler, args)
 

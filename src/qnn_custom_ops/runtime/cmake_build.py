@@ -19,6 +19,7 @@ from filelock import FileLock
 
 from ..atomic_files import write_atomic
 from ..errors import ReportedError
+from ..progress import progress
 
 
 class HostBuildError(ReportedError, RuntimeError):
@@ -129,6 +130,7 @@ def _build_locked(
     with FileLock(str(work_dir) + ".lock"):
         if _is_current(library):
             return library
+        progress(f"{what}: building (cmake; a minute or so the first time, seconds after an edit)")
         try:
             built, outside = _build_in(project, work_dir, library_name, options, what, keyed)
         except KeyboardInterrupt:  # a half-configured tree would confuse the next build: start it afresh

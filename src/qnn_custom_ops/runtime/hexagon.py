@@ -37,6 +37,7 @@ from ..errors import ReportedError
 from ..generator.abi import KernelDType, KernelStatus
 from ..generator.hexagon_driver import driver_ops, render_driver
 from ..opdef.datatypes import kernel_rows
+from ..progress import progress
 from .cmake_build import cache_root, content_key, files_under, unusable_cache
 from .cost import KernelCase
 from .host_build import build_host_kernels, generated_package, package_name
@@ -96,6 +97,11 @@ def compile_for_hexagon(
         str(output),
     ]
     env = {**os.environ, "ZIG_GLOBAL_CACHE_DIR": str(zig_cache_dir())}
+    if not zig_cache_dir().is_dir():
+        progress(
+            f"building libc++ and musl for Hexagon into {zig_cache_dir()}, once for every package "
+            "(about 3 CPU-minutes: some minutes here)"
+        )
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         lines = (result.stdout + result.stderr).strip().splitlines()
@@ -146,6 +152,7 @@ def _cached_driver(package_dir: Path, driver: str, entry: Path) -> Path:
         if _is_whole(program):
             return program
         shutil.rmtree(entry, ignore_errors=True)  # a broken entry is rebuilt
+        progress(f"building {entry.name.rsplit('-', 1)[0]} for Hexagon (zig c++)")
         staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".partial", dir=entry.parent))
         try:
             (staging / "driver.cpp").write_text(driver)
@@ -272,13 +279,16 @@ def _emulate(command: list[str], counter: PacketCounter, limits: Sequence[float]
         raise HexagonToolError(
             f"{command[0]}: cannot be run ({exc.strerror}): reinstall it (apt-get install qemu-user)"
         ) from exc
-    done, expired = threading.Event(), threading.Event()
+    done, expired, reported = threading.Event(), threading.Event(), 0
     watchdog = threading.Thread(target=_watch, args=(process, counter, limits, done, expired), daemon=True)
     watchdog.start()
     try:
         assert process.stderr is not None
         for line in process.stderr:
             counter.feed(line)
+            if counter.ended > reported:
+                reported = counter.ended
+                progress(f"hexagon: {reported} of {len(limits)} case(s) run under qemu-hexagon")
         process.wait()
     finally:
         done.set()
