@@ -370,3 +370,45 @@ def test_progress_lines_on_a_terminal_only_and_not_with_quiet(tmp_path, monkeypa
         "hexagon: 2 of 2 case(s) run under qemu-hexagon",
         "host build of ExampleOpPackage: building (cmake; a minute or so the first time, seconds after an edit)",
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, message", [
+    ("#!/bin/sh\nexit 0\n", "exited 0 having run 0 of 2 case(s): it is no working qemu-hexagon (apt-get install "
+                            "qemu-user)"),
+    ("not a program", ": cannot be run (Exec format error): reinstall it (apt-get install qemu-user)"),
+])
+def test_a_broken_emulator_is_one_line(tmp_path, monkeypatch, capsys, script, message):
+    """Was KeyError: 'qco_call_begin' (exits 0 without running) or a raw Exec format error."""
+    from qnn_custom_ops.runtime import hexagon
+
+    fake = tmp_path / "qemu-hexagon"
+    fake.write_text(script)
+    fake.chmod(0o755)
+    monkeypatch.setattr(hexagon, "emulator", lambda: str(fake))
+    assert main(["hexagon-check", str(OP_PACKAGES / "ExampleOpPackage")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {fake}") and err.endswith(message), err
+
+
+HEXAGON_FAULTS = {  # kernels that fail on Hexagon only
+    "*static_cast<volatile int*>(nullptr) = 1;": "crashed on Hexagon (qemu-hexagon): SIGSEGV; a C++ exception "
+                                                 "thrown on Hexagon ends this way too (catch it in the kernel)",
+    "throw 7;": "crashed on Hexagon (qemu-hexagon): SIGSEGV; a C++ exception thrown on Hexagon ends this way too "
+                "(catch it in the kernel)",  # zig's Hexagon runtime cannot unwind it
+    "std::exit(0);": "ended the Hexagon program with exit status 0: a kernel returns a status, it does not call exit()",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", sorted(HEXAGON_FAULTS))
+def test_a_kernel_failing_on_hexagon_is_named_with_what_happened(fault, tmp_path, capsys):
+    """Was "exit -11: qco_call_begin=0x2b580", without the op or the signal."""
+    package_dir = Path(shutil.copytree(OP_PACKAGES / "ExampleOpPackage", tmp_path / "ExampleOpPackage",
+                                       ignore=shutil.ignore_patterns("build")))
+    kernel = package_dir / "kernels/ExampleCustomOp.h"
+    kernel.write_text("#include <cstdlib>\n" + kernel.read_text().replace(
+        "for (int64_t i = 0; i < n; ++i) y[i] = kFactor * x[i];",
+        f"#ifdef __hexagon__\n{fault}\n#endif\nfor (int64_t i = 0; i < n; ++i) y[i] = kFactor * x[i];"))
+    assert main(["hexagon-check", str(package_dir)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: kernel ExampleCustomOp (FLOAT_32 2x3x5x9) {HEXAGON_FAULTS[fault]}"
