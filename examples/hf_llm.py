@@ -16,13 +16,15 @@ import sys
 
 os.environ.setdefault("QNN_SDK_ROOT", "")  # never let executorch download the SDK
 
-import torch  # noqa: E402
-import transformers  # noqa: E402
-
 import qnn_custom_ops as qco  # noqa: E402
-from qnn_custom_ops.library import (eager_step, export_llm, greedy, host_step, llm_binding, package_dir,  # noqa: E402
-                                    quantize_llm)
-from qnn_custom_ops.runtime import HostRunner  # noqa: E402
+
+with qco.quieted():  # third-party import chatter (torchao, pytree, FutureWarning) dropped; ours kept
+    import torch
+    import transformers
+
+    from qnn_custom_ops.library import (eager_step, export_llm, greedy, host_step, llm_binding, package_dir,
+                                        quantize_llm)
+    from qnn_custom_ops.runtime import HostRunner
 
 CONFIGS = {
     "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM, {}),
@@ -93,4 +95,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with qco.quieted():  # and what export and lowering say while they run
+        code = main()
+    sys.exit(code)
