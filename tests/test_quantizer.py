@@ -349,3 +349,44 @@ def test_preparing_a_multi_output_op_with_a_weight_logs_no_unresolved_quant_rang
     finally:
         logging.disable(disabled)
     assert [r.getMessage() for r in caplog.records if "quant range" in r.getMessage()] == []
+
+
+def test_executorchs_own_custom_op_annotator_with_io_quant_configs_quantizes_as_make_quantizer():
+    """A user of ExecuTorch's CustomOpsQuantAnnotator gets the OpDef-derived specs: the same
+    quantize/dequantize around each bound op as qnn_custom_ops.make_quantizer gives."""
+    from executorch.backends.qualcomm.custom_op.annotator import CustomOpsQuantAnnotator
+    from executorch.backends.qualcomm.quantizer.quantizer import QnnQuantizer
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from qnn_custom_ops.quantizer import quant_dtype_of
+
+    binding, quant_dtype = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3}), "8a8w"  # the OpDef's 8 bits
+    annotator = CustomOpsQuantAnnotator()
+    for op, config in qco.io_quant_configs(binding, quant_dtype).items():
+        annotator.register_annotation(op, config)
+    theirs = QnnQuantizer()
+    theirs.add_custom_quant_annotations((annotator.build_annotation_fn(),))
+    theirs.set_default_quant_config(quant_dtype_of(quant_dtype))
+    torch.manual_seed(0)
+    samples = [(torch.randn(1, 3, 8, 8),) for _ in range(4)]
+
+    def around_mul3(quantizer) -> list:
+        prepared = prepare_pt2e(torch.export.export(ConvMul3().eval(), samples[0]).module(), quantizer)
+        for sample in samples:
+            prepared(*sample)
+        graph = convert_pt2e(prepared).graph
+        (node,) = [n for n in graph.nodes if n.target == MUL3]
+        edges = [node.args[0], *node.users]
+        return [(str(n.target), n.args[1:]) for n in edges]
+
+    torch.manual_seed(1)
+    ours = around_mul3(qco.make_quantizer(binding, quant_dtype))
+    torch.manual_seed(1)
+    assert around_mul3(theirs) == ours
+    assert all("quantize" in target for target, _ in ours)
+
+
+def test_a_share_override_cannot_become_an_io_quant_config():
+    binding = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3})
+    with pytest.raises(qco.QuantAnnotationError, match=r"ExampleCustomOp: output 0 shares another tensor's encoding"):
+        qco.io_quant_configs(binding, "8a8w", {"ExampleCustomOp": {("output", 0): qco.Share("input", 0)}})

@@ -35,6 +35,7 @@ _LAZY = {
     "load_host_library": "runtime",
     "make_quantizer": "quantizer",
     "quant_annotation": "quantizer",
+    "io_quant_configs": "quantizer",
     "QuantAnnotationError": "quantizer",
     "Share": "quantizer",
     "quieted": "quiet",

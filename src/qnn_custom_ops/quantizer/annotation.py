@@ -91,7 +91,7 @@ class OpAnnotator:
         self._check_override_keys()
         for kind, tensors in ((Role.INPUT, binding.opdef.inputs), (Role.OUTPUT, binding.opdef.outputs)):
             for index, tensor in enumerate(tensors):
-                self._checked(tensor, self._tensor_spec(kind, index))
+                self._checked(tensor, self.tensor_spec(kind, index))
 
     def _check_override_keys(self) -> None:
         op = self.binding.opdef
@@ -150,7 +150,7 @@ class OpAnnotator:
                 )
         return spec
 
-    def _tensor_spec(self, kind: Role, index: int) -> Override:
+    def tensor_spec(self, kind: Role, index: int) -> Override:
         """The override or OpDef-derived spec of input/output ``index`` (a ``Share`` unresolved)."""
         op = self.binding.opdef
         tensor = (op.inputs if kind == Role.INPUT else op.outputs)[index]
@@ -159,7 +159,7 @@ class OpAnnotator:
 
     def spec_for(self, kind: Role, index: int, node: torch.fx.Node) -> Any:
         """The spec of input/output ``index`` of ``node``, a ``Share`` resolved to its edge."""
-        spec = self._tensor_spec(kind, index)
+        spec = self.tensor_spec(kind, index)
         return self._shared(spec, node) if isinstance(spec, Share) else spec
 
     def _shared(self, share: Share, node: torch.fx.Node) -> SharedQuantizationSpec:
@@ -231,3 +231,34 @@ def make_annotation(
 
     annotate_custom_ops.__name__ = f"annotate_{'_'.join(bindings)}_{quant_dtype}"
     return annotate_custom_ops
+
+
+def io_quant_configs(
+    binding: OpPackageBinding, quant_dtype: str = "8a8w", overrides: Overrides | None = None
+) -> dict[torch._ops.OpOverload, Any]:
+    """ExecuTorch's own custom-op annotation (``executorch.backends.qualcomm.custom_op``) with
+    the OpDef-derived specs: per bound op, an ``IOQuantConfig`` keyed by argument position, for
+    ``CustomOpsQuantAnnotator().register_annotation(op, config)``. A ``Share`` override names
+    an edge of the graph, which an ``IOQuantConfig`` cannot hold: use ``make_quantizer`` then."""
+    from executorch.backends.qualcomm.custom_op.annotator import IOQuantConfig
+
+    overrides = overrides or {}
+    configs = {}
+    for qnn_type, op in binding.ops.items():
+        annotator = OpAnnotator(op, quant_dtype, overrides.get(qnn_type, {}))
+        specs = {
+            Role.INPUT: {arg.schema_index: annotator.tensor_spec(Role.INPUT, i) for i, arg in enumerate(op.inputs)},
+            Role.OUTPUT: {i: annotator.tensor_spec(Role.OUTPUT, i) for i in range(len(op.opdef.outputs))},
+        }
+        for role, by_index in specs.items():
+            shared = [i for i, spec in by_index.items() if isinstance(spec, Share)]
+            if shared:
+                raise QuantAnnotationError(
+                    f"{qnn_type}: {role} {shared[0]} shares another tensor's encoding (a Share override), which "
+                    "ExecuTorch's IOQuantConfig cannot express; use qnn_custom_ops.make_quantizer for this op"
+                )
+        configs[op.overload] = IOQuantConfig(
+            {i: spec for i, spec in specs[Role.INPUT].items() if spec is not None} or None,
+            {i: spec for i, spec in specs[Role.OUTPUT].items() if spec is not None} or None,
+        )
+    return configs
