@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import qnn_custom_ops as qco  # noqa: E402
-from tiny_trained_llm import corpus, token_stream, trained_checkpoint  # noqa: E402
+from tiny_trained_llm import load_trained  # noqa: E402
 
 PREFILL, CTX, WINDOW, PROMPT, NEW = 32, 128, 96, 16, 8
 
@@ -66,19 +66,13 @@ def main() -> None:
     args = parser.parse_args()
     with qco.quieted():
         import torch
-        import transformers
 
         from qnn_custom_ops.library import export_llm, llm_binding, package_dir, quantize_llm
         from qnn_custom_ops.runtime import HostRunner
 
-        checkpoint = trained_checkpoint()
-        tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
-        model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, attn_implementation="eager").eval()
-        train_texts, held_out = corpus()
-        held = token_stream(tokenizer, held_out)
+        checkpoint, _, model, held, calibration = load_trained(PREFILL)
         windows = held[: args.windows * WINDOW].view(args.windows, WINDOW)
         prompts = [w[:PROMPT] for w in held[-8 * WINDOW :].view(8, WINDOW)]
-        calibration = token_stream(tokenizer, train_texts[::7])[: 16 * PREFILL].view(16, PREFILL).tolist()
         programs = export_llm(model, prefill_len=PREFILL, ctx_len=CTX, cache="runner")
         runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
         started = time.monotonic()

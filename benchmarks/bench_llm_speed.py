@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import qnn_custom_ops as qco  # noqa: E402
 from bench_llm_accuracy import CTX, PREFILL, loop_for  # noqa: E402
-from tiny_trained_llm import corpus, token_stream, trained_checkpoint  # noqa: E402
+from tiny_trained_llm import load_trained  # noqa: E402
 
 
 def timed_loop(loop, prompt: list[int], new_tokens: int) -> tuple[float, float]:
@@ -51,17 +51,11 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=48)
     args = parser.parse_args()
     with qco.quieted():
-        import transformers
-
         from qnn_custom_ops.library import export_llm, llm_binding, package_dir, quantize_llm
         from qnn_custom_ops.runtime import HostRunner
 
-        checkpoint = trained_checkpoint()
-        tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
-        model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, attn_implementation="eager").eval()
-        train_texts, held_out = corpus()
-        prompt = token_stream(tokenizer, held_out)[:PREFILL].tolist()
-        calibration = token_stream(tokenizer, train_texts[::7])[: 16 * PREFILL].view(16, PREFILL).tolist()
+        checkpoint, _, model, held, calibration = load_trained(PREFILL)
+        prompt = held[:PREFILL].tolist()
         hf = timed_hf(model, prompt, args.new_tokens)
         programs = export_llm(model, prefill_len=PREFILL, ctx_len=CTX, cache="runner")
         runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])

@@ -122,6 +122,20 @@ def trained_checkpoint(steps: int = 400, retrain: bool = False) -> Path:
     return out
 
 
+def load_trained(calibration_length: int):
+    """What the LLM benchmarks start from: the checkpoint (trained if the cache lacks it), its
+    tokenizer and model (eager attention), the held-out token stream, and 16 calibration prompts
+    of ``calibration_length`` training tokens."""
+    import transformers
+
+    checkpoint = trained_checkpoint()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, attn_implementation="eager").eval()
+    train_texts, held_out = corpus()
+    calibration = token_stream(tokenizer, train_texts[::7])[: 16 * calibration_length].view(16, calibration_length)
+    return checkpoint, tokenizer, model, token_stream(tokenizer, held_out), calibration.tolist()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=400)
