@@ -181,7 +181,9 @@ def calibration_prompts(
     return [tokenizer(text)["input_ids"][:longest] for text in texts]
 
 
-def _runner_metadata(programs: LlmPrograms, model: Any, tokenizer: Any, quant: str) -> dict[str, Any]:
+def _runner_metadata(
+    programs: LlmPrograms, model: Any, tokenizer: Any, quant: str, eos_ids: Sequence[int]
+) -> dict[str, Any]:
     """The constant methods ExecuTorch's static llama writes (``get_n_layers`` is the one the
     runner requires; ``get_sliding_window`` where a window mask is taken)."""
     shape, config = programs.shape, model.config
@@ -189,7 +191,7 @@ def _runner_metadata(programs: LlmPrograms, model: Any, tokenizer: Any, quant: s
     metadata: dict[str, Any] = {
         "get_ar_len": 1,
         "get_bos_id": int(tokenizer.bos_token_id if tokenizer.bos_token_id is not None else -1),
-        "get_eos_id": int(_eos_ids(model, tokenizer)[0]) if _eos_ids(model, tokenizer) else -1,
+        "get_eos_id": int(eos_ids[0]) if eos_ids else -1,
         "get_dim": int(config.hidden_size),
         "get_head_dim": shape.head_dim,
         "get_max_batch_size": 1,
@@ -246,7 +248,7 @@ def export_checkpoint(
     model, tokenizer = load_checkpoint(checkpoint, progress)
     started = time.monotonic()
     eos_ids = _eos_ids(model, tokenizer)
-    metadata_model = model.config.model_type
+    model_type = model.config.model_type
     programs = export_llm(model, prefill_len=prefill_len, ctx_len=ctx_len, cache="runner")
     progress(
         f"exported prefill ({prefill_len} tokens) and decode over ctx_len {ctx_len} in "
@@ -268,12 +270,12 @@ def export_checkpoint(
         llm_binding(),
         target,
         compile_spec=spec,
-        constant_methods=_runner_metadata(programs, model, tokenizer, quant),
+        constant_methods=_runner_metadata(programs, model, tokenizer, quant, eos_ids),
         plan_outputs=False,
     )
     progress(f"lowered in {time.monotonic() - started:.1f} s: {len(lowered.buffer) / 1e6:.1f} MB")
     manifest = LlmManifest(
-        metadata_model,
+        model_type,
         programs.family.runner_version,
         quant,
         target,
