@@ -24,6 +24,7 @@ from qnn_custom_ops.runtime.dtype_cases import dtype_cases
 from qnn_custom_ops.runtime.hexagon import hexagon_check
 
 from .conftest import DATA, FIXTURE_CONFIGS, OP_PACKAGES, REPO, opdef_xml, shared_build
+from .processes import children, running
 from .test_htp_build import STANDIN
 
 HEXAGON_CXX = Path(__file__).resolve().parent / "htp_standin" / "hexagon-clang++"
@@ -301,27 +302,6 @@ def test_a_kernel_that_never_returns_is_stopped_at_the_time_limit(endless_packag
         "endless loop? (give it longer with --time-limit SECONDS)")
 
 
-def _children(pid: int, name: str) -> list[int]:
-    """Processes named ``name`` whose parent is ``pid``."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)
-            if fields[0].endswith(f"({name}") and int(fields[1].split()[1]) == pid:
-                found.append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    return found
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _du(directory: Path) -> int:
     return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
 
@@ -335,7 +315,7 @@ def test_the_emulator_ends_with_the_cli_and_writes_no_log(endless_package, tmp_p
     cli = subprocess.Popen([sys.executable, "-m", "qnn_custom_ops", "hexagon-check", str(endless_package)],
                            stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
     deadline = time.monotonic() + 300
-    while not (emulators := _children(cli.pid, "qemu-hexagon")) and time.monotonic() < deadline:
+    while not (emulators := children(cli.pid, "qemu-hexagon")) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert emulators, "the emulator never started"
     time.sleep(3)  # the log would have grown by 60-180 MB
@@ -343,7 +323,7 @@ def test_the_emulator_ends_with_the_cli_and_writes_no_log(endless_package, tmp_p
     cli.send_signal(signal_number)
     returncode = cli.wait(30)
     time.sleep(0.5)
-    assert not any(_running(pid) for pid in emulators)
+    assert not any(running(pid) for pid in emulators)
     if signal_number == signal.SIGTERM:
         assert (returncode, cli.stderr.read().strip()) == (128 + signal.SIGTERM, "terminated (SIGTERM)")
         assert not list((tmp_path / "tmp").iterdir())

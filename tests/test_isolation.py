@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,6 +24,7 @@ from qnn_custom_ops.runtime import HostRunner, KernelCrashError, KernelDType, Ke
 from qnn_custom_ops.runtime import RunnerError, build_host_kernels
 
 from .conftest import OP_PACKAGES
+from .processes import children, running
 from .torch_ops import EXAMPLE_PACKAGE, MUL3
 
 FAULTY_KERNEL = """
@@ -169,26 +169,6 @@ def test_hexagon_check_runs_the_host_half_isolated(tmp_path, capsys):
         "is above)")
 
 
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid``."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    return found
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("signal_number", [signal.SIGTERM, signal.SIGKILL])
 def test_the_isolated_child_ends_with_the_cli(faulty_package, tmp_path, signal_number):
@@ -197,14 +177,14 @@ def test_the_isolated_child_ends_with_the_cli(faulty_package, tmp_path, signal_n
     cli = subprocess.Popen([sys.executable, "-m", "qnn_custom_ops", *_cost(faulty_package, 11)],
                            stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
     deadline = time.monotonic() + 120
-    while not (children := _children(cli.pid)) and time.monotonic() < deadline:
+    while not (spawned := children(cli.pid)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert children, "the isolated child never started"
+    assert spawned, "the isolated child never started"
     time.sleep(2)
     cli.send_signal(signal_number)
     returncode = cli.wait(30)
     time.sleep(0.5)
-    assert not any(_running(pid) for pid in children)
+    assert not any(running(pid) for pid in spawned)
     if signal_number == signal.SIGTERM:
         assert (returncode, cli.stderr.read().strip()) == (128 + signal.SIGTERM, "terminated (SIGTERM)")
         assert not list((tmp_path / "tmp").iterdir())
