@@ -7,10 +7,9 @@
 // x * rsqrt(mean(x * x, dim=-1) + eps) * weight
 #pragma once
 
-#include <vector>
-
 #include "llm_access.h"
 #include "llm_fixed.h"
+#include "llm_hvx.h"
 
 namespace LlmOpPackage {
 
@@ -78,20 +77,15 @@ int64_t sum_squares(const Code* row, int64_t hidden, int32_t offset) {
   return squares;
 }
 
-template <typename Code>
-void scale_row(Code* out, const Code* row, const int32_t* gain, int64_t hidden, FixedMultiplier multiplier,
-               int32_t offset, CodeRange range) {
+// One row's outputs: (q - zp_x) * (w - zp_w) times the row's multiplier, the weight's codes read
+// where the row meets them (nothing prepared per call).
+template <typename Code, typename Weight>
+void scale_row(Code* out, const Code* row, const Weight* weight, int32_t weight_offset, int64_t hidden,
+               FixedMultiplier multiplier, int32_t offset, CodeRange range) {
   for (int64_t c = 0; c < hidden; ++c) {
-    const int64_t product = static_cast<int64_t>(row[c] + offset) * gain[c];
+    const int64_t product = static_cast<int64_t>(row[c] + offset) * (weight[c] + weight_offset);
     out[c] = static_cast<Code>(saturate_code(apply(multiplier, product), range));
   }
-}
-
-// The weight minus its zero point, one int32 per element.
-inline std::vector<int32_t> centered_gain(const qco::TensorView& weight, int64_t hidden) {
-  std::vector<int32_t> gain(static_cast<size_t>(hidden));
-  for (int64_t c = 0; c < hidden; ++c) gain[c] = centered_code(weight, c);
-  return gain;
 }
 
 template <typename Code>
@@ -99,20 +93,22 @@ void rms_norm_codes(qco::TensorView& y, const qco::TensorView& weight, const Rms
   const Code* in = norm.x.as<const Code>();
   Code* out = y.as<Code>();
   const int64_t hidden = norm.hidden, rows = hidden == 0 ? 0 : norm.x.numel() / hidden;
-  const std::vector<int32_t> gain = centered_gain(weight, hidden);
-  for (int64_t r = 0; r < rows; ++r) {
-    const Code* row = in + r * hidden;
-    const FixedMultiplier multiplier = row_multiplier(norm, sum_squares(row, hidden, norm.x.offset));
-    scale_row(out + r * hidden, row, gain.data(), hidden, multiplier, norm.x.offset, code_range(y));
-  }
+  const CodeRange range = code_range(y);
+  with_codes(weight, [&](const auto* gain) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const Code* row = in + r * hidden;
+      const FixedMultiplier multiplier = row_multiplier(norm, sum_squares(row, hidden, norm.x.offset));
+      scale_row(out + r * hidden, row, gain, weight.offset, hidden, multiplier, norm.x.offset, range);
+    }
+  });
 }
 
 #if defined(__HVX__)
 // 8-bit codes and an 8-bit weight on HVX, 128 codes per vector: vrmpy sums q^2 and q per word
 // lane (sum (q + o)^2 = sum q^2 + 2 o sum q + n o^2, exact), then per element the product
 // (q + o) * (w - zp_w) in 16x16 -> 32 bits, times the 15-bit mantissa and the two-step rounding
-// shift of apply(). Codes are widened even/odd (vzxt) and the weight is laid out the same way
-// once per call, so every lane meets its own weight; saturating packs restore the order.
+// shift of apply(). Codes and weight are widened even/odd alike (vzxt, vsxt), so every lane
+// meets its own weight; saturating packs restore the order.
 inline int64_t sum_squares_hvx(const uint8_t* row, int64_t hidden, int32_t offset) {
   HVX_Vector squares = Q6_V_vzero(), sums = Q6_V_vzero();
   for (int64_t c = 0; c < hidden; c += qco::hvx::kBytes) {
@@ -124,26 +120,25 @@ inline int64_t sum_squares_hvx(const uint8_t* row, int64_t hidden, int32_t offse
   return qco::hvx::sum_words(squares) + 2 * o * qco::hvx::sum_words(sums) + hidden * o * o;
 }
 
-// The weight minus its zero point in lanes of `Lane` (int16 for 8-bit codes, int32 for 16-bit),
-// each block of two vectors split into its even and odd elements: the layout vzxt gives codes.
-template <typename Lane>
-std::vector<Lane> even_odd_gain(const std::vector<int32_t>& gain) {
-  const int64_t block = 2 * qco::hvx::kBytes / static_cast<int64_t>(sizeof(Lane));
-  const int64_t hidden = static_cast<int64_t>(gain.size());
-  std::vector<Lane> lanes(static_cast<size_t>((hidden + block - 1) / block * block), 0);
-  for (int64_t c = 0; c < hidden; ++c) {
-    lanes[c / block * block + (c % 2) * (block / 2) + c % block / 2] = static_cast<Lane>(gain[c]);
-  }
-  return lanes;
+// A norm's weight as HVX reads it: its bytes, signedness and zero point.
+struct WeightCodes {
+  const uint8_t* bytes;
+  bool is_signed;
+  int32_t offset;
+};
+
+inline WeightCodes weight_codes(const qco::TensorView& weight) {
+  const bool is_signed = weight.dtype == qco::DType::kSFixed8 || weight.dtype == qco::DType::kSFixed16;
+  return {weight.as<const uint8_t>(), is_signed, weight.offset};
 }
 
-inline void scale_row_hvx(uint8_t* out, const uint8_t* row, const int16_t* gain, int64_t hidden,
+inline void scale_row_hvx(uint8_t* out, const uint8_t* row, const WeightCodes& weight, int64_t hidden,
                           FixedMultiplier multiplier, int32_t in_offset, int32_t zero_point) {
   for (int64_t c = 0; c < hidden; c += qco::hvx::kBytes) {
     const HVX_VectorPair d = qco::hvx::centered_halves(qco::hvx::load_bytes(row + c, hidden - c), in_offset);
-    const HVX_Vector* g = reinterpret_cast<const HVX_Vector*>(gain + c);
-    const HVX_VectorPair weights = Q6_W_vcombine_VV(qco::hvx::load(g + 1), qco::hvx::load(g));
-    qco::hvx::store_bytes(out + c, qco::hvx::requantize_products_u8(d, weights, multiplier, zero_point), hidden - c);
+    const HVX_VectorPair gain =
+        hvx::centered_halves(qco::hvx::load_bytes(weight.bytes + c, hidden - c), weight.is_signed, weight.offset);
+    qco::hvx::store_bytes(out + c, qco::hvx::requantize_products_u8(d, gain, multiplier, zero_point), hidden - c);
   }
 }
 
@@ -151,18 +146,18 @@ inline void rms_norm_u8_hvx(qco::TensorView& y, const qco::TensorView& weight, c
   const uint8_t* in = norm.x.as<const uint8_t>();
   uint8_t* out = y.as<uint8_t>();
   const int64_t hidden = norm.hidden, rows = hidden == 0 ? 0 : norm.x.numel() / hidden;
-  const std::vector<int16_t> gain = even_odd_gain<int16_t>(centered_gain(weight, hidden));
+  const WeightCodes gain = weight_codes(weight);
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* row = in + r * hidden;
     const FixedMultiplier multiplier = row_multiplier(norm, sum_squares_hvx(row, hidden, norm.x.offset));
-    scale_row_hvx(out + r * hidden, row, gain.data(), hidden, multiplier, norm.x.offset, -y.offset);
+    scale_row_hvx(out + r * hidden, row, gain, hidden, multiplier, norm.x.offset, -y.offset);
   }
 }
 
 // 16-bit codes on HVX, 64 per vector. The sum of squares stays exact in 32-bit lanes by splitting
 // each code into bytes, q = 256 h + l: vrmpy sums l^2 + h^2, h^2, h l, l and h per lane, and
 // sum q^2 = 65536 sum h^2 + 512 sum h l + sum l^2. Per element (q + o) * (w - zp_w) fits int32
-// (a weight of at most 16 bits); its product with the 31-bit mantissa is taken whole (vmpye,
+// (a weight centered within int16); its product with the 31-bit mantissa is taken whole (vmpye,
 // vmpyo) when the shift is at least 33, else the row runs the portable loop.
 inline int64_t sum_squares_u16_hvx(const uint16_t* row, int64_t hidden, int32_t offset) {
   HVX_Vector both = Q6_V_vzero(), highs = Q6_V_vzero(), cross = Q6_V_vzero(), lows = Q6_V_vzero(),
@@ -184,17 +179,41 @@ inline int64_t sum_squares_u16_hvx(const uint16_t* row, int64_t hidden, int32_t 
   return square_sum + 2 * o * sum + hidden * o * o;
 }
 
-inline void scale_row_u16_hvx(uint16_t* out, const uint16_t* row, const int32_t* gain, int64_t hidden,
-                              FixedMultiplier multiplier, int32_t in_offset, int32_t zero_point) {
-  const int64_t block = qco::hvx::kBytes / 2;
-  for (int64_t c = 0; c < hidden; c += block) {
-    const HVX_VectorPair d = qco::hvx::centered_words(qco::hvx::load_bytes(row + c, 2 * (hidden - c)), in_offset);
-    const HVX_Vector* g = reinterpret_cast<const HVX_Vector*>(gain + c);
-    const HVX_Vector even = Q6_Vw_vmpyieacc_VwVwVh(Q6_V_vzero(), Q6_V_lo_W(d), qco::hvx::load(g));
-    const HVX_Vector odd = Q6_Vw_vmpyieacc_VwVwVh(Q6_V_vzero(), Q6_V_hi_W(d), qco::hvx::load(g + 1));
-    const HVX_Vector codes = qco::hvx::saturate_u16(qco::hvx::requantize_words_wide(even, multiplier, zero_point),
-                                                    qco::hvx::requantize_words_wide(odd, multiplier, zero_point));
-    qco::hvx::store_bytes(out + c, codes, 2 * (hidden - c));
+// The weight's centered codes of elements c .. c + 127 as int16 in their order (lo: the first 64,
+// hi: the next): 8-bit codes widened, 16-bit ones loaded as they are (a centered SFIXED_POINT_16
+// weight is its codes).
+inline HVX_VectorPair weight_halves(const WeightCodes& weight, bool wide, int64_t c, int64_t hidden) {
+  if (!wide) {
+    return hvx::ordered_halves(qco::hvx::load_bytes(weight.bytes + c, hidden - c), weight.is_signed, weight.offset);
+  }
+  const int64_t bytes = 2 * (hidden - c), rest = bytes - qco::hvx::kBytes;
+  const HVX_Vector second = rest > 0 ? qco::hvx::load_bytes(weight.bytes + 2 * c + qco::hvx::kBytes, rest) : Q6_V_vzero();
+  return Q6_W_vcombine_VV(second, qco::hvx::load_bytes(weight.bytes + 2 * c, bytes));
+}
+
+// 64 codes of a row, times their weights (int16 lanes in order) and the row's multiplier.
+inline HVX_Vector scale_codes_u16(HVX_Vector codes, HVX_Vector gain, FixedMultiplier multiplier, int32_t in_offset,
+                                  int32_t zero_point) {
+  const HVX_VectorPair d = qco::hvx::centered_words(codes, in_offset);
+  const HVX_Vector even = Q6_Vw_vmpyieacc_VwVwVh(Q6_V_vzero(), Q6_V_lo_W(d), gain);
+  const HVX_Vector odd = Q6_Vw_vmpyio_VwVh(Q6_V_hi_W(d), gain);
+  return qco::hvx::saturate_u16(qco::hvx::requantize_words_wide(even, multiplier, zero_point),
+                                qco::hvx::requantize_words_wide(odd, multiplier, zero_point));
+}
+
+inline void scale_row_u16_hvx(uint16_t* out, const uint16_t* row, const WeightCodes& weight, bool wide,
+                              int64_t hidden, FixedMultiplier multiplier, int32_t in_offset, int32_t zero_point) {
+  constexpr int64_t kCodes = qco::hvx::kBytes / 2;
+  for (int64_t c = 0; c < hidden; c += 2 * kCodes) {
+    const HVX_VectorPair gain = weight_halves(weight, wide, c, hidden);
+    const int64_t left = hidden - c;
+    const HVX_Vector first =
+        scale_codes_u16(qco::hvx::load_bytes(row + c, 2 * left), Q6_V_lo_W(gain), multiplier, in_offset, zero_point);
+    qco::hvx::store_bytes(out + c, first, 2 * left);
+    if (left <= kCodes) break;
+    const HVX_Vector second = scale_codes_u16(qco::hvx::load_bytes(row + c + kCodes, 2 * (left - kCodes)),
+                                              Q6_V_hi_W(gain), multiplier, in_offset, zero_point);
+    qco::hvx::store_bytes(out + c + kCodes, second, 2 * (left - kCodes));
   }
 }
 
@@ -202,27 +221,31 @@ inline void rms_norm_u16_hvx(qco::TensorView& y, const qco::TensorView& weight, 
   const uint16_t* in = norm.x.as<const uint16_t>();
   uint16_t* out = y.as<uint16_t>();
   const int64_t hidden = norm.hidden, rows = hidden == 0 ? 0 : norm.x.numel() / hidden;
-  const std::vector<int32_t> gain = centered_gain(weight, hidden);
-  const std::vector<int32_t> words = even_odd_gain<int32_t>(gain);
+  const WeightCodes gain = weight_codes(weight);
+  const bool wide = weight.dtype == qco::DType::kSFixed16;
+  const CodeRange range = code_range(y);
   for (int64_t r = 0; r < rows; ++r) {
     const uint16_t* row = in + r * hidden;
     const FixedMultiplier multiplier = row_multiplier(norm, sum_squares_u16_hvx(row, hidden, norm.x.offset));
     if (multiplier.shift >= 33) {
-      scale_row_u16_hvx(out + r * hidden, row, words.data(), hidden, multiplier, norm.x.offset, -y.offset);
+      scale_row_u16_hvx(out + r * hidden, row, gain, wide, hidden, multiplier, norm.x.offset, -y.offset);
     } else {
-      scale_row(out + r * hidden, row, gain.data(), hidden, multiplier, norm.x.offset, code_range(y));
+      with_codes(weight, [&](const auto* codes) {
+        scale_row(out + r * hidden, row, codes, weight.offset, hidden, multiplier, norm.x.offset, range);
+      });
     }
   }
 }
 #endif
 
 #if defined(__HVX__)
-// The HVX paths keep (q + o) * (w - zp_w) in 32-bit lanes for an 8-bit weight with 8-bit codes
-// and any weight but UFIXED_POINT_16 with 16-bit codes; rows below 2^20 keep the lane sums exact.
+// The HVX paths keep (q + o) * (w - zp_w) in 32-bit lanes, w - zp_w in int16 lanes: an 8-bit
+// weight with 8-bit codes; with 16-bit codes, an 8-bit weight or a symmetric SFIXED_POINT_16 one.
+// Rows below 2^20 keep the lane sums exact.
 inline bool fits_hvx_lanes(const qco::TensorView& x, const qco::TensorView& weight, int64_t hidden) {
   if (hidden >= (int64_t{1} << 20)) return false;
-  if (x.dtype == qco::DType::kUFixed16) return weight.dtype != qco::DType::kUFixed16;
-  return weight.dtype == qco::DType::kUFixed8 || weight.dtype == qco::DType::kSFixed8;
+  if (is_8_bit(weight.dtype)) return true;
+  return x.dtype == qco::DType::kUFixed16 && weight.dtype == qco::DType::kSFixed16 && weight.offset == 0;
 }
 #endif
 

@@ -40,6 +40,19 @@ inline int32_t centered_code(const qco::TensorView& view, int64_t i) {
   }
 }
 
+// f(codes) with a fixed-point view's codes as a pointer of their own type: one loop per code
+// type, no switch per element (a weight read where each row meets it).
+template <typename F>
+void with_codes(const qco::TensorView& view, F&& f) {
+  switch (view.dtype) {
+    case qco::DType::kUFixed8: f(view.as<const uint8_t>()); break;
+    case qco::DType::kUFixed16: f(view.as<const uint16_t>()); break;
+    case qco::DType::kSFixed8: f(view.as<const int8_t>()); break;
+    case qco::DType::kSFixed16: f(view.as<const int16_t>()); break;
+    default: break;
+  }
+}
+
 using qco::apply;
 using qco::FixedMultiplier;
 using qco::fixed_multiplier;
