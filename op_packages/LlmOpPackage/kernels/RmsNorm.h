@@ -116,8 +116,9 @@ inline int64_t sum_squares_hvx(const uint8_t* row, int64_t hidden, int32_t offse
     squares = Q6_Vuw_vrmpyacc_VuwVubVub(squares, q, q);
     sums = Q6_Vuw_vrmpyacc_VuwVubRub(sums, q, 0x01010101);
   }
+  const bool narrow = hidden < (int64_t{1} << 16);  // every lane total below 2^32
   const int64_t o = offset;
-  return qco::hvx::sum_words(squares) + 2 * o * qco::hvx::sum_words(sums) + hidden * o * o;
+  return hvx::lane_sum(squares, narrow) + 2 * o * hvx::lane_sum(sums, narrow) + hidden * o * o;
 }
 
 // A norm's weight as HVX reads it: its bytes, signedness and zero point.
@@ -154,29 +155,49 @@ inline void rms_norm_u8_hvx(qco::TensorView& y, const qco::TensorView& weight, c
   }
 }
 
-// 16-bit codes on HVX, 64 per vector. The sum of squares stays exact in 32-bit lanes by splitting
-// each code into bytes, q = 256 h + l: vrmpy sums l^2 + h^2, h^2, h l, l and h per lane, and
-// sum q^2 = 65536 sum h^2 + 512 sum h l + sum l^2. Per element (q + o) * (w - zp_w) fits int32
-// (a weight centered within int16); its product with the 31-bit mantissa is taken whole (vmpye,
-// vmpyo) when the shift is at least 33, else the row runs the portable loop.
-inline int64_t sum_squares_u16_hvx(const uint16_t* row, int64_t hidden, int32_t offset) {
-  HVX_Vector both = Q6_V_vzero(), highs = Q6_V_vzero(), cross = Q6_V_vzero(), lows = Q6_V_vzero(),
-             high_sum = Q6_V_vzero();
-  for (int64_t c = 0; c < hidden; c += qco::hvx::kBytes / 2) {
-    const HVX_Vector q = qco::hvx::load_bytes(row + c, 2 * (hidden - c));
-    const HVX_Vector h = Q6_Vuh_vlsr_VuhR(q, 8);  // bytes (h, 0) per code
+// 16-bit codes on HVX, 64 per vector. Sums of codes and of their squares stay exact in 32-bit
+// lanes by splitting each code into bytes, q = 256 h + l: vrmpy sums l^2 + h^2, h^2, h l, l and h
+// per lane, and sum q^2 = 65536 sum h^2 + 512 sum h l + sum l^2. Per element (q + o) * (w - zp_w)
+// fits int32 (a weight centered within int16); its product with the 31-bit mantissa is taken
+// whole (vmpye, vmpyo) when the shift is at least 33, else the row runs the portable loop.
+struct Sums16 {
+  HVX_Vector both, highs, cross, lows, high_sum;  // per lane: l^2 + h^2, h^2, h l, l, h
+
+  static Sums16 zero() {
+    const HVX_Vector z = Q6_V_vzero();
+    return {z, z, z, z, z};
+  }
+  // 64 codes q and their high bytes h (bytes (h, 0) per code).
+  void add(HVX_Vector q, HVX_Vector h) {
     both = Q6_Vuw_vrmpyacc_VuwVubVub(both, q, q);
     highs = Q6_Vuw_vrmpyacc_VuwVubVub(highs, h, h);
     cross = Q6_Vuw_vrmpyacc_VuwVubVub(cross, h, q);
     lows = Q6_Vuw_vrmpyacc_VuwVubRub(lows, q, 0x00010001);
     high_sum = Q6_Vuw_vrmpyacc_VuwVubRub(high_sum, h, 0x00010001);
   }
-  const int64_t high_squares = qco::hvx::sum_words(highs);
-  const int64_t low_squares = qco::hvx::sum_words(both) - high_squares;
-  const int64_t square_sum = 65536 * high_squares + 512 * qco::hvx::sum_words(cross) + low_squares;
-  const int64_t sum = qco::hvx::sum_words(lows) + 256 * qco::hvx::sum_words(high_sum);
+  // sum q^2 and sum q; `narrow`: a row below 2^15 codes (every lane total below 2^32).
+  int64_t squares(bool narrow) const {
+    const int64_t high_squares = hvx::lane_sum(highs, narrow);
+    return 65536 * high_squares + 512 * hvx::lane_sum(cross, narrow) + hvx::lane_sum(both, narrow) - high_squares;
+  }
+  int64_t sum(bool narrow) const { return hvx::lane_sum(lows, narrow) + 256 * hvx::lane_sum(high_sum, narrow); }
+};
+
+// A row's 16-bit codes from c on, and their high bytes.
+inline HVX_Vector codes_u16(const uint16_t* row, int64_t c, int64_t hidden) {
+  return qco::hvx::load_bytes(row + c, 2 * (hidden - c));
+}
+inline HVX_Vector high_bytes(HVX_Vector q) { return Q6_Vuh_vlsr_VuhR(q, 8); }
+
+inline int64_t sum_squares_u16_hvx(const uint16_t* row, int64_t hidden, int32_t offset) {
+  Sums16 sums = Sums16::zero();
+  for (int64_t c = 0; c < hidden; c += qco::hvx::kBytes / 2) {
+    const HVX_Vector q = codes_u16(row, c, hidden);
+    sums.add(q, high_bytes(q));
+  }
+  const bool narrow = hidden < (int64_t{1} << 15);
   const int64_t o = offset;
-  return square_sum + 2 * o * sum + hidden * o * o;
+  return sums.squares(narrow) + 2 * o * sums.sum(narrow) + hidden * o * o;
 }
 
 // The weight's centered codes of elements c .. c + 127 as int16 in their order (lo: the first 64,

@@ -82,29 +82,13 @@ void rope_rows(qco::TensorView& y, const qco::TensorView& x, const qco::TensorVi
 // and k_c, k_s the scale ratios x.scale cos.scale / y.scale and x.scale sin.scale / y.scale as
 // integers over one shift: of 14 bits for 8-bit codes (with 8-bit tables the sums fit an HVX
 // 32-bit lane: 2^16 * 2^14 * 2 = 2^31), of 28 for 16-bit codes (int64 sums: 2^32 * 2^28 * 2 < 2^63).
-struct RopeScale {
-  int64_t cosine;
-  int64_t sine;
-  int32_t shift;
-};
-
-inline int64_t scaled_ratio(float ratio, int32_t shift, int32_t bits) {
-  const float scaled = std::ldexp(ratio, shift);
-  const float limit = std::ldexp(1.0f, bits) - 1.0f;
-  return static_cast<int64_t>(std::nearbyint(scaled < limit ? scaled : limit));
-}
+using RopeScale = TermScales;  // first: cos, second: sin
 
 inline RopeScale rope_scale(const qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos_table,
                             const qco::TensorView& sin_table) {
   const float ratio = x.scale * (1.0f / y.scale);
-  const float cosine = cos_table.scale * ratio, sine = sin_table.scale * ratio;
-  int exponent = 0;
-  std::frexp(cosine > sine ? cosine : sine, &exponent);  // both below 2^exponent
-  const int32_t bits = x.dtype == qco::DType::kUFixed8 ? 14 : 28;
-  const int32_t max_shift = x.dtype == qco::DType::kUFixed8 ? 31 : 62;  // past it, every output rounds to 0
-  int32_t shift = bits - exponent;
-  shift = shift < 1 ? 1 : (shift > max_shift ? max_shift : shift);
-  return {scaled_ratio(cosine, shift, bits), scaled_ratio(sine, shift, bits), shift};
+  const bool narrow = x.dtype == qco::DType::kUFixed8;
+  return term_scales(cos_table.scale * ratio, sin_table.scale * ratio, narrow ? 14 : 28, 1, narrow ? 31 : 62);
 }
 
 // Every code of a table minus its zero point. The view is copied and its size taken once: an
@@ -209,8 +193,8 @@ template <typename Code>
 void rope_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos_table,
                 const qco::TensorView& sin_table, const RopeGeometry& g) {
   const RopeScale scale = rope_scale(y, x, cos_table, sin_table);
-  const std::vector<int64_t> cosines = scaled_codes(cos_table, scale.cosine);
-  const std::vector<int64_t> sines = scaled_codes(sin_table, scale.sine);
+  const std::vector<int64_t> cosines = scaled_codes(cos_table, scale.first);
+  const std::vector<int64_t> sines = scaled_codes(sin_table, scale.second);
   rotate_pairs<Code>(y, x, g, cosines.data(), sines.data(), scale.shift);
 }
 
@@ -297,8 +281,8 @@ struct RopeLanes {
 // (a c k_c - b s k_s, b c k_c + a s k_s) of 64 lanes, shifted as apply() does, plus y's zero
 // point, saturated to int16 lanes in the input's order.
 inline HVX_VectorPair rotated(const RopeLanes& lanes, const RopeScale& scale, int32_t zero_point) {
-  const HVX_Vector k_c = Q6_V_vsplat_R(static_cast<int32_t>(scale.cosine));
-  const HVX_Vector k_s = Q6_V_vsplat_R(static_cast<int32_t>(scale.sine));
+  const HVX_Vector k_c = Q6_V_vsplat_R(static_cast<int32_t>(scale.first));
+  const HVX_Vector k_s = Q6_V_vsplat_R(static_cast<int32_t>(scale.second));
   const HVX_VectorPair ac = Q6_Ww_vmpy_VhVh(lanes.a, lanes.cosine), bs = Q6_Ww_vmpy_VhVh(lanes.b, lanes.sine);
   const HVX_VectorPair bc = Q6_Ww_vmpy_VhVh(lanes.b, lanes.cosine), as = Q6_Ww_vmpy_VhVh(lanes.a, lanes.sine);
   HVX_Vector first[2], second[2];

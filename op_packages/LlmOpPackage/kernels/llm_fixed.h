@@ -5,6 +5,7 @@
 // an HVX path must compute exactly these integers.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "llm_access.h"
@@ -77,6 +78,37 @@ inline int32_t saturate_code(int64_t scaled, CodeRange out) {
 // 31 bits for 16-bit codes, products in int64.
 inline FixedMultiplier activation_multiplier(float real, qco::DType activation) {
   return activation == qco::DType::kUFixed8 ? fixed_multiplier(real, 15, 31) : fixed_multiplier(real, 31, 62);
+}
+
+// ratio 2^shift rounded, capped at 2^bits - 1.
+inline int64_t scaled_ratio(float ratio, int32_t shift, int32_t bits) {
+  const float scaled = std::ldexp(ratio, shift);
+  const float limit = std::ldexp(1.0f, bits) - 1.0f;
+  return static_cast<int64_t>(std::nearbyint(scaled < limit ? scaled : limit));
+}
+
+// Two non-negative ratios as integers over one shift, apply({1, shift}, a first + b second) their
+// sum of products: the larger ratio takes `bits` bits, the shift clamped to [min_shift,
+// max_shift] (past max_shift every product rounds to 0; below min_shift they saturate anyway).
+struct TermScales {
+  int64_t first;
+  int64_t second;
+  int32_t shift;
+};
+
+inline TermScales term_scales(float first, float second, int32_t bits, int32_t min_shift, int32_t max_shift) {
+  const auto bounded = [](float ratio) { return ratio > 0.0f ? (ratio < 1e30f ? ratio : 1e30f) : 0.0f; };  // NaN: 0
+  first = bounded(first), second = bounded(second);
+  int exponent = 0;
+  std::frexp(first > second ? first : second, &exponent);  // both below 2^exponent
+  int32_t shift = bits - exponent;
+  shift = shift < min_shift ? min_shift : (shift > max_shift ? max_shift : shift);
+  return {scaled_ratio(first, shift, bits), scaled_ratio(second, shift, bits), shift};
+}
+
+// apply({1, scales.shift}, a first + b second).
+inline int64_t apply_terms(const TermScales& scales, int64_t a, int64_t b) {
+  return apply({1, scales.shift}, a * scales.first + b * scales.second);
 }
 
 }  // namespace LlmOpPackage

@@ -27,6 +27,18 @@ inline HVX_VectorPair ordered_halves(HVX_Vector codes, bool is_signed, int32_t o
   return Q6_W_vshuff_VVR(Q6_V_hi_W(halves), Q6_V_lo_W(halves), -2);
 }
 
+// The sum of the 32 uint32 lanes of v, for sums known to stay below 2^32: the lanes halved five
+// times by rotating and adding, a few vector packets where qco::hvx::sum_words spends ~35 scalar ones.
+inline int64_t sum_words_below_2_32(HVX_Vector v) {
+  for (int32_t bytes = qco::hvx::kBytes / 2; bytes >= 4; bytes /= 2) v = Q6_Vw_vadd_VwVw(v, Q6_V_vror_VR(v, bytes));
+  return static_cast<uint32_t>(Q6_R_vextract_VR(v, 0));
+}
+
+// The sum of v's lanes: by rotations when `narrow` (the caller's bound: below 2^32), else in scalar.
+inline int64_t lane_sum(HVX_Vector v, bool narrow) {
+  return narrow ? sum_words_below_2_32(v) : qco::hvx::sum_words(v);
+}
+
 }  // namespace hvx
 }  // namespace LlmOpPackage
 #endif
