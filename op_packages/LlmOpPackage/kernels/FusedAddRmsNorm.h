@@ -208,18 +208,6 @@ inline HVX_Vector terms_halves(HVX_Vector a, HVX_Vector b, const TermScales& sca
                          qco::hvx::rounding_shift_words(Q6_V_lo_W(w), scales.shift, add));
 }
 
-// apply_terms(scales, a g, b g) + add for 64 int16 lanes a, b, g (|a g| < 2^16, ratios below 2^14).
-inline HVX_Vector norm_halves(HVX_Vector a, HVX_Vector b, HVX_Vector g, const TermScales& scales, int32_t add) {
-  const HVX_VectorPair ag = Q6_Ww_vmpy_VhVh(a, g), bg = Q6_Ww_vmpy_VhVh(b, g);  // lo: even lanes, hi: odd
-  const HVX_Vector ka = Q6_V_vsplat_R(static_cast<int32_t>(scales.first));
-  const HVX_Vector kb = Q6_V_vsplat_R(static_cast<int32_t>(scales.second));
-  const auto words = [&](HVX_Vector u, HVX_Vector v) {
-    const HVX_Vector sum = Q6_Vw_vmpyieacc_VwVwVuh(Q6_Vw_vmpyie_VwVuh(u, ka), v, kb);
-    return qco::hvx::rounding_shift_words(sum, scales.shift, add);
-  };
-  return Q6_Vh_vsat_VwVw(words(Q6_V_hi_W(ag), Q6_V_hi_W(bg)), words(Q6_V_lo_W(ag), Q6_V_lo_W(bg)));
-}
-
 inline void fused_row_u8_hvx(const FusedRow<uint8_t, uint8_t>& row, const WeightCodes& weight, const FusedCodes& f,
                              const TermScales& norm, int32_t y_zero_point, int32_t sum_zero_point) {
   for (int64_t c = 0; c < f.hidden; c += qco::hvx::kBytes) {
@@ -231,8 +219,10 @@ inline void fused_row_u8_hvx(const FusedRow<uint8_t, uint8_t>& row, const Weight
     const HVX_Vector sum_even = terms_halves(Q6_V_lo_W(a), Q6_V_lo_W(b), f.sum, sum_zero_point);
     const HVX_Vector sum_odd = terms_halves(Q6_V_hi_W(a), Q6_V_hi_W(b), f.sum, sum_zero_point);
     qco::hvx::store_bytes(row.residual_out + c, Q6_Vub_vsat_VhVh(sum_odd, sum_even), left);
-    const HVX_Vector y_even = norm_halves(Q6_V_lo_W(a), Q6_V_lo_W(b), Q6_V_lo_W(g), norm, y_zero_point);
-    const HVX_Vector y_odd = norm_halves(Q6_V_hi_W(a), Q6_V_hi_W(b), Q6_V_hi_W(g), norm, y_zero_point);
+    const HVX_Vector y_even =
+        hvx::products_terms(Q6_V_lo_W(a), Q6_V_lo_W(g), Q6_V_lo_W(b), Q6_V_lo_W(g), norm, y_zero_point);
+    const HVX_Vector y_odd =
+        hvx::products_terms(Q6_V_hi_W(a), Q6_V_hi_W(g), Q6_V_hi_W(b), Q6_V_hi_W(g), norm, y_zero_point);
     qco::hvx::store_bytes(row.y + c, Q6_Vub_vsat_VhVh(y_odd, y_even), left);
   }
 }

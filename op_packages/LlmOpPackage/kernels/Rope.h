@@ -15,6 +15,7 @@
 #include "element_copy.h"
 #include "llm_access.h"
 #include "llm_fixed.h"
+#include "llm_hvx.h"
 
 namespace LlmOpPackage {
 
@@ -281,19 +282,9 @@ struct RopeLanes {
 // (a c k_c - b s k_s, b c k_c + a s k_s) of 64 lanes, shifted as apply() does, plus y's zero
 // point, saturated to int16 lanes in the input's order.
 inline HVX_VectorPair rotated(const RopeLanes& lanes, const RopeScale& scale, int32_t zero_point) {
-  const HVX_Vector k_c = Q6_V_vsplat_R(static_cast<int32_t>(scale.first));
-  const HVX_Vector k_s = Q6_V_vsplat_R(static_cast<int32_t>(scale.second));
-  const HVX_VectorPair ac = Q6_Ww_vmpy_VhVh(lanes.a, lanes.cosine), bs = Q6_Ww_vmpy_VhVh(lanes.b, lanes.sine);
-  const HVX_VectorPair bc = Q6_Ww_vmpy_VhVh(lanes.b, lanes.cosine), as = Q6_Ww_vmpy_VhVh(lanes.a, lanes.sine);
-  HVX_Vector first[2], second[2];
-  for (int half = 0; half < 2; ++half) {
-    const auto part = [half](HVX_VectorPair w) { return half == 0 ? Q6_V_lo_W(w) : Q6_V_hi_W(w); };
-    const HVX_Vector ac_k = Q6_Vw_vmpyie_VwVuh(part(ac), k_c), bs_k = Q6_Vw_vmpyie_VwVuh(part(bs), k_s);
-    const HVX_Vector bc_k = Q6_Vw_vmpyie_VwVuh(part(bc), k_c), as_k = Q6_Vw_vmpyie_VwVuh(part(as), k_s);
-    first[half] = qco::hvx::rounding_shift_words(Q6_Vw_vsub_VwVw(ac_k, bs_k), scale.shift, zero_point);
-    second[half] = qco::hvx::rounding_shift_words(Q6_Vw_vadd_VwVw(bc_k, as_k), scale.shift, zero_point);
-  }
-  return Q6_W_vcombine_VV(Q6_Vh_vsat_VwVw(second[1], second[0]), Q6_Vh_vsat_VwVw(first[1], first[0]));
+  const HVX_Vector negative_sine = Q6_Vh_vsub_VhVh(Q6_V_vzero(), lanes.sine);
+  return Q6_W_vcombine_VV(hvx::products_terms(lanes.b, lanes.cosine, lanes.a, lanes.sine, scale, zero_point),
+                          hvx::products_terms(lanes.a, lanes.cosine, lanes.b, negative_sine, scale, zero_point));
 }
 
 // A table's centered codes as int16, each of its `rows` rows of `half` angles padded to whole
@@ -363,6 +354,130 @@ inline void rope_u8_hvx(qco::TensorView& y, const qco::TensorView& x, const qco:
       rope_neox_row_hvx(out + base, in + base, &cosine[angles], &sine[angles], half, scale, x.offset, -y.offset);
     } else {
       rope_gptj_row_hvx(out + base, in + base, &cosine[angles], &sine[angles], half, scale, x.offset, -y.offset);
+    }
+  }
+}
+
+// 8-bit codes when whole rows fill a vector (head_dim divides 128, every channel rotating): each
+// vector of 128 codes is rotated at once, y = v c k_c + p s' k_s per element, with p its partner
+// (neox: the code half a row away, gptj: its pair's other code) and s' the sine negated where the
+// rotation subtracts (neox's first half of a row, gptj's even codes). The k = 128 / head_dim rows
+// of a vector take their angles from k consecutive table rows (seq a multiple of k), or all from
+// one (seq 1: decode), so each such group of table rows is widened into coefficient vectors once
+// per call, by vector work (no scalar loop per angle): a decode call prepares one group.
+struct RopePacked {
+  int64_t rows;     // k: rows per vector
+  bool repeat;      // seq 1: a vector's rows share one table row
+  int64_t groups;   // of table rows, each one group of coefficients
+  int64_t cycle;    // groups a batch's vectors cycle through (its sequences' k-row steps; 1 when repeating)
+  int64_t batches;  // with tables per sequence, else 1 (the whole tensor one batch)
+  int64_t vectors;  // of codes per batch
+};
+
+// Counted with shifts: k is a power of two, and an int64 division is a library call of tens of
+// packets on Hexagon.
+inline bool rope_packs(const RopeGeometry& g, const qco::TensorView& x, const qco::TensorView& cos,
+                       const qco::TensorView& sin, RopePacked& packed) {
+  const int64_t head = g.head_dim;
+  if (!is_8_bit(cos.dtype) || !is_8_bit(sin.dtype) || head > qco::hvx::kBytes || (head & (head - 1)) != 0 ||
+      2 * g.half != head) {
+    return false;
+  }
+  const int32_t bits = 7 - __builtin_ctzll(static_cast<uint64_t>(head));  // k = 2^bits = 128 / head_dim
+  const int64_t k = int64_t{1} << bits;
+  const bool repeat = g.seq == 1 && k > 1;
+  if (repeat ? g.per_sequence && (g.heads & (k - 1)) != 0 : (g.seq & (k - 1)) != 0) return false;
+  const int64_t batches = g.per_sequence ? x.dims[0] : 1, table_rows = batches * g.seq;
+  const int64_t vectors = g.per_sequence ? (g.heads * g.seq) >> bits : (x.numel() + qco::hvx::kBytes - 1) >> 7;
+  packed = {k, repeat, repeat ? table_rows : table_rows >> bits, repeat ? 1 : g.seq >> bits, batches, vectors};
+  return true;
+}
+
+// Byte i of 128 codes (rows of `period` bytes) true where the rotation subtracts: neox's first
+// half of each row, gptj's even codes.
+inline HVX_Vector subtracting_bytes(const RopeGeometry& g) {
+  if (g.style == kRopeGptj) return Q6_V_vsplat_R(0x00010001);
+  HVX_Vector ones = Q6_V_vand_QR(Q6_Q_vsetq_R(static_cast<int32_t>(g.half)), 0x01010101);
+  for (int64_t period = g.head_dim; period < qco::hvx::kBytes; period *= 2) {
+    ones = Q6_V_vor_VV(ones, Q6_V_vror_VR(ones, static_cast<int32_t>(qco::hvx::kBytes - period)));
+  }
+  return ones;
+}
+
+// The codes of one group's angles laid out as its 128 elements meet them: `block` codes of the table
+// from `at`, each angle repeated for the two codes of its pair (gptj: neighbours, neox: half a row
+// apart), rows tiled when the group repeats one table row.
+inline HVX_Vector group_codes(const qco::TensorView& table, int64_t group, const RopeGeometry& g,
+                              const RopePacked& packed) {
+  const int64_t block = packed.repeat ? g.half : packed.rows * g.half;
+  const uint8_t* codes = table.as<const uint8_t>() + group * block;
+  HVX_Vector t = Q6_V_vand_QV(Q6_Q_vsetq_R(static_cast<int32_t>(block)),
+                              qco::hvx::load_bytes(codes, table.numel() - group * block));
+  if (g.style == kRopeGptj) {
+    t = Q6_V_lo_W(Q6_W_vshuff_VVR(t, t, -1));
+  } else if (packed.repeat) {
+    t = Q6_V_vor_VV(t, Q6_V_vror_VR(t, static_cast<int32_t>(qco::hvx::kBytes - g.half)));
+  } else {
+    t = Q6_V_lo_W(Q6_W_vshuff_VVR(t, t, static_cast<int32_t>(-g.half)));
+  }
+  for (int64_t period = g.head_dim; packed.repeat && period < qco::hvx::kBytes; period *= 2) {
+    t = Q6_V_vor_VV(t, Q6_V_vror_VR(t, static_cast<int32_t>(qco::hvx::kBytes - period)));
+  }
+  return t;
+}
+
+struct RopeGroup {
+  HVX_Vector cosine[2], sine[2];  // int16 lanes, even and odd elements; sine negated where it subtracts
+};
+
+// Every group's coefficients into `groups`, left uninitialized before (a zero-filled array costs a
+// memset, a byte at a time in the Hexagon toolchain's C library).
+inline void rope_groups(RopeGroup* groups, const qco::TensorView& cos, const qco::TensorView& sin,
+                        const RopeGeometry& g, const RopePacked& packed) {
+  const HVX_VectorPair subtract = Q6_Wuh_vzxt_Vub(subtracting_bytes(g));
+  const HVX_Vector zero = Q6_V_vzero();
+  for (int64_t i = 0; i < packed.groups; ++i) {
+    const HVX_VectorPair c = hvx::centered_halves(group_codes(cos, i, g, packed), is_signed_code(cos), cos.offset);
+    const HVX_VectorPair s = hvx::centered_halves(group_codes(sin, i, g, packed), is_signed_code(sin), sin.offset);
+    for (int32_t part = 0; part < 2; ++part) {
+      const HVX_Vector sine = part == 0 ? Q6_V_lo_W(s) : Q6_V_hi_W(s);
+      const HVX_VectorPred negate = Q6_Q_vcmp_gt_VhVh(part == 0 ? Q6_V_lo_W(subtract) : Q6_V_hi_W(subtract), zero);
+      groups[i].cosine[part] = part == 0 ? Q6_V_lo_W(c) : Q6_V_hi_W(c);
+      groups[i].sine[part] = Q6_V_vmux_QVV(negate, Q6_Vh_vsub_VhVh(zero, sine), sine);
+    }
+  }
+}
+
+inline void rope_u8_packed(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
+                           const qco::TensorView& sin, const RopeGeometry& g, const RopePacked& packed) {
+  RopeGroup one;  // a decode call's one group, without a heap allocation
+  const std::unique_ptr<RopeGroup[]> many(packed.groups > 1 ? new RopeGroup[static_cast<size_t>(packed.groups)] : nullptr);
+  RopeGroup* groups = packed.groups > 1 ? many.get() : &one;
+  rope_groups(groups, cos, sin, g, packed);
+  const RopeScale scale = rope_scale(y, x, cos, sin);
+  const HVX_VectorPred first_half = Q6_Q_vand_VR(subtracting_bytes(g), 0x01010101);
+  const int32_t ahead = static_cast<int32_t>(g.half), behind = static_cast<int32_t>(qco::hvx::kBytes - g.half);
+  const uint8_t* in = x.as<const uint8_t>();
+  uint8_t* out = y.as<uint8_t>();
+  const int64_t total = x.numel();
+  int64_t at = 0;
+  for (int64_t b = 0; b < packed.batches; ++b) {
+    int64_t phase = 0;  // of the vector in its group cycle
+    for (int64_t v = 0; v < packed.vectors; ++v, at += qco::hvx::kBytes) {
+      const RopeGroup& angles = groups[b * packed.cycle + phase];
+      const HVX_Vector codes = qco::hvx::load_bytes(in + at, total - at);
+      const HVX_VectorPair a = qco::hvx::centered_halves(codes, x.offset);
+      const HVX_VectorPair p = g.style == kRopeGptj
+                                   ? Q6_W_vcombine_VV(Q6_V_lo_W(a), Q6_V_hi_W(a))
+                                   : qco::hvx::centered_halves(
+                                         Q6_V_vmux_QVV(first_half, Q6_V_vror_VR(codes, ahead), Q6_V_vror_VR(codes, behind)),
+                                         x.offset);
+      const HVX_Vector even = hvx::products_terms(Q6_V_lo_W(a), angles.cosine[0], Q6_V_lo_W(p), angles.sine[0], scale,
+                                                  -y.offset);
+      const HVX_Vector odd = hvx::products_terms(Q6_V_hi_W(a), angles.cosine[1], Q6_V_hi_W(p), angles.sine[1], scale,
+                                                 -y.offset);
+      qco::hvx::store_bytes(out + at, Q6_Vub_vsat_VhVh(odd, even), total - at);
+      phase = phase + 1 == packed.cycle ? 0 : phase + 1;
     }
   }
 }
@@ -479,6 +594,11 @@ inline void rotate_codes(qco::TensorView& y, const qco::TensorView& x, const qco
     return;
   }
 #if defined(__HVX__)
+  RopePacked packed;
+  if (rope_packs(g, x, cos, sin, packed)) {
+    rope_u8_packed(y, x, cos, sin, g, packed);
+    return;
+  }
   if (is_8_bit(cos.dtype) && is_8_bit(sin.dtype)) {
     rope_u8_hvx(y, x, cos, sin, g);
     return;

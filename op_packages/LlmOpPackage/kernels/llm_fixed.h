@@ -27,6 +27,11 @@ inline bool is_fixed_point(qco::DType dtype) {
 // True for the 8-bit fixed-point dtypes (centered codes within [-255, 255]).
 inline bool is_8_bit(qco::DType dtype) { return dtype == qco::DType::kUFixed8 || dtype == qco::DType::kSFixed8; }
 
+// True for the signed fixed-point dtypes.
+inline bool is_signed_code(const qco::TensorView& view) {
+  return view.dtype == qco::DType::kSFixed8 || view.dtype == qco::DType::kSFixed16;
+}
+
 // Largest code of an unsigned fixed-point dtype.
 inline int32_t max_code(qco::DType dtype) { return dtype == qco::DType::kUFixed8 ? 255 : 65535; }
 

@@ -27,6 +27,20 @@ inline HVX_VectorPair ordered_halves(HVX_Vector codes, bool is_signed, int32_t o
   return Q6_W_vshuff_VVR(Q6_V_hi_W(halves), Q6_V_lo_W(halves), -2);
 }
 
+// apply_terms(scales, a b, c d) + add for 64 int16 lanes each (|a b|, |c d| < 2^16, ratios below
+// 2^14: the sums stay in 32 bits), saturated to int16 lanes in a's order.
+inline HVX_Vector products_terms(HVX_Vector a, HVX_Vector b, HVX_Vector c, HVX_Vector d, const TermScales& scales,
+                                 int32_t add) {
+  const HVX_VectorPair ab = Q6_Ww_vmpy_VhVh(a, b), cd = Q6_Ww_vmpy_VhVh(c, d);  // lo: even lanes, hi: odd
+  const HVX_Vector first = Q6_V_vsplat_R(static_cast<int32_t>(scales.first));
+  const HVX_Vector second = Q6_V_vsplat_R(static_cast<int32_t>(scales.second));
+  const auto words = [&](HVX_Vector u, HVX_Vector v) {
+    const HVX_Vector sum = Q6_Vw_vmpyieacc_VwVwVuh(Q6_Vw_vmpyie_VwVuh(u, first), v, second);
+    return qco::hvx::rounding_shift_words(sum, scales.shift, add);
+  };
+  return Q6_Vh_vsat_VwVw(words(Q6_V_hi_W(ab), Q6_V_hi_W(cd)), words(Q6_V_lo_W(ab), Q6_V_lo_W(cd)));
+}
+
 // The sum of the 32 uint32 lanes of v, for sums known to stay below 2^32: the lanes halved five
 // times by rotating and adding, a few vector packets where qco::hvx::sum_words spends ~35 scalar ones.
 inline int64_t sum_words_below_2_32(HVX_Vector v) {
