@@ -483,6 +483,62 @@ def first_mismatch(host: np.ndarray, hexagon: np.ndarray, tensor: KernelTensor, 
     return f"output {index} index {at} ({len(differs)} differ): host {want}, hexagon {got}{steps}"
 
 
+#: libm functions whose last bit differs between the host's glibc and Hexagon's musl, and what
+#: a kernel calls instead (qco/math.h computes the same bits on both). sqrt, fabs, floor, round,
+#: nearbyint, fmin and the like are exact (one correctly rounded result) and not listed.
+LIBM_REPLACEMENTS = {
+    "exp": "qco::exp, or qco::sigmoid for 1 / (1 + exp(-x))",
+    "log": "qco::log",
+    "tanh": "qco::tanh",
+    "erf": "qco::erf",
+    "erfc": "1 - qco::erf(x)",
+    "pow": "qco::pow",
+    **{name: "qco::exp or qco::log of your own argument" for name in ("exp2", "expm1", "log2", "log10", "log1p")},
+    **{
+        name: "no qco:: equivalent: a polynomial in + - * / computes the same bits on both"
+        for name in "sin cos tan asin acos atan atan2 sinh cosh cbrt hypot tgamma lgamma".split()
+    },
+}
+_LIBM_CALL = re.compile(
+    rf"(?<![\w.>])((?:\w*::)*)({'|'.join(sorted(LIBM_REPLACEMENTS, key=len, reverse=True))})([fl]?)\s*\("
+)
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+_FLOAT_DTYPES = {KernelDType.Float32, KernelDType.Float16}
+
+
+def libm_calls(package_dir: Path, op: str) -> list[str]:
+    """Where ``kernels/<op>.h`` and the package's headers it includes (not the generated qco/)
+    call libm's transcendental functions, as "kernels/File.h:LINE calls NAME: use REPLACEMENT"."""
+    root = package_dir.resolve()
+    kernels = root / "kernels"
+    pending, seen, calls = [kernels / f"{op}.h"], set(), []
+    while pending:
+        source = pending.pop()
+        inside = source.is_relative_to(kernels) and source.relative_to(kernels).parts[0] != "qco"
+        if source in seen or not inside or not source.is_file():
+            continue
+        seen.add(source)
+        text = _COMMENT.sub(lambda m: "\n" * m[0].count("\n"), source.read_text(errors="replace"))
+        for call in _LIBM_CALL.finditer(text):
+            if call[1] in ("", "std::", "::"):
+                line = text.count("\n", 0, call.start()) + 1
+                name = f"{call[1]}{call[2]}{call[3]}"
+                calls.append(f"{source.relative_to(root)}:{line} calls {name}: use {LIBM_REPLACEMENTS[call[2]]}")
+        pending += [(source.parent / name).resolve() for name in _LOCAL_INCLUDE.findall(text)]
+    return calls
+
+
+def libm_hint(package_dir: Path, op: str) -> str:
+    """For a float output that differs: the kernel's libm calls, the likely cause, named with their
+    qco:: replacements (qco/math.h); "" when it calls none."""
+    calls = libm_calls(package_dir, op)
+    if not calls:
+        return ""
+    more = f"; {len(calls) - 5} more" if len(calls) > 5 else ""
+    return f"; libm differs in the last bit between the host and Hexagon: {'; '.join(calls[:5])}{more} (qco/math.h)"
+
+
 def hexagon_packets(package_dir: str | Path, cases: Sequence[KernelCase], time_limit: float | None = None) -> list[int]:
     """Executed packets of each case's kernel call on Hexagon (emulated)."""
     package_dir = generated_package(package_dir)
@@ -516,6 +572,8 @@ def hexagon_check(
                 "",
             )
         )
+        if mismatch and any(t.dtype in _FLOAT_DTYPES for t in case.outputs):
+            mismatch += libm_hint(package_dir, case.op)
         results.append(
             CheckResult(
                 case.op,
