@@ -191,6 +191,36 @@ inline HVX_VectorPair lookup(const Lut16& lut, HVX_Vector codes) {
   return values;
 }
 
+// A table of 256 bytes indexed by uint8 codes, as vlut32 reads it: two vectors of 128 entries,
+// segment m (entries 32m..32m+31) in vector m / 4, in the byte (m / 2) % 2 of halfwords
+// 32 (m % 2) ... 32 (m % 2) + 31.
+struct Lut8 {
+  HVX_Vector parts[2];
+};
+
+inline Lut8 lut8(const uint8_t (&table)[256]) {
+  Lut8 lut;
+  alignas(kBytes) uint8_t part[kBytes];
+  for (int32_t vector = 0; vector < 2; ++vector) {
+    for (int32_t segment = 4 * vector; segment < 4 * vector + 4; ++segment) {
+      for (int32_t entry = 0; entry < 32; ++entry) {
+        part[2 * (32 * (segment % 2) + entry) + (segment / 2) % 2] = table[32 * segment + entry];
+      }
+    }
+    lut.parts[vector] = *reinterpret_cast<const HVX_Vector*>(part);
+  }
+  return lut;
+}
+
+// table[code] for 128 codes, in their order (8 vlut32, one per segment).
+inline HVX_Vector lookup_bytes(const Lut8& lut, HVX_Vector codes) {
+  HVX_Vector values = Q6_Vb_vlut32_VbVbR(codes, lut.parts[0], 0);
+  for (int32_t segment = 1; segment < 8; ++segment) {
+    values = Q6_Vb_vlut32or_VbVbVbR(values, codes, lut.parts[segment / 4], segment);
+  }
+  return values;
+}
+
 // A table of 256 int32 values indexed by uint8 codes: its upper and lower halfwords as two Lut16.
 struct Lut32 {
   Lut16 high, low;
@@ -276,6 +306,19 @@ inline HVX_Vector rounding_shift_low(HVX_VectorPair p, int32_t shift) {
 
 }  // namespace hvx
 #endif
+
+// y[i] = table[x[i]] for n byte codes: vlut32 over 128 codes a step on HVX (a tail never read or
+// written past n), a plain loop elsewhere. The same bytes either way.
+inline void map_bytes(uint8_t* y, const uint8_t* x, int64_t n, const uint8_t (&table)[256]) {
+#if defined(__HVX__)
+  const hvx::Lut8 lut = hvx::lut8(table);
+  for (int64_t i = 0; i < n; i += hvx::kBytes) {
+    hvx::store_bytes(y + i, hvx::lookup_bytes(lut, hvx::load_bytes(x + i, n - i)), n - i);
+  }
+#else
+  for (int64_t i = 0; i < n; ++i) y[i] = table[x[i]];
+#endif
+}
 
 }  // namespace qco
 
