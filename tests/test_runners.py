@@ -255,6 +255,7 @@ def test_run_on_a_corrupt_program_is_one_line_and_exit_2(mul3_pte, tmp_path, cap
 #: Bits of mul3_alone's program whose flip the runtime, or its loader's Python, once let through as an
 #: internal error (MemoryError, UnicodeDecodeError, KeyError, IndexError, "Failed to load method")
 #: with its log lines leaked, or an op name holding a newline; and a few that leave it runnable.
+#: Bit 1380 turns the count of planned buffers into garbage sizes.
 FLIPPED_BITS = (100, 500, 1380, 1702, 1863, 2369, 2530, 2599, 2852, 3174, 3404, 3496, 3680, 3887, 4002, 5000)
 
 
@@ -288,6 +289,8 @@ def test_run_on_a_program_with_a_flipped_bit_is_one_line_and_exit_2_or_runs(mul3
     assert sorted(outcomes) == sorted(programs), lines
     for pte, (code, said) in outcomes.items():
         assert said == [] if code == 0 else (len(said) == 1 and said[0].startswith("error: ")), (pte, said)
+    # garbage buffer sizes are refused before the runtime allocates them (it touched 17 GB for 35 s)
+    assert "GiB of buffers, more than this machine's" in outcomes[str(tmp_path / "1380.pte")][1][0]
 
 
 def test_a_program_delegated_to_a_backend_the_host_lacks_is_one_line(mul3_pte, tmp_path, capsys):

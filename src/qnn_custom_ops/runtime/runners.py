@@ -119,11 +119,33 @@ def _refused_as_program_error(where: str) -> Iterator[None]:
         ) from None
 
 
-def _verified(pte: bytes) -> Any:
-    """The runtime's program, its internal consistency verified (every offset and index in range)."""
+def _verified(pte: bytes, where: str) -> Any:
+    """The runtime's program, its internal consistency verified (every offset and index in range)
+    and its planned memory within this machine's."""
     from executorch.runtime import Runtime, Verification
 
+    _check_planned_memory(pte, where)
     return Runtime.get().load_program(pte, verification=Verification.InternalConsistency)
+
+
+def _check_planned_memory(pte: bytes, where: str) -> None:
+    """Refuse a program whose planned buffers exceed this machine's memory before the runtime
+    allocates them: its loader does so first, and a damaged size (one flipped bit can turn a
+    buffer count into garbage) had it touch 17 GB for half a minute before ``std::bad_alloc``."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    try:
+        plans = deserialize_pte_binary(pte).program.execution_plan
+    except Exception:  # damage of another kind: the runtime's verification names it better
+        return
+    machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for plan in plans:
+        planned = sum(plan.non_const_buffer_sizes)
+        if planned > machine:
+            raise ProgramError(
+                f"{where}: method {plan.name!r} plans {planned / 2**30:.3g} GiB of buffers, more than this "
+                f"machine's {machine / 2**30:.3g} GiB: the file is damaged, or it needs a bigger machine"
+            )
 
 
 def method_specs(
@@ -137,7 +159,7 @@ def method_specs(
         return TensorSpec(tuple(info.sizes()), _TORCH_DTYPES[int(info.dtype())])
 
     with _refused_as_program_error(where):
-        meta = _verified(pte).metadata(method)
+        meta = _verified(pte, where).metadata(method)
         return (
             [spec(meta.input_tensor_meta(i)) for i in range(meta.num_inputs())],
             [spec(meta.output_tensor_meta(i)) for i in range(meta.num_outputs())],
@@ -217,7 +239,7 @@ class HostRunner:
             load_quantized_kernels()
         check_program_kernels(pte)
         with _refused_as_program_error("program"):
-            return _verified(pte).load_method(method)
+            return _verified(pte, "program").load_method(method)
 
     def _execute(self, method, inputs: Inference) -> list[torch.Tensor]:
         """One inference; a kernel's failure is raised with its op and status, not a bare code."""
