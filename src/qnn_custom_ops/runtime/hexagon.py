@@ -129,22 +129,24 @@ def check_toolchain() -> str:
     return result.stdout.strip()
 
 
-def build_hexagon_driver(package_dir: str | Path) -> Path:
-    """The package's kernels and the case driver as one static Hexagon program; cached by the
-    content of ``kernels/`` and ``host/``, the driver, the flags and the compiler's version."""
+def build_hexagon_driver(package_dir: str | Path, ops: Sequence[str] | None = None) -> Path:
+    """The kernels of ``ops`` (default: the package's) and the case driver as one static Hexagon
+    program; cached by the content of ``kernels/`` and ``host/``, the driver, the flags and the
+    compiler's version."""
     package_dir = generated_package(package_dir)
     name = package_name(package_dir)
-    driver = render_driver(package_dir, name)
+    ops = driver_ops(package_dir) if ops is None else ops
+    driver = render_driver(name, ops)
     extra = {"driver": driver, "flags": " ".join(HEXAGON_FLAGS), "ziglang": version("ziglang")}
     key = content_key(package_dir, files_under(package_dir / "kernels", package_dir / "host"), extra)
     entry = cache_root() / "hexagon" / f"{name}-{key}"
     try:
-        return _cached_driver(package_dir, driver, entry)
+        return _cached_driver(package_dir, driver, ops, entry)
     except OSError as exc:  # the compiler's failures are HexagonToolError; this is the cache directory
         raise HexagonToolError(unusable_cache(f"Hexagon build of {name}", entry.parent, exc)) from exc
 
 
-def _cached_driver(package_dir: Path, driver: str, entry: Path) -> Path:
+def _cached_driver(package_dir: Path, driver: str, ops: Sequence[str], entry: Path) -> Path:
     """``entry/driver``, built from ``driver`` and the package's C ABI unless a whole copy is there."""
     program = entry / "driver"
     entry.parent.mkdir(parents=True, exist_ok=True)
@@ -159,7 +161,7 @@ def _cached_driver(package_dir: Path, driver: str, entry: Path) -> Path:
             sources = [
                 staging / "driver.cpp",
                 *sorted((package_dir / "host/src").glob("*CApi.cpp")),
-                *sorted((package_dir / "host/src/ops").glob("*CApi.cpp")),
+                *(package_dir / f"host/src/ops/{op}CApi.cpp" for op in ops),
             ]
             compile_for_hexagon(
                 sources, staging / "driver", includes=[package_dir / "kernels", package_dir / "host/src"]
@@ -542,7 +544,8 @@ def libm_hint(package_dir: Path, op: str) -> str:
 def hexagon_packets(package_dir: str | Path, cases: Sequence[KernelCase], time_limit: float | None = None) -> list[int]:
     """Executed packets of each case's kernel call on Hexagon (emulated)."""
     package_dir = generated_package(package_dir)
-    return run_on_hexagon(build_hexagon_driver(package_dir), cases, driver_ops(package_dir), time_limit).packets
+    ops = driver_ops(package_dir, (case.op for case in cases))
+    return run_on_hexagon(build_hexagon_driver(package_dir, ops), cases, ops, time_limit).packets
 
 
 def hexagon_check(
@@ -552,8 +555,8 @@ def hexagon_check(
     ``time_limit``: seconds per case under the emulator (default: ``case_time_limit``)."""
     package_dir = generated_package(package_dir)
     name = package_name(package_dir)
-    ops = driver_ops(package_dir)
-    run = run_on_hexagon(build_hexagon_driver(package_dir), cases, ops, time_limit)
+    ops = driver_ops(package_dir, (case.op for case in cases))
+    run = run_on_hexagon(build_hexagon_driver(package_dir, ops), cases, ops, time_limit)
     library = build_host_kernels(package_dir)
     host = call_isolated(host_results, library, name, cases, time_limit, what="the host half of the Hexagon check")
     results = []
