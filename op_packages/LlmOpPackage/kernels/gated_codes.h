@@ -1,23 +1,38 @@
 // The gated activations (SiluAndMul, GeluAndMul) on codes: y = act(a) * b with a, b codes of x
 // (one encoding) and y a code of the same dtype, in integers that the portable loops and the HVX
 // loops compute alike. 8-bit codes: act(a) in the output's units is a table of 256 values
-// (computed in float, once), its product with b - zero point requantized by a rounding shift.
+// (computed in float), its product with b - zero point requantized by a rounding shift.
 // 16-bit codes: a table of 65536 values has no HVX lookup (vlut16 reads 256 entries; VTCM
 // gathers are not for every target), so act(a) = v g(v) is computed from a table of 256
 // segments of g that vlut16 reads, and the rest in integer arithmetic (the scheme below).
+// Both depend on the activation and the encodings alone, so they are prepared once per encoding
+// (prepared_cache.h): a later call at the same encodings only reads them.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <memory>
 #include <vector>
 
 #include "llm_fixed.h"
+#include "prepared_cache.h"
 
 namespace LlmOpPackage {
 
 using Activation = float (*)(float);
+
+// What a gated activation prepares depends on: the activation and both tensors' encodings.
+struct GateKey {
+  Activation act;
+  qco::detail::Encodings encodings;
+
+  bool operator==(const GateKey& other) const {
+    return act == other.act && qco::detail::same(encodings, other.encodings);
+  }
+};
+
+// The slots of each scheme's cache: one gated activation per layer, a model's worth.
+constexpr int32_t kGateSlots = 64;
 
 // ---- 8-bit codes: a table of act(a) per code ----
 
@@ -42,30 +57,54 @@ inline GateScale gate_scale(const qco::TensorView& y, const qco::TensorView& x) 
   return {ratio, shift, (1 << bits) - 1};
 }
 
-// The fixed-point value of act(dequantize(code)).
-inline int32_t gate_value(Activation act, const qco::TensorView& x, const GateScale& scale, int32_t code) {
-  const float scaled = std::ldexp(act(x.dequantize(code)) * scale.ratio, scale.shift);
-  const float limit = static_cast<float>(scale.limit);
-  if (!(scaled > -limit)) return -scale.limit;
-  if (!(scaled < limit)) return scale.limit;
-  return static_cast<int32_t>(std::nearbyint(scaled));
+// The 8-bit scheme's integers: the rounding shift and act(a) of every code, as the loop reads them.
+struct Gate8 {
+  GateScale scale;
+#if defined(__HVX__)
+  qco::hvx::Lut16 lut;
+#else
+  int16_t values[256];  // |value| < 2^15 (gate_scale)
+#endif
+};
+
+// act(dequantize(code)) of every code in fixed point: times ratio 2^shift (a power of two: exact,
+// as std::ldexp), rounded half to even (as std::nearbyint, without its call), clamped to the limit.
+inline void gate_values(int16_t (&values)[256], Activation act, const qco::TensorView& x, const GateScale& scale) {
+  const float power = static_cast<float>(int32_t{1} << scale.shift), limit = static_cast<float>(scale.limit);
+  for (int32_t code = 0; code < 256; ++code) {
+    const float scaled = act(x.dequantize(code)) * scale.ratio * power;
+    const float clamped = !(scaled > -limit) ? -limit : (!(scaled < limit) ? limit : scaled);
+    values[code] = static_cast<int16_t>(qco::round_half_even(clamped));
+  }
 }
 
+inline bool make_gate8(Gate8& gate, Activation act, const qco::TensorView& y, const qco::TensorView& x) {
+  gate.scale = gate_scale(y, x);
+#if defined(__HVX__)
+  int16_t values[256];
+  gate_values(values, act, x, gate.scale);
+  gate.lut = qco::hvx::lut16(values);
+#else
+  gate_values(gate.values, act, x, gate.scale);
+#endif
+  return true;
+}
+
+inline PreparedCache<GateKey, Gate8, kGateSlots> gate8_cache;
+
+#if !defined(__HVX__)
 // y[r, i] = saturate(apply({1, shift}, value(x[r, i]) * (x[r, d + i] + offset)) - y.offset), the
 // values from a table of the 256 codes.
-inline void gated_u8(qco::TensorView& y, const qco::TensorView& x, Activation act) {
+inline void gated_u8(qco::TensorView& y, const qco::TensorView& x, const Gate8& gate) {
   const uint8_t* in = x.as<const uint8_t>();
   uint8_t* out = y.as<uint8_t>();
   const int64_t d = y.dims[y.rank - 1];
   const int64_t rows = d == 0 ? 0 : y.numel() / d;
-  const GateScale scale = gate_scale(y, x);
-  int32_t values[256];
-  for (int32_t code = 0; code < 256; ++code) values[code] = gate_value(act, x, scale, code);
   // Locals, not members: a uint8_t store may alias anything, so those would be reloaded per store.
-  const int32_t* table = values;
+  const int16_t* table = gate.values;
   const int32_t offset = x.offset;
   const CodeRange range = code_range(y);
-  const FixedMultiplier rounding{1, scale.shift};
+  const FixedMultiplier rounding{1, gate.scale.shift};
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* gate = in + 2 * d * r;
     for (int64_t i = 0; i < d; ++i) {
@@ -74,6 +113,7 @@ inline void gated_u8(qco::TensorView& y, const qco::TensorView& x, Activation ac
     }
   }
 }
+#endif
 
 // ---- 16-bit codes: g(v) from a table of 256 segments, in integers ----
 //
@@ -103,11 +143,14 @@ constexpr int32_t kSegments = 256;
 constexpr int32_t kExponentBits = 5;  // the low bits of c3 holding its segment's e
 
 struct Gate16 {
-  std::unique_ptr<int32_t[]> coefficients;  // c0, c1, c2, c3 | e of segment s at [s], [256 + s], ...
-  int32_t unit;                       // g = 1: round(mantissa of x.scale^2 / y.scale * 2^30)
-  int32_t segment_bits;               // k: 2^k codes of n per segment
-  int32_t offset;                     // x.offset: c = a + offset
-  int32_t shift;                      // of the rounding shift that requantizes the products
+  int32_t coefficients[4 * kSegments];  // c0, c1, c2, c3 | e of segment s at [s], [256 + s], ...
+  int32_t unit;                         // g = 1: round(mantissa of x.scale^2 / y.scale * 2^30)
+  int32_t segment_bits;                 // k: 2^k codes of n per segment
+  int32_t offset;                       // x.offset: c = a + offset
+  int32_t shift;                        // of the rounding shift that requantizes the products
+#if defined(__HVX__)
+  qco::hvx::Lut32 luts[4];  // c0 .. c3 | e as vlut16 reads them
+#endif
 };
 
 // g of one gate code: value 2^-drop in units of `unit`.
@@ -126,7 +169,7 @@ inline GateTerm gate16_term(const Gate16& gate, int32_t code) {
   const int32_t k = gate.segment_bits;
   const int32_t segment = (n >> k) < kSegments - 1 ? n >> k : kSegments - 1;
   const int32_t t = (n & ((1 << k) - 1)) << (16 - k);
-  const int32_t* c = gate.coefficients.get() + segment;
+  const int32_t* c = gate.coefficients + segment;
   const int32_t exponent = c[3 * kSegments] & ((1 << kExponentBits) - 1);
   const int32_t cubic = c[3 * kSegments] - exponent;
   const int32_t tail = c[0] + mul_shift16(c[kSegments] + mul_shift16(c[2 * kSegments] + mul_shift16(cubic, t), t), t);
@@ -219,14 +262,18 @@ inline bool make_gate16(Gate16& gate, Activation act, const qco::TensorView& y, 
   gate.segment_bits = k;
   // Every entry written below, none zero-filled first: a memset, which the Hexagon toolchain's C
   // library does a byte at a time.
-  gate.coefficients.reset(new int32_t[4 * kSegments]);
   for (int32_t j = 0; j < kSegments; ++j) {
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // past the reach (and the last segment): tail 0
     if (j < kSegments - 1 && !beyond(j << k)) fit_segment(c, act, x.scale, j, k);
     store_segment(gate, c, j);
   }
+#if defined(__HVX__)
+  for (int32_t m = 0; m < 4; ++m) gate.luts[m] = qco::hvx::lut32(gate.coefficients + m * kSegments);
+#endif
   return true;
 }
+
+inline PreparedCache<GateKey, Gate16, kGateSlots> gate16_cache;
 
 // y = sign(c u) apply({1, shift}, (value n |u|) >> drop) - y.offset over the rows, each gate
 // code's (value, drop) from `term`.
@@ -267,16 +314,13 @@ inline void gated_u16(qco::TensorView& y, const qco::TensorView& x, const Gate16
 #if defined(__HVX__)
 // 8-bit codes on HVX, 128 per vector: the gate's values looked up with vlut16 from the same
 // table, times the up half's centered codes in 16x16 -> 32 bits, the rounding shift of apply().
-inline void gated_u8_hvx(qco::TensorView& y, const qco::TensorView& x, Activation act) {
+inline void gated_u8_hvx(qco::TensorView& y, const qco::TensorView& x, const Gate8& gate) {
   const uint8_t* in = x.as<const uint8_t>();
   uint8_t* out = y.as<uint8_t>();
   const int64_t d = y.dims[y.rank - 1];
   const int64_t rows = d == 0 ? 0 : y.numel() / d;
-  const GateScale scale = gate_scale(y, x);
-  int16_t values[256];  // |value| < 2^15 for 8-bit codes (gate_scale)
-  for (int32_t code = 0; code < 256; ++code) values[code] = static_cast<int16_t>(gate_value(act, x, scale, code));
-  const qco::hvx::Lut16 lut = qco::hvx::lut16(values);
-  const FixedMultiplier shift{1, scale.shift};
+  const qco::hvx::Lut16 lut = gate.lut;
+  const FixedMultiplier shift{1, gate.scale.shift};
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* gate = in + 2 * d * r;
     for (int64_t c = 0; c < d; c += qco::hvx::kBytes) {
@@ -368,10 +412,7 @@ void gated_u16_hvx_rows(qco::TensorView& y, const qco::TensorView& x, const Gate
   uint16_t* out = y.as<uint16_t>();
   const int64_t d = y.dims[y.rank - 1];
   const int64_t rows = d == 0 ? 0 : y.numel() / d;
-  std::vector<qco::hvx::Lut32> tables;  // on the heap, not the stack; not zero-filled first
-  tables.reserve(4);
-  for (int32_t m = 0; m < 4; ++m) tables.push_back(qco::hvx::lut32(gate.coefficients.get() + m * kSegments));
-  const qco::hvx::Lut32* luts = tables.data();
+  const qco::hvx::Lut32* luts = gate.luts;
   const HVX_Vector out_zero_point = Q6_V_vsplat_R(-y.offset);
   // The `count` codes at `at` (zeros past them; none when count <= 0).
   const auto load = [](const uint16_t* at, int64_t count) {
@@ -409,23 +450,29 @@ inline void gated_u16_hvx(qco::TensorView& y, const qco::TensorView& x, const Ga
 #endif
 
 // True when the gated op runs on codes (x and y of one unsigned fixed-point dtype; for 16-bit
-// codes, encodings inside make_gate16's domain); then runs it.
+// codes, encodings inside make_gate16's domain); then runs it. (Only when no memory is left for
+// its prepared integers does a call take the float path instead.)
 inline bool run_gated_codes(qco::TensorView& y, const qco::TensorView& x, Activation act) {
   if (!is_unsigned_code(x.dtype) || y.dtype != x.dtype) return false;
+  const GateKey key{act, qco::detail::encodings(y, x)};
   if (x.dtype == qco::DType::kUFixed16) {
-    Gate16 gate;
-    if (!make_gate16(gate, act, y, x)) return false;
+    decltype(gate16_cache)::Spare spare;
+    const Gate16* gate = gate16_cache.find_or_make(key, spare, [&](Gate16& g) { return make_gate16(g, act, y, x); });
+    if (gate == nullptr) return false;
 #if defined(__HVX__)
-    gated_u16_hvx(y, x, gate);
+    gated_u16_hvx(y, x, *gate);
 #else
-    gated_u16(y, x, gate);
+    gated_u16(y, x, *gate);
 #endif
     return true;
   }
+  decltype(gate8_cache)::Spare spare;
+  const Gate8* gate = gate8_cache.find_or_make(key, spare, [&](Gate8& g) { return make_gate8(g, act, y, x); });
+  if (gate == nullptr) return false;
 #if defined(__HVX__)
-  gated_u8_hvx(y, x, act);
+  gated_u8_hvx(y, x, *gate);
 #else
-  gated_u8(y, x, act);
+  gated_u8(y, x, *gate);
 #endif
   return true;
 }
