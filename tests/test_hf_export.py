@@ -56,22 +56,6 @@ def test_the_layout_not_run_on_executorch_generates_hfs_greedy_tokens_eagerly(ar
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch", ["mistral", "qwen2"])  # rows and scatter, each with its window
-def test_a_batch_of_prompts_of_different_lengths_generates_what_hf_generates_for_each_alone(arch, runner):
-    """Two sequences at their own positions in one program (per-sequence RoPE tables and masks,
-    each cache row written at its sequence's position), on ExecuTorch."""
-    model = hf_model(arch)
-    prompts = [PROMPT, [99, 3, 64]]
-    want = [hf_tokens(copy.deepcopy(model), prompt) for prompt in prompts]
-    programs = export_llm(model, prefill_len=PREFILL_LEN, ctx_len=CTX_LEN, cache=ARCHITECTURES[arch][4], batch=2)
-    prefill, decode = (qco.lower(p.module, p.example_inputs, llm_binding(), target="host")
-                       for p in (programs.prefill, programs.decode))
-    got = greedy_batch(programs.shape, host_step(runner, prefill.buffer), host_step(runner, decode.buffer), prompts,
-                       NEW_TOKENS)
-    assert [g.tokens for g in got] == want
-
-
-@pytest.mark.slow
 def test_the_sliding_window_is_followed_where_it_changes_the_tokens():
     """Mistral's window of 16 hides keys of the 37 positions generated: HF's tokens change with
     it, and the static programs follow."""
@@ -144,18 +128,26 @@ def test_a_generation_that_does_not_fit_the_programs_is_refused(prompt, new_toke
         greedy_batch(programs.shape, step, step, [PROMPT, PROMPT], 4)
 
 
+#: The layouts with windows (rows, scatter) run two prompts of different lengths at once: per-sequence
+#: RoPE tables and masks, each cache row written at its own sequence's position.
+BATCH_PROMPTS = [PROMPT, [99, 3, 64]]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_float_programs_on_executorch_generate_hfs_32_greedy_tokens(arch, runner):
     model = hf_model(arch)
-    want = hf_tokens(copy.deepcopy(model))
-    programs = export_llm(model, prefill_len=PREFILL_LEN, ctx_len=CTX_LEN, cache=ARCHITECTURES[arch][4])
-    if programs.shape.cache == "runner":  # kv_forward alone, as the runner's --eval_mode 0: half the lowering
+    cache = ARCHITECTURES[arch][4]
+    if cache == "runner":  # kv_forward alone, as the runner's --eval_mode 0: half the lowering
+        want = hf_tokens(copy.deepcopy(model))
+        programs = export_llm(model, prefill_len=PREFILL_LEN, ctx_len=CTX_LEN, cache=cache)
         (decode,) = lowered_steps(programs, runner, ["kv_forward"])  # (test_llm_runner runs prefill_forward)
-        got = RunnerLoop(programs.shape, None, decode).generate(PROMPT, NEW_TOKENS)
+        assert RunnerLoop(programs.shape, None, decode).generate(PROMPT, NEW_TOKENS).tokens == want
     else:
-        got = greedy(programs.shape, *lowered_steps(programs, runner), PROMPT, NEW_TOKENS)
-    assert got.tokens == want
+        want = [hf_tokens(copy.deepcopy(model), prompt) for prompt in BATCH_PROMPTS]
+        programs = export_llm(model, prefill_len=PREFILL_LEN, ctx_len=CTX_LEN, cache=cache, batch=len(BATCH_PROMPTS))
+        got = greedy_batch(programs.shape, *lowered_steps(programs, runner), BATCH_PROMPTS, NEW_TOKENS)
+        assert [g.tokens for g in got] == want
 
 
 def sqnr_db(signal: torch.Tensor, noisy: torch.Tensor) -> float:
