@@ -20,7 +20,7 @@ from qnn_custom_ops.runtime import HostRunner
 
 transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 
-from .hf_models import ARCHITECTURES, COMMON, hf_model, lowered_steps  # noqa: E402  (after the dev extra)
+from .hf_models import ARCHITECTURES, hf_model, lowered_steps  # noqa: E402  (after the dev extra)
 
 PROMPT = [5, 17, 42, 9, 77]
 NEW_TOKENS = 32
