@@ -261,13 +261,20 @@ def test_hexagon_check_of_a_directory_that_is_no_generated_package_is_one_line(c
     assert capsys.readouterr().err.strip() == f"error: {tmp_path}: no host/CMakeLists.txt (run generate-op-package first)"
 
 
-def test_hexagon_check_with_a_cache_directory_that_is_a_file_is_one_line(tmp_path, monkeypatch, capsys):
-    (tmp_path / "cache").write_text("not a directory")
-    monkeypatch.setenv("QCO_CACHE_DIR", str(tmp_path / "cache"))
+@pytest.mark.parametrize("cache, reason", [
+    ("a file", "Not a directory"),
+    ("/proc/self", "No such file or directory"),  # a directory nobody can write, root included
+])
+def test_hexagon_check_with_a_cache_directory_that_cannot_hold_builds_is_one_line(
+        tmp_path, monkeypatch, capsys, cache, reason):
+    if cache == "a file":
+        cache = tmp_path / "cache"
+        cache.write_text("not a directory")
+    monkeypatch.setenv("QCO_CACHE_DIR", str(cache))
     assert main(["hexagon-check", str(OP_PACKAGES / "ExampleOpPackage")]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"error: Hexagon build of ExampleOpPackage: cannot build in the cache {tmp_path}/cache/hexagon: Not a "
-        f"directory ({tmp_path}/cache/hexagon) (set QCO_CACHE_DIR to a writable directory)")
+        f"error: Hexagon build of ExampleOpPackage: cannot build in the cache {cache}/hexagon: {reason} "
+        f"({cache}/hexagon) (set QCO_CACHE_DIR to a writable directory)")
 
 
 ENDLESS_KERNEL = """
