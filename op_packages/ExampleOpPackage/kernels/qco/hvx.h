@@ -13,7 +13,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #if defined(__HVX__)
 #include <hexagon_types.h>
@@ -69,24 +68,44 @@ constexpr int64_t kBytes = 128;  // one HVX vector (hvx_length128b)
 inline HVX_Vector load(const void* at) { return *static_cast<const HVX_UVector*>(at); }
 inline void store(void* at, HVX_Vector v) { *static_cast<HVX_UVector*>(at) = v; }
 
-// The `count` bytes at `at` (all 128 when count >= 128), the rest zero: a tail never reads past
-// the end of its tensor.
-inline HVX_Vector load_bytes(const void* at, int64_t count) {
-  if (count >= kBytes) return load(at);
-  alignas(kBytes) uint8_t tail[kBytes] = {};
-  std::memcpy(tail, at, static_cast<size_t>(count));
-  return *reinterpret_cast<const HVX_Vector*>(tail);
+// A tail of fewer than 128 bytes is read and written through the aligned vectors holding its
+// first and last bytes: an aligned vector lies within one page, so it is always mapped when one
+// of its bytes is, and the bytes of it past the tensor are read but never kept or written. (A
+// copy through a buffer instead costs a memset and a memcpy, some 80 packets per tail: at decode
+// shapes, as much as the rest of a call.)
+inline const HVX_Vector* aligned_vector(const void* at) {
+  return reinterpret_cast<const HVX_Vector*>(reinterpret_cast<uintptr_t>(at) & ~static_cast<uintptr_t>(kBytes - 1));
 }
 
-// The first `count` bytes of v (all 128 when count >= 128) stored at `at`.
+// The first `count` bytes of a vector (none when count <= 0, all when count >= 128).
+inline HVX_VectorPred first_bytes(int64_t count) {
+  if (count >= kBytes) return Q6_Q_vcmp_eq_VbVb(Q6_V_vzero(), Q6_V_vzero());
+  return Q6_Q_vsetq_R(static_cast<int32_t>(count > 0 ? count : 0));
+}
+
+// The `count` bytes at `at` (all 128 when count >= 128), the rest zero: a tail never reads past
+// the aligned vector holding its last byte.
+inline HVX_Vector load_bytes(const void* at, int64_t count) {
+  if (count >= kBytes) return load(at);
+  if (count <= 0) return Q6_V_vzero();
+  const HVX_Vector low = *aligned_vector(at), high = *aligned_vector(static_cast<const uint8_t*>(at) + count - 1);
+  const int32_t offset = static_cast<int32_t>(reinterpret_cast<uintptr_t>(at));  // valign takes its low 7 bits
+  return Q6_V_vand_QV(first_bytes(count), Q6_V_valign_VVR(high, low, offset));
+}
+
+// The first `count` bytes of v (all 128 when count >= 128) stored at `at`: v rotated to the
+// address's alignment, stored under a byte mask into the one or two aligned vectors it meets.
 inline void store_bytes(void* at, HVX_Vector v, int64_t count) {
   if (count >= kBytes) {
     store(at, v);
     return;
   }
-  alignas(kBytes) uint8_t tail[kBytes];
-  *reinterpret_cast<HVX_Vector*>(tail) = v;
-  std::memcpy(at, tail, static_cast<size_t>(count));
+  if (count <= 0) return;
+  const int64_t offset = static_cast<int64_t>(reinterpret_cast<uintptr_t>(at) & (kBytes - 1)), end = offset + count;
+  HVX_Vector* first = const_cast<HVX_Vector*>(aligned_vector(at));
+  const HVX_Vector rotated = Q6_V_vlalign_VVR(v, v, static_cast<int32_t>(offset));  // byte offset + i: v's byte i
+  Q6_vmem_QRIV(Q6_Q_and_QQn(first_bytes(end), first_bytes(offset)), first, rotated);
+  if (end > kBytes) Q6_vmem_QRIV(first_bytes(end - kBytes), first + 1, rotated);
 }
 
 // The sum of the 32 unsigned word lanes of v (what vrmpy accumulates).
