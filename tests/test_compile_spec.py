@@ -29,6 +29,7 @@ from qnn_custom_ops.lowering import (
     device_library_path,
 )
 
+from .conftest import REPO
 from .qnn_wrappers import op_wrappers
 from .test_bridge import HALVES, SINK, bound_nodes, edge_program
 from .torch_ops import ARG_KIND_PACKAGE, EXAMPLE_PACKAGE, MUL3
@@ -180,3 +181,63 @@ def test_without_the_sdk_partitioning_says_so_in_one_line(mul3_binding, builds, 
     message = str(info.value)
     assert "\n" not in message
     assert "needs the QNN SDK" in message and "QNN_SDK_ROOT" in message and "host target" in message
+
+
+@pytest.fixture
+def executorch_builder(monkeypatch):
+    """ExecuTorch's own ``QnnCustomOpPackageBuilder``, whose constructor imports the QNN SDK's
+    Python op package generator: a TEST DOUBLE of that generator (reading the config with our
+    reader) stands in for it; the builder's own code runs as it is."""
+    import sys
+    import types
+
+    class QnnOpPackageGeneratorDouble:
+        def parse_config(self, paths):
+            package = qco.load_package(paths[0])
+            operators = [types.SimpleNamespace(type_name=op) for op in package.ops]
+            self.package_infos = [types.SimpleNamespace(name=package.name, operators=operators)]
+
+    generator = types.ModuleType("qti.aisw.op_package_generator.generator")
+    generator.QnnOpPackageGenerator = QnnOpPackageGeneratorDouble
+    monkeypatch.setitem(sys.modules, "qti.aisw.op_package_generator.generator", generator)
+    monkeypatch.delitem(sys.modules, "executorch.backends.qualcomm.custom_op.interface", raising=False)
+    from executorch.backends.qualcomm.custom_op.interface import QnnCustomOpPackageBuilder
+
+    return QnnCustomOpPackageBuilder
+
+
+def test_executorchs_own_op_package_options_are_taken_where_our_builds_are(mul3_binding, builds,
+                                                                          executorch_builder):
+    """What ExecuTorch's docs teach (QnnCustomOpPackageBuilder) goes where our builds go, checked
+    against the binding as ours are and kept as it is: its device path stays its own."""
+    config = next(p for p in (REPO / "op_packages/ExampleOpPackage/config").glob("*.xml"))
+    options = (executorch_builder(str(config), {"ExampleCustomOp": MUL3})
+               .register_implementation(QnnExecuTorchOpPackageTarget.HTP, QnnExecuTorchOpPackagePlatform.X86_64,
+                                        str(builds[0].library))
+               .register_implementation(QnnExecuTorchOpPackageTarget.HTP,
+                                        QnnExecuTorchOpPackagePlatform.AARCH64_ANDROID, "/data/local/tmp/mine.so")
+               .get_op_package_options())
+    infos = decoded(qco.compile_spec("SM8650", mul3_binding, options)).op_package_options.op_package_infos
+    assert [(i.platform, i.op_package_path, i.custom_op_name) for i in infos] == [
+        (QnnExecuTorchOpPackagePlatform.X86_64, str(builds[0].library), "my_ops.mul3.default"),
+        (QnnExecuTorchOpPackagePlatform.AARCH64_ANDROID, "/data/local/tmp/mine.so", "my_ops.mul3.default"),
+    ]
+
+
+def test_executorchs_options_that_disagree_with_the_binding_are_reported_together(mul3_binding, tmp_path,
+                                                                                 executorch_builder):
+    config = next(p for p in (REPO / "op_packages/ExampleOpPackage/config").glob("*.xml"))
+    options = (executorch_builder(str(config), {"ExampleCustomOp": torch.ops.my_ops.mul3})  # the packet, not .default
+               .register_implementation(QnnExecuTorchOpPackageTarget.CPU, QnnExecuTorchOpPackagePlatform.X86_64,
+                                        str(tmp_path / "missing.so"))
+               .get_op_package_options())
+    with pytest.raises(CompileSpecError) as info:
+        qco.compile_spec("SM8650", mul3_binding, options)
+    assert str(info.value).splitlines() == [
+        "op package ExampleOpPackage:",
+        "  no HTP build: add one for the library made by `make htp_vNN` (device) or `make htp_x86` (simulator): "
+        "OpPackageBuild('HTP', ...), or ExecuTorch's register_implementation(...Target.HTP, ...)",
+        f"  {tmp_path / 'missing.so'}: no such library (build it with the package Makefile)",
+        "  ExampleCustomOp: custom_op_name 'my_ops.mul3' is not the bound 'my_ops.mul3.default': map it to the "
+        "overload (torch.ops.ns.op.default)",
+    ]

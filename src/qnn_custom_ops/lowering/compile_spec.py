@@ -43,6 +43,8 @@ _PLATFORMS = {
     Platform.X86_64: QnnExecuTorchOpPackagePlatform.X86_64,
     Platform.AARCH64_ANDROID: QnnExecuTorchOpPackagePlatform.AARCH64_ANDROID,
 }
+_TARGET_NAMES = {value: key for key, value in _TARGETS.items()}
+_PLATFORM_NAMES = {value: key for key, value in _PLATFORMS.items()}
 
 
 class CompileSpecError(ReportedError, ValueError):
@@ -98,15 +100,21 @@ def interface_provider(package_name: str) -> str:
     return f"{package_name}InterfaceProvider"
 
 
-def op_package_options(binding: OpPackageBinding, builds: Iterable[OpPackageBuild]) -> QnnExecuTorchOpPackageOptions:
+def op_package_options(
+    binding: OpPackageBinding, builds: Iterable[OpPackageBuild] | QnnExecuTorchOpPackageOptions
+) -> QnnExecuTorchOpPackageOptions:
     """One op package info per (bound op, build); raises ``CompileSpecError`` listing every problem.
 
     x86_64 libraries are loaded on this machine at compile time: they must exist and export
-    ``<Pkg>InterfaceProvider``. Android libraries only need a device path here.
+    ``<Pkg>InterfaceProvider``. Android libraries only need a device path here. ``builds`` may
+    also be ExecuTorch's own options (``QnnCustomOpPackageBuilder.get_op_package_options()``):
+    they are checked against the binding the same way and kept as they are, device paths included.
     """
+    if isinstance(builds, QnnExecuTorchOpPackageOptions):
+        return _checked_executorch_options(binding, builds)
     builds = list(builds)
     name = binding.package.name
-    problems = _check_builds(name, builds)
+    problems = _check_builds(interface_provider(name), builds)
     if not binding.ops:
         problems.append("the binding binds no op: bind at least one QNN op to a torch op")
     if problems:
@@ -127,12 +135,55 @@ def op_package_options(binding: OpPackageBinding, builds: Iterable[OpPackageBuil
     return QnnExecuTorchOpPackageOptions(op_package_infos=infos)
 
 
-def _check_builds(package_name: str, builds: list[OpPackageBuild]) -> list[str]:
+def _checked_executorch_options(
+    binding: OpPackageBinding, options: QnnExecuTorchOpPackageOptions
+) -> QnnExecuTorchOpPackageOptions:
+    """ExecuTorch's options for ``binding``'s package, or ``CompileSpecError`` listing every
+    info that names another package or an op the binding does not bind as it does, every bound
+    op without an implementation, and the problems of their libraries (as for our builds)."""
+    infos = list(options.op_package_infos)
+    provider = infos[0].interface_provider if infos else interface_provider(binding.package.name)
+    builds = {
+        OpPackageBuild(_TARGET_NAMES[i.target], _PLATFORM_NAMES[i.platform], Path(i.op_package_path)) for i in infos
+    }
+    problems = _check_builds(provider, sorted(builds, key=str)) + _binding_problems(binding, infos)
+    if problems:
+        raise CompileSpecError(f"op package {binding.package.name}:\n" + "\n".join(f"  {p}" for p in problems))
+    return options
+
+
+def _binding_problems(binding: OpPackageBinding, infos: list[QnnExecuTorchOpPackageInfo]) -> list[str]:
+    """What in ``infos`` disagrees with ``binding``: the package, the op, the torch overload."""
+    name, problems = binding.package.name, []
+    for info in infos:
+        op = binding.ops.get(info.qnn_op_type_name)
+        if info.op_package_name != name:
+            problems.append(f"an implementation names op package {info.op_package_name!r}: the binding's is {name!r}")
+        elif op is None:
+            problems.append(
+                f"{info.qnn_op_type_name}: not bound (bound: {', '.join(binding.ops)}): bind it, or leave it out "
+                "of the torch_op_name_map"
+            )
+        elif info.custom_op_name != op.custom_op_name:
+            problems.append(
+                f"{info.qnn_op_type_name}: custom_op_name {info.custom_op_name!r} is not the bound "
+                f"{op.custom_op_name!r}: map it to the overload (torch.ops.ns.op.default)"
+            )
+    registered = {info.qnn_op_type_name for info in infos}
+    problems += [
+        f"{qnn_op}: bound but no implementation is registered (register_implementation for it)"
+        for qnn_op in binding.ops
+        if qnn_op not in registered
+    ]
+    return problems
+
+
+def _check_builds(provider: str, builds: list[OpPackageBuild]) -> list[str]:
     problems = []
     if not any(b.target is Target.HTP for b in builds):
         problems.append(
-            "no HTP build: add OpPackageBuild('HTP', ...) for the library made by `make htp_vNN` "
-            "(device) or `make htp_x86` (simulator)"
+            "no HTP build: add one for the library made by `make htp_vNN` (device) or `make htp_x86` "
+            "(simulator): OpPackageBuild('HTP', ...), or ExecuTorch's register_implementation(...Target.HTP, ...)"
         )
     seen = set()
     for build in builds:
@@ -145,7 +196,7 @@ def _check_builds(package_name: str, builds: list[OpPackageBuild]) -> list[str]:
         if not build.library.is_file():
             problems.append(f"{build.library}: no such library (build it with the package Makefile)")
             continue
-        missing = _missing_symbol(build.library, interface_provider(package_name))
+        missing = _missing_symbol(build.library, provider)
         if missing:
             problems.append(missing)
     return problems
@@ -180,11 +231,12 @@ def chipset(soc: str | QcomChipset) -> QcomChipset:
 def compile_spec(
     soc: str | QcomChipset,
     binding: OpPackageBinding,
-    builds: Iterable[OpPackageBuild],
+    builds: Iterable[OpPackageBuild] | QnnExecuTorchOpPackageOptions,
     quant: bool = True,
     **options: object,
 ) -> list:
-    """The full QNN HTP compile spec for ``to_edge_transform_and_lower``, op packages included.
+    """The full QNN HTP compile spec for ``to_edge_transform_and_lower``, op packages included
+    (``builds``: ours, or ExecuTorch's ``QnnCustomOpPackageBuilder.get_op_package_options()``).
 
     ``quant=False`` compiles for the HTP's fp16 precision. Extra ``options`` go to
     executorch's ``generate_qnn_executorch_compiler_spec`` (e.g. ``online_prepare``).
