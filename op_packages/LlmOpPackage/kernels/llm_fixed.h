@@ -10,6 +10,7 @@
 
 #include "llm_access.h"
 #include "qco/hvx.h"
+#include "qco/math.h"
 
 namespace LlmOpPackage {
 
@@ -85,11 +86,26 @@ inline FixedMultiplier activation_multiplier(float real, qco::DType activation) 
   return activation == qco::DType::kUFixed8 ? fixed_multiplier(real, 15, 31) : fixed_multiplier(real, 31, 62);
 }
 
-// ratio 2^shift rounded, capped at 2^bits - 1.
+// The per-call constants below are computed without libm: frexp, ldexp and nearbyint are calls
+// of 10-30 packets each on Hexagon, which a decode call of a few hundred packets notices.
+
+// std::frexp's exponent of v (|v| < 2^e <= 2 |v|), from the bits of a normal float.
+inline int32_t frexp_exponent(float v) {
+  const int32_t biased = static_cast<int32_t>(qco::detail::to_bits(v) >> 23 & 0xFF);
+  if (biased == 0 || biased == 0xFF) {  // zero, subnormal, infinite or NaN: frexp's own answer
+    int exponent = 0;
+    std::frexp(v, &exponent);
+    return exponent;
+  }
+  return biased - 126;
+}
+
+// ratio 2^shift rounded (half to even), capped at 2^bits - 1; shift and bits in [0, 127]. Times a
+// power of two, which is exact as std::ldexp is.
 inline int64_t scaled_ratio(float ratio, int32_t shift, int32_t bits) {
-  const float scaled = std::ldexp(ratio, shift);
-  const float limit = std::ldexp(1.0f, bits) - 1.0f;
-  return static_cast<int64_t>(std::nearbyint(scaled < limit ? scaled : limit));
+  const float scaled = ratio * qco::detail::exp2_whole(shift);
+  const float limit = qco::detail::exp2_whole(bits) - 1.0f;
+  return static_cast<int64_t>(qco::round_half_even(scaled < limit ? scaled : limit));
 }
 
 // Two non-negative ratios as integers over one shift, apply({1, shift}, a first + b second) their
@@ -104,8 +120,7 @@ struct TermScales {
 inline TermScales term_scales(float first, float second, int32_t bits, int32_t min_shift, int32_t max_shift) {
   const auto bounded = [](float ratio) { return ratio > 0.0f ? (ratio < 1e30f ? ratio : 1e30f) : 0.0f; };  // NaN: 0
   first = bounded(first), second = bounded(second);
-  int exponent = 0;
-  std::frexp(first > second ? first : second, &exponent);  // both below 2^exponent
+  const int32_t exponent = frexp_exponent(first > second ? first : second);  // both below 2^exponent
   int32_t shift = bits - exponent;
   shift = shift < min_shift ? min_shift : (shift > max_shift ? max_shift : shift);
   return {scaled_ratio(first, shift, bits), scaled_ratio(second, shift, bits), shift};
