@@ -21,7 +21,8 @@ from qnn_custom_ops.library.hf import LlmDtypeWarning, LlmShape
 from qnn_custom_ops.runtime import method_specs
 
 from .conftest import REPO, shared_build
-from .test_hf_export import COMMON, NEW_TOKENS, PROMPT, hf_model, hf_tokens
+from .hf_models import COMMON, hf_model
+from .test_hf_export import NEW_TOKENS, PROMPT, hf_tokens
 
 transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 tokenizers = pytest.importorskip("tokenizers")
