@@ -21,10 +21,12 @@ from qnn_custom_ops.library.hf import LlmDtypeWarning, LlmShape
 from qnn_custom_ops.runtime import method_specs
 
 from .conftest import REPO, shared_build
-from .hf_models import COMMON, hf_model
-from .test_hf_export import NEW_TOKENS, PROMPT, hf_tokens
 
 transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
+
+from .hf_models import COMMON, hf_model  # noqa: E402  (after the dev extra)
+from .test_hf_export import NEW_TOKENS, PROMPT, hf_tokens  # noqa: E402
+
 tokenizers = pytest.importorskip("tokenizers")
 
 PREFILL, CTX = 8, 64
