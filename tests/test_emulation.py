@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import qnn_custom_ops as qco
-from qnn_custom_ops.runtime.loading import library_kernels
+from qnn_custom_ops.runtime.loading import library_kernels, program_operators
 from qnn_custom_ops.generator import generate
 from qnn_custom_ops.torch_bridge.quantized import Encoding
 from qnn_custom_ops.opdef import Datatype
@@ -90,6 +90,9 @@ def test_quantized_models_run_the_quantized_branch(quant_package, quant_dtype, a
     samples = samples_of((4, 8))
     converted = pt2e_quantize(ScaleModel().eval(), samples, binding, quant_dtype)
     program, outputs = run(converted, samples[0], binding, library)
+    # the linear's weight is dequantized and transposed once, when lowered, not on every call
+    assert {op.split("::")[-1].split(".")[0] for op in program_operators(program.buffer)}.isdisjoint(
+        {"dequantize_per_channel", "permute_copy", "t_copy"})
     (emulated,) = program.emulated
     encodings = dict(emulated.tensors)
     assert emulated.qnn_op_type == "ScaleRows"
@@ -144,6 +147,9 @@ def test_split_runs_with_two_output_encodings(split):
     model = SplitModel().eval()
     converted = pt2e_quantize(model, samples, binding, "8a8w")
     program, outputs = run(converted, samples[0], binding, library)
+    # the linear's weight is dequantized and transposed once, when lowered, not on every call
+    assert {op.split("::")[-1].split(".")[0] for op in program_operators(program.buffer)}.isdisjoint(
+        {"dequantize_per_channel", "permute_copy", "t_copy"})
     (emulated,) = program.emulated
     encodings = dict(emulated.tensors)
     assert encodings["first_half"] != encodings["second_half"]

@@ -27,6 +27,7 @@ from ..opdef import Datatype
 from ..torch_bridge import OpPackageBinding
 from ..torch_bridge.quantized import Encoding, encoding_of, is_dequantize
 from .emulation import EmulatedOp, cast_int64_inputs, emulate_quantized
+from .folding import FoldQuantizedWeights
 from .op_builder import bound_visitors
 from .partitioner import QnnCustomOpPartitioner
 from .preflight import PreflightError, preflight
@@ -148,6 +149,7 @@ def lower_methods(
             emulated += ops
         edge = to_edge_transform_and_lower(
             exported,
+            transform_passes={n: [FoldQuantizedWeights()] if is_quantized(p) else [] for n, p in exported.items()},
             partitioner=partitioners,
             constant_methods=dict(constant_methods or {}),
             compile_config=EdgeCompileConfig(_check_ir_validity=False),
@@ -175,7 +177,8 @@ def lower(
     host kernel library (``build_host_library``); for a quantized model each bound op runs
     its kernel's quantized branch on the quantized tensors as the HTP does
     (``emulate="quantized"``, the default), or its float branch between dequantize and
-    quantize nodes (``emulate="float"``, for comparison). ``target="qnn"``: the QNN
+    quantize nodes (``emulate="float"``, for comparison), and its weights are dequantized
+    once, when lowered (``FoldQuantizedWeights``), not on every call. ``target="qnn"``: the QNN
     partitioner with ``compile_spec`` (``compile_spec(soc, binding, builds)``); needs the QNN
     SDK and says so in one line without it. ``output`` writes the .pte (atomically), and
     beside it ``<output>.encodings.json``, the outputs' quantization encodings.
