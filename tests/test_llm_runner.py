@@ -189,6 +189,42 @@ def test_a_runner_copying_16a8w_codes_generates_exactly_what_a_loop_on_reals_doe
 
 
 @pytest.mark.slow
+def test_a_qnn_export_passes_as_codes_what_the_runner_holds_as_codes():
+    """QNN's own edge passes (they run without the SDK) tag the converted decode method's
+    quantized IO: the mask, the caches in and out and the logits, as the uint16 codes of the
+    runner's buffers; tokens and positions stay integers. Our partitioner and QNN's compile
+    need the SDK; what is tagged here is what BuildQuantIo turns into the program's IO."""
+    from executorch.backends.qualcomm._passes.qnn_pass_manager import get_qnn_pass_manager_cls
+    from executorch.backends.qualcomm.serialization.qc_schema import QnnExecuTorchBackendType
+    from executorch.backends.qualcomm.utils.constants import QCOM_QUANTIZED_IO
+    from executorch.backends.qualcomm.utils.utils import qnn_edge_config
+    from executorch.exir import to_edge_transform_and_lower
+
+    from qnn_custom_ops.library import export_llm, quantize_llm
+    from qnn_custom_ops.library.runner_loop import method_encodings
+    from qnn_custom_ops.lowering.program import qnn_edge_passes
+    from qnn_custom_ops.lowering.quantized_io import quantized_io
+
+    programs = export_llm(hf_model("llama", num_hidden_layers=1), prefill_len=4, ctx_len=16, cache="runner")
+    _, decode = quantize_llm(programs, "16a8w", [[5, 17, 42, 9]], 4)
+    exported = torch.export.export(decode, tuple(programs.decode.example_inputs), strict=True)
+    manager = get_qnn_pass_manager_cls(QnnExecuTorchBackendType.kHtpBackend)()
+    ready = manager.transform_for_export_pipeline(exported)
+    edge = to_edge_transform_and_lower(ready, transform_passes=qnn_edge_passes(manager, ready, quantized_io(exported)),
+                                       compile_config=qnn_edge_config()).exported_program()
+    nodes = list(edge.graph.nodes)
+    inputs = {n.name: n.meta.get(QCOM_QUANTIZED_IO) for n in nodes if n.name in edge.graph_signature.user_inputs}
+    (output,) = [n for n in nodes if n.op == "output"]
+    outputs = [n.meta.get(QCOM_QUANTIZED_IO) for n in output.args[0]]
+    encodings = method_encodings(decode)
+    # tokens, mask, input_pos, K cache, V cache; logits, new K, new V
+    assert list(inputs.values()) == [None, torch.uint16, None, torch.uint16, torch.uint16]
+    assert outputs == [torch.uint16] * 3
+    assert [e is not None for e in encodings.inputs] == [d is not None for d in inputs.values()]
+    assert [e is not None for e in encodings.outputs] == [d is not None for d in outputs]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["gemma2", "llama"])
 def test_the_runner_loop_chunks_a_long_prompt_and_follows_windows_as_hf_does(arch):
     """A 13-token prompt through a 4-token prefill (chunks, stale padding rows) and Gemma 2's

@@ -272,6 +272,7 @@ def export_checkpoint(
         compile_spec=spec,
         constant_methods=_runner_metadata(programs, model, tokenizer, quant, eos_ids),
         plan_outputs=False,
+        codes_io=target == "qnn" and quant != "none",
     )
     progress(f"lowered in {time.monotonic() - started:.1f} s: {len(lowered.buffer) / 1e6:.1f} MB")
     manifest = LlmManifest(

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from executorch.backends.qualcomm._passes import BuildQuantIo, TagQuantIO
 from executorch.backends.qualcomm._passes.qnn_pass_manager import get_qnn_pass_manager_cls
 from executorch.backends.qualcomm.serialization.qc_schema import QnnExecuTorchBackendType
+from executorch.backends.qualcomm.utils.constants import QCOM_PASS_ACTIVATE_KEY, QCOM_PASS_ARGS_KWARGS_DEFAULTS_KEY
 from executorch.backends.qualcomm.utils.utils import qnn_edge_config
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import (
@@ -31,6 +33,7 @@ from .folding import FoldQuantizedWeights
 from .op_builder import bound_visitors
 from .partitioner import QnnCustomOpPartitioner
 from .preflight import PreflightError, preflight
+from .quantized_io import QuantizedIo, quantized_io
 
 TARGETS = ("host", "qnn")
 EMULATIONS = ("quantized", "float")
@@ -94,28 +97,39 @@ def _prepare_host(
     return [], emulate_quantized(exported, binding) if emulate == "quantized" else []
 
 
+def qnn_edge_passes(pass_manager: Any, program: torch.export.ExportedProgram, io: QuantizedIo | None) -> list:
+    """QNN's to-edge passes for ``program``, with ``io`` tagged as quantized IO (``TagQuantIO``)."""
+    job = pass_manager.get_capture_program_passes()
+    if io is not None:
+        job[TagQuantIO][QCOM_PASS_ACTIVATE_KEY] = True
+        job[TagQuantIO][QCOM_PASS_ARGS_KWARGS_DEFAULTS_KEY]["get_quant_io_dtype_fn"] = io.dtype_of
+    return pass_manager.get_to_edge_transform_passes(program, passes_job=job)
+
+
 def _lower_qnn(
     exported: Mapping[str, torch.export.ExportedProgram],
     binding: OpPackageBinding,
     compile_spec: list,
     constant_methods: dict[str, Any],
+    io: Mapping[str, QuantizedIo | None],
 ) -> Any:
     """QNN's own export and edge passes, our partitioner, and our visitors for the bound ops
     while QNN builds its graph (executorch's own visitor is back afterwards)."""
     pass_manager = get_qnn_pass_manager_cls(QnnExecuTorchBackendType.kHtpBackend)()
+    ready = {name: pass_manager.transform_for_export_pipeline(program) for name, program in exported.items()}
     with bound_visitors(binding):
         return to_edge_transform_and_lower(
-            {name: pass_manager.transform_for_export_pipeline(program) for name, program in exported.items()},
-            transform_passes={
-                name: pass_manager.get_to_edge_transform_passes(program) for name, program in exported.items()
-            },
+            ready,
+            transform_passes={name: qnn_edge_passes(pass_manager, p, io[name]) for name, p in ready.items()},
             partitioner=[QnnCustomOpPartitioner(compile_spec, binding)],
             constant_methods=constant_methods,
             compile_config=qnn_edge_config(),
         )
 
 
-def _check_choices(target: str, emulate: str, compile_spec: list | None) -> None:
+def _check_choices(target: str, emulate: str, compile_spec: list | None, codes_io: bool = False) -> None:
+    if codes_io and target != "qnn":
+        raise UsageError("codes_io=True is for target='qnn' (a device runner's codes); host programs take reals")
     if target not in TARGETS:
         raise UsageError(f"unknown target {target!r}: use one of {', '.join(TARGETS)}")
     if emulate not in EMULATIONS:
@@ -133,12 +147,15 @@ def lower_methods(
     emulate: str = "quantized",
     constant_methods: Mapping[str, Any] | None = None,
     plan_outputs: bool = True,
+    codes_io: bool = False,
 ) -> LoweredProgram:
     """``lower`` for a program of several methods (``{name: (model, example_inputs)}``), with
     ``constant_methods`` (metadata a device runner reads, e.g. ``get_n_layers``). With
     ``plan_outputs=False`` outputs get no planned memory: a runner that hands each output its
-    own buffer (``set_output``, as ExecuTorch's LLM runners do) needs that."""
-    _check_choices(target, emulate, compile_spec)
+    own buffer (``set_output``, as ExecuTorch's LLM runners do) needs that. ``codes_io=True``
+    (QNN only): the inputs and outputs a converted model quantizes are passed as uint8/uint16
+    codes (``quantized_io``), as ExecuTorch's LLM runners pass caches, masks and logits."""
+    _check_choices(target, emulate, compile_spec, codes_io)
     exported = {name: torch.export.export(m, tuple(inputs), strict=True) for name, (m, inputs) in methods.items()}
     encodings = {name: output_encodings(program) for name, program in exported.items()}
     emulated: list[EmulatedOp] = []
@@ -156,8 +173,12 @@ def lower_methods(
         )
     else:
         assert compile_spec is not None  # refused above
-        edge = _lower_qnn(exported, binding, compile_spec, dict(constant_methods or {}))
-    config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_output=plan_outputs))
+        io = {name: quantized_io(program) if codes_io else None for name, program in exported.items()}
+        edge = _lower_qnn(exported, binding, compile_spec, dict(constant_methods or {}), io)
+    config = ExecutorchBackendConfig(
+        memory_planning_pass=MemoryPlanningPass(alloc_graph_output=plan_outputs),
+        passes=[BuildQuantIo()] if codes_io else [],
+    )
     return LoweredProgram(edge.to_executorch(config), tuple(emulated), encodings)
 
 
