@@ -141,7 +141,12 @@ def add_llm_commands(commands) -> None:
     export.add_argument("-o", "--output", required=True, metavar="OUT_DIR")
     export.add_argument("--prefill", type=_positive, default=32, metavar="N", help="prefill tokens per call (32)")
     export.add_argument("--ctx", type=_positive, default=512, metavar="N", help="context length (512)")
-    export.add_argument("--quant", default="none", help="none (float), 8a8w, 16a8w or 16a16w")
+    export.add_argument(
+        "--quant",
+        default="none",
+        help="none (float), 8a8w, 16a8w, 16a16w, 16a4w or 16a4w_block (4-bit projections per channel, or per "
+        "block of 32 input channels; lm_head and the library's ops at 16a8w)",
+    )
     export.add_argument("--calibration", metavar="FILE", help="calibration text, one prompt a line")
     export.add_argument("--target", default="host", help="host (run here) or qnn (the phone)")
     export.add_argument("--soc", help="the phone's chipset for --target qnn, e.g. SM8650")

@@ -29,7 +29,6 @@ from .hf import LlmPrograms, LlmShape, export_llm
 from .runner_loop import MethodEncodings, RunnerLoop, check_fits, method_encodings
 from .steps import host_step
 
-QUANTS = ("none", "8a8w", "16a8w", "16a16w")
 TARGETS = ("host", "qnn")
 METHODS = ("prefill_forward", "kv_forward")
 MANIFEST, PROGRAM, TOKENIZER = "manifest.json", "model.pte", "tokenizer"
@@ -239,10 +238,11 @@ def export_checkpoint(
     calibration text (one prompt a line; a built-in text by default), lowered for ``target``,
     written to ``out_dir`` whole or not at all."""
     from ..lowering.program import lower_methods
+    from ..quantizer import QUANT_MODES
     from .generation import quantize_llm
     from .llm import llm_binding
 
-    _require_choice("--quant", quant, QUANTS)
+    _require_choice("--quant", quant, ("none", *QUANT_MODES))
     _require_choice("--target", target, TARGETS)
     spec = _compile_spec(soc) if target == "qnn" else None
     model, tokenizer = load_checkpoint(checkpoint, progress)

@@ -140,10 +140,12 @@ def min_max_overrides(quant_dtype: str) -> dict:
     from torchao.quantization.pt2e import MinMaxObserver
 
     from ..opdef import Role
-    from ..quantizer.annotation import Override, quant_dtype_of
+    from ..quantizer import quant_dtype_of, quant_mode
+    from ..quantizer.annotation import Override
     from .llm import llm_package, llm_quant_overrides
 
-    spec = QUANT_CONFIG_DICT[(quant_dtype_of(quant_dtype), False)][0](act_observer=MinMaxObserver).input_activation
+    ops = quant_dtype_of(quant_mode(quant_dtype).ops)
+    spec = QUANT_CONFIG_DICT[(ops, False)][0](act_observer=MinMaxObserver).input_activation
     overrides = llm_quant_overrides()
     for op, inputs in _ACTIVATIONS.items():
         own: dict[tuple | str, Override] = {(Role.INPUT, i): spec for i in inputs}
@@ -164,8 +166,10 @@ def quantize_llm(
     the KV-cache overrides), calibrated on the inputs float greedy generation from each prompt
     gives them, so the caches they observe are the ones they will carry. With
     ``cache="runner"`` each layer's K (and V) cache input and new rows share one encoding in
-    both programs (``share_cache_encodings``), so a runner copies codes. ``progress`` hears
-    one line per calibration prompt."""
+    both programs (``share_cache_encodings``), so a runner copies codes. ``quant_dtype`` is a
+    ``QUANT_MODES`` name: 16a4w and 16a4w_block give the projections 4-bit weights and keep the
+    ``lm_head`` at 16a8w, as ExecuTorch's Llama recipes do. ``progress`` hears one line per
+    calibration prompt."""
     from torchao.quantization.pt2e import MinMaxObserver
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -194,6 +198,7 @@ def quantize_llm(
             quant_dtype,
             min_max_overrides(quant_dtype),
             per_channel_linear=True,
+            keep=_is_lm_head,
             act_observer=MinMaxObserver,
         )
         module = prepare_pt2e(program.exported.module(), quantizer)
@@ -205,6 +210,13 @@ def quantize_llm(
     if programs.shape.cache == "runner":
         share_cache_encodings(prepared, programs.shape)
     return convert_pt2e(prepared[0]), convert_pt2e(prepared[1])
+
+
+def _is_lm_head(node: torch.fx.Node) -> bool:
+    """The logits' projection, the layer 4-bit modes keep at 8 bits (the one most sensitive:
+    every logit goes through it)."""
+    stack = list(node.meta.get("nn_module_stack", {}).values())
+    return bool(stack) and stack[-1][0] == "lm_head"
 
 
 def _runner_calibration(shape: LlmShape, step: Step, prompt: Sequence[int], new_tokens: int) -> Generation:

@@ -20,6 +20,7 @@ FOLDABLE = frozenset(
     {
         exir_ops.edge.quantized_decomposed.dequantize_per_tensor.default,
         exir_ops.edge.quantized_decomposed.dequantize_per_channel.default,
+        exir_ops.edge.torchao.dequantize_affine.default,
         exir_ops.edge.aten.permute_copy.default,
         exir_ops.edge.aten.t_copy.default,
         exir_ops.edge.aten.transpose_copy.int,

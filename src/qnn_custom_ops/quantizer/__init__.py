@@ -15,18 +15,21 @@ from .annotation import (  # noqa: E402
     quant_dtype_of,
     spec_datatype,
 )
-from .factory import BoundOpsQnnQuantizer, make_quantizer  # noqa: E402
+from .factory import QUANT_MODES, BoundOpsQnnQuantizer, QuantMode, make_quantizer, quant_mode  # noqa: E402
 
 __all__ = [
     "BoundOpsQnnQuantizer",
     "FLOAT_TENSORS_KEY",
     "QUANT_DTYPES",
+    "QUANT_MODES",
     "QuantAnnotationError",
+    "QuantMode",
     "Share",
     "io_quant_configs",
     "make_annotation",
     "make_quantizer",
     "quant_annotation",
     "quant_dtype_of",
+    "quant_mode",
     "spec_datatype",
 ]

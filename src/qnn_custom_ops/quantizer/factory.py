@@ -2,30 +2,85 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-from executorch.backends.qualcomm.quantizer.quantizer import QnnQuantizer
+from executorch.backends.qualcomm.quantizer.quantizer import ModuleQConfig, QnnQuantizer, QuantDtype
 from executorch.backends.qualcomm.serialization.qc_schema import QcomChipset
 from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
 
+from ..errors import UsageError
 from ..torch_bridge import OpPackageBinding
-from .annotation import Overrides, quant_annotation, quant_dtype_of
+from .annotation import Overrides, quant_annotation
+
+
+@dataclass(frozen=True)
+class QuantMode:
+    """A ``quant_dtype`` of ``make_quantizer``: ``QnnQuantizer``'s default config (the aten ops:
+    activations, and weights per tensor, or per output channel, or per block of ``block_size``
+    input channels for the linear layers), the ``quant_dtype`` of the bound ops' annotation, and
+    the dtype of the layers a ``keep`` predicate names (an LLM's ``lm_head``). The 4-bit modes
+    annotate the bound ops as 16a8w: their 16-bit activations are 16a4w's, and no OpDef of the
+    library declares a 4-bit weight (RMSNorm's gain keeps its 8 bits, as ExecuTorch's own
+    RMSNorm keeps 16)."""
+
+    default: QuantDtype
+    ops: str
+    block_size: int | None = None
+    kept: QuantDtype | None = None
+
+
+#: The block size of 16a4w_block: ExecuTorch's Qualcomm recipes for Llama 3.2 1B/3B, Qwen3-0.6B,
+#: SmolLM3 and GLM (``static_llm_quant_recipe.py``: conv2d weights ``(1, 32, 1, 1)``, 32 input
+#: channels per scale of each output channel).
+BLOCK_SIZE = 32
+QUANT_MODES = {
+    "8a8w": QuantMode(QuantDtype.use_8a8w, "8a8w"),
+    "16a8w": QuantMode(QuantDtype.use_16a8w, "16a8w"),
+    "16a16w": QuantMode(QuantDtype.use_16a16w, "16a16w"),
+    "16a4w": QuantMode(QuantDtype.use_16a4w, "16a8w", kept=QuantDtype.use_16a8w),
+    "16a4w_block": QuantMode(QuantDtype.use_16a4w_block, "16a8w", BLOCK_SIZE, kept=QuantDtype.use_16a8w),
+}
+
+
+def quant_mode(name: str) -> QuantMode:
+    """The mode of a name, or one error listing the names (not executorch's KeyError)."""
+    try:
+        return QUANT_MODES[name]
+    except KeyError:
+        raise UsageError(f"unknown quant_dtype {name!r}: use one of {', '.join(QUANT_MODES)}") from None
 
 
 class BoundOpsQnnQuantizer(QnnQuantizer):
     """``QnnQuantizer`` that leaves the bound ops to our annotation: it skips them in its own
     pass (which would print "No quant config is implemented" for each, although ours
-    quantizes them) and asks no output range of a multi-output one."""
+    quantizes them) and asks no output range of a multi-output one. With a ``block_size`` each
+    linear layer under the default config gets per-block weights (``QnnQuantizer`` takes them
+    per node name, known once the graph is)."""
 
-    def __init__(self, binding: OpPackageBinding, **kwargs: Any) -> None:
+    def __init__(self, binding: OpPackageBinding, block_size: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.binding = binding
+        self.block_size = block_size
 
     def annotate(self, model: Any) -> Any:
         bound = [n.name for n in model.graph.nodes if self.binding.op_for(n) is not None]
         self.add_discard_nodes([*self.discard_nodes, *bound])  # add_discard_nodes replaces the set
+        if self.block_size is not None:
+            self.set_block_size_map({n.name: (1, self.block_size) for n in self._blocked_linears(model)})
         return super().annotate(model)
+
+    def _blocked_linears(self, model: Any) -> list[torch.fx.Node]:
+        """The linear layers of the default config whose input channels split into whole blocks."""
+        return [
+            n
+            for n in model.graph.nodes
+            if n.target == torch.ops.aten.linear.default
+            and self._get_submodule_qconfig(n) is self.default_quant_config
+            and n.args[1].meta["val"].shape[-1] % self.block_size == 0
+        ]
 
     def _get_quant_range(self, node: torch.fx.Node) -> int | None:
         """No range, quietly, for a bound multi-output op: its outputs' specs are on its getitem
@@ -45,21 +100,29 @@ def make_quantizer(
     soc_model: str = "SM8750",
     per_channel_conv: bool = True,
     per_channel_linear: bool = False,
+    keep: Callable[[torch.fx.Node], bool] | None = None,
     **default_config: Any,
 ) -> QnnQuantizer:
-    """A ``QnnQuantizer`` for ``quant_dtype`` whose custom annotation covers the bound ops.
+    """A ``QnnQuantizer`` for ``quant_dtype`` (a ``QUANT_MODES`` name) whose custom annotation
+    covers the bound ops.
 
     Configured as executorch's ``export_utils.make_quantizer`` does (which also accepts
     ``quant_annotation(binding, ...)`` as a custom annotation), without importing its debug
-    tooling. ``default_config`` goes to ``QnnQuantizer.set_default_quant_config``.
+    tooling. ``default_config`` goes to ``QnnQuantizer.set_default_quant_config``. Nodes
+    ``keep`` accepts take the mode's ``kept`` dtype per channel (a 4-bit mode's ``lm_head`` at
+    16a8w, as ExecuTorch's Llama recipes keep it).
     """
-    annotation = quant_annotation(binding, quant_dtype, overrides)
-    quantizer = BoundOpsQnnQuantizer(binding, soc_model=QcomChipset[soc_model])
+    mode = quant_mode(quant_dtype)
+    annotation = quant_annotation(binding, mode.ops, overrides)
+    quantizer = BoundOpsQnnQuantizer(binding, mode.block_size, soc_model=QcomChipset[soc_model])
     quantizer.add_custom_quant_annotations((annotation,))
     quantizer.set_default_quant_config(
-        quant_dtype_of(quant_dtype),
+        mode.default,
         is_conv_per_channel=per_channel_conv,
         is_linear_per_channel=per_channel_linear,
         **default_config,
     )
+    if keep is not None and mode.kept is not None:
+        kept = ModuleQConfig(mode.kept, is_conv_per_channel=True, is_linear_per_channel=True, **default_config)
+        quantizer.set_submodule_qconfig_list([(keep, kept)])
     return quantizer
