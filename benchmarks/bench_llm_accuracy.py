@@ -59,20 +59,50 @@ def perplexity(logits_list, windows) -> float:
     return math.exp(float(torch.stack(losses).mean()))
 
 
+def held_out_sets(held, windows: int) -> tuple:
+    """(windows, prompts): ``windows`` teacher-forcing windows of ``WINDOW`` tokens from the start
+    of the held-out stream, and 8 prompts of ``PROMPT`` tokens from its last 8 windows."""
+    return held[: windows * WINDOW].view(windows, WINDOW), [w[:PROMPT] for w in held[-8 * WINDOW :].view(8, WINDOW)]
+
+
+def compare(run: dict, reference: dict, windows) -> dict:
+    """A run's figures against the reference's (``evaluate`` results): top-1 agreement,
+    perplexity, per-position logits SQNR (min, median), greedy tokens equal out of 64."""
+    import torch
+
+    logits, expected = torch.cat(run["logits"]), torch.cat(reference["logits"])
+    sqnr = [sqnr_db(f, q) for f, q in zip(expected, logits)]
+    return {
+        "agree": float((logits.argmax(-1) == expected.argmax(-1)).float().mean()),
+        "ppl": perplexity(run["logits"], windows),
+        "sqnr_min": min(sqnr),
+        "sqnr_median": statistics.median(sqnr),
+        "greedy": sum(a == b for g, f in zip(run["greedy"], reference["greedy"]) for a, b in zip(g, f)),
+    }
+
+
+def row(name: str, figures: dict, float_ppl: float, seconds: float, width: int = 8) -> str:
+    """One line of the table ``HEADER`` heads."""
+    return (f"{name:<{width}}{figures['agree']:>12.1%}{figures['ppl']:>8.2f}{figures['ppl'] / float_ppl:>10.3f}"
+            f"{figures['sqnr_min']:>10.1f}{figures['sqnr_median']:>10.1f}{figures['greedy']:>7}/64{seconds:>9.0f}")
+
+
+def header(name: str = "mode", width: int = 8) -> str:
+    return (f"{name:<{width}}{'top-1 agree':>12}{'ppl':>8}{'ppl/float':>10}{'SQNR min':>10}{'SQNR med':>10}"
+            f"{'greedy =':>10}{'seconds':>9}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quants", default="8a8w,16a8w,16a16w")
     parser.add_argument("--windows", type=int, default=12)
     args = parser.parse_args()
     with qco.quieted():
-        import torch
-
         from qnn_custom_ops.library import export_llm, llm_binding, package_dir, quantize_llm
         from qnn_custom_ops.runtime import HostRunner
 
         checkpoint, _, model, held, calibration = load_trained(PREFILL)
-        windows = held[: args.windows * WINDOW].view(args.windows, WINDOW)
-        prompts = [w[:PROMPT] for w in held[-8 * WINDOW :].view(8, WINDOW)]
+        windows, prompts = held_out_sets(held, args.windows)
         programs = export_llm(model, prefill_len=PREFILL, ctx_len=CTX, cache="runner")
         runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
         started = time.monotonic()
@@ -81,20 +111,12 @@ def main() -> None:
         float_ppl = perplexity(float_run["logits"], windows)
         print(f"{checkpoint.name}: float held-out perplexity {float_ppl:.2f} over {args.windows} windows of "
               f"{WINDOW} tokens ({time.monotonic() - started:.0f} s)")
-        print(f"{'mode':<8}{'top-1 agree':>12}{'ppl':>8}{'ppl/float':>10}{'SQNR min':>10}{'SQNR med':>10}"
-              f"{'greedy =':>10}{'seconds':>9}")
-        reference = torch.cat(float_run["logits"])
+        print(header())
         for quant in args.quants.split(","):
             started = time.monotonic()
             modules = quantize_llm(programs, quant, calibration, 16)
             run = evaluate(loop_for(programs, modules, runner), windows, prompts)
-            logits = torch.cat(run["logits"])
-            agree = float((logits.argmax(-1) == reference.argmax(-1)).float().mean())
-            sqnr = [sqnr_db(f, q) for f, q in zip(reference, logits)]
-            ppl = perplexity(run["logits"], windows)
-            same = sum(a == b for g, f in zip(run["greedy"], float_run["greedy"]) for a, b in zip(g, f))
-            print(f"{quant:<8}{agree:>12.1%}{ppl:>8.2f}{ppl / float_ppl:>10.3f}{min(sqnr):>10.1f}"
-                  f"{statistics.median(sqnr):>10.1f}{same:>7}/64{time.monotonic() - started:>9.0f}", flush=True)
+            print(row(quant, compare(run, float_run, windows), float_ppl, time.monotonic() - started), flush=True)
 
 
 if __name__ == "__main__":
