@@ -46,6 +46,14 @@ def shared_build(name: str, build: Callable[[Path], None]) -> Path:
     return root
 
 
+def sqnr_db(reference, approximation) -> float:
+    """10 log10 of the reference's power over the error's, in dB (inf when equal)."""
+    import torch
+
+    reference, approximation = reference.detach().double(), approximation.detach().double()
+    return float(10 * torch.log10(reference.pow(2).sum() / (reference - approximation).pow(2).sum()))
+
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 # Real public OpDef configs, kept in the repository: a clone needs nothing beside it.

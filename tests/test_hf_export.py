@@ -13,8 +13,8 @@ import torch
 
 import qnn_custom_ops as qco
 from qnn_custom_ops.library import RunnerLoop, llm_binding, package_dir
-from qnn_custom_ops.library.generation import greedy, greedy_batch, quantize_llm
-from qnn_custom_ops.library.steps import eager_step, host_step
+from qnn_custom_ops.library.generation import greedy, greedy_batch
+from qnn_custom_ops.library.steps import eager_step
 from qnn_custom_ops.library.hf import LlmExportError, export_llm
 from qnn_custom_ops.runtime import HostRunner
 
@@ -148,31 +148,3 @@ def test_float_programs_on_executorch_generate_hfs_32_greedy_tokens(arch, runner
         programs = export_llm(model, prefill_len=PREFILL_LEN, ctx_len=CTX_LEN, cache=cache, batch=len(BATCH_PROMPTS))
         got = greedy_batch(programs.shape, *lowered_steps(programs, runner), BATCH_PROMPTS, NEW_TOKENS)
         assert [g.tokens for g in got] == want
-
-
-def sqnr_db(signal: torch.Tensor, noisy: torch.Tensor) -> float:
-    return float(10 * torch.log10(signal.pow(2).sum() / (signal - noisy).pow(2).sum()))
-
-
-#: 16a8w logits against float, per step, teacher-forced on float's 32 tokens (each step's cache
-#: is the quantized run's own). Measured here: 11.7-34.9 dB, median 26 dB; random weights with
-#: a 0.5 spread give activations far wider than a trained model's, so these are floors for
-#: this model, not a claim about trained ones.
-MIN_16A8W_SQNR_DB, MEDIAN_16A8W_SQNR_DB = 8.0, 20.0
-#: Calibration covers the vocabulary: each token of a random model has its own ranges.
-CALIBRATION = [list(range(i, i + PREFILL_LEN)) for i in range(0, 128, PREFILL_LEN)]
-
-
-@pytest.mark.slow
-def test_16a8w_programs_on_executorch_stay_within_the_stated_sqnr_of_float(runner):
-    programs = export_llm(hf_model("llama"), prefill_len=PREFILL_LEN, ctx_len=CTX_LEN)
-    step = eager_step(programs.prefill.module)
-    reference = greedy(programs.shape, step, step, PROMPT, NEW_TOKENS)
-    prefill, decode = quantize_llm(programs, "16a8w", CALIBRATION, 8)
-    lowered = [qco.lower(m, p.example_inputs, llm_binding(), target="host")
-               for m, p in ((prefill, programs.prefill), (decode, programs.decode))]
-    quantized = greedy(programs.shape, host_step(runner, lowered[0].buffer), host_step(runner, lowered[1].buffer),
-                       PROMPT, NEW_TOKENS, forced=reference.tokens)
-    sqnr = torch.tensor([sqnr_db(f, q) for f, q in zip(reference.logits, quantized.logits)])
-    print("16a8w per-step logits SQNR (dB):", " ".join(f"{s:.1f}" for s in sqnr.tolist()))
-    assert float(sqnr.min()) >= MIN_16A8W_SQNR_DB and float(sqnr.median()) >= MEDIAN_16A8W_SQNR_DB

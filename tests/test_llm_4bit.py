@@ -19,7 +19,8 @@ from qnn_custom_ops.quantizer import QUANT_MODES  # noqa: E402
 from qnn_custom_ops.torch_bridge.quantized import encoding_of, is_dequantize  # noqa: E402
 
 from .hf_models import hf_model, lowered_steps  # noqa: E402
-from .test_hf_export import runner, sqnr_db  # noqa: E402, F401  (runner: the shared host runner fixture)
+from .conftest import sqnr_db  # noqa: E402
+from .test_hf_export import runner  # noqa: E402, F401  (the shared host runner fixture)
 from .test_llm_runner import cli_error  # noqa: E402
 
 TOKENS = [5, 17, 42, 9, 77, 3, 64, 21, 90, 33, 11, 58]

@@ -19,7 +19,7 @@ from qnn_custom_ops.lowering.op_builder import _EXECUTORCH_CUSTOM_OP
 from qnn_custom_ops.lowering import OpPackageBuild
 from qnn_custom_ops.quantizer import FLOAT_TENSORS_KEY, Share
 
-from .conftest import DATA
+from .conftest import DATA, sqnr_db
 from .qnn_wrappers import all_op_wrappers, qnn_edge_program, readback
 from .test_compile_spec import fake_op_package_library
 from .torch_ops import pt2e_quantize as quantize
@@ -62,12 +62,6 @@ def assert_quantized_output(node, expected_range):
     (user,) = node.users
     assert user.target in Q_OPS, f"{node}'s output is not quantized"
     assert qrange(user) == expected_range
-
-
-def sqnr_db(reference: torch.Tensor, approximation: torch.Tensor) -> float:
-    reference, approximation = reference.detach(), approximation.detach()
-    noise = (reference - approximation).pow(2).mean()
-    return float(10 * torch.log10(reference.pow(2).mean() / noise))
 
 
 def report(label, reference, approximation):
