@@ -119,21 +119,9 @@ inline void pass_through_codes(qco::TensorView& y, const qco::TensorView& x, con
 // with a, b the pair's codes minus x's zero point: products of 17 and 31 bits, which HVX takes
 // whole (vmpye/vmpyo) and adds with a carry. Encodings whose coefficients reach 2^27 (q < 3) or
 // stay below 2^-33 take rope_codes.
-//
-// The coefficients are laid out as the loop reads them: each table row of `half` angles padded
-// with zeros to whole blocks of `block`, neox's split even/odd per block for HVX (lane k of a
-// block holds angle 2k, then 2k + 1 - block); the portable loop's block is the row.
-struct RopeLayout {
-  int64_t block;
-  bool even_odd;
-
-  int64_t padded(int64_t half) const { return (half + block - 1) / block * block; }
-};
-
 struct Rope16 {
-  std::unique_ptr<int32_t[]> cosine, sine;  // C, S in the layout
-  int64_t padded;                           // lanes per table row
-  int32_t shift;                            // q
+  FixedMultiplier cosine, sine;  // a table's centered code to its coefficient: C = apply(cosine, c)
+  int32_t shift;                 // q
 };
 
 // f(i, code i minus the zero point) for every code of a table, a loop per code type (no switch
@@ -213,62 +201,50 @@ inline int32_t largest_code(const qco::TensorView& table) {
   return std::max(low < 0 ? -low : low, high < 0 ? -high : high);
 }
 
-// C or S of every entry of a table, in the layout: the centered code times `real` 2^q, rounded
-// (real's 31-bit multiplier applied; its shift exceeds q unless every code is 0: make_rope16's
-// bound). The arrays are left uninitialized before loops write every element: a zero-filled
-// vector costs a memset, which the Hexagon toolchain's C library does a byte at a time.
-inline std::unique_ptr<int32_t[]> rope_coefficients(const qco::TensorView& table, float real, int32_t q,
-                                                    int64_t half, const RopeLayout& layout) {
-  const int64_t count = table.numel(), rows = count / half, block = layout.block;
-  const FixedMultiplier multiplier = fixed_multiplier(real, 31, 62);  // real ~ mantissa 2^-shift
-  const bool zero = multiplier.mantissa == 0 || multiplier.shift - q < 1;
-  const FixedMultiplier scaled{multiplier.mantissa, zero ? 1 : multiplier.shift - q};
-  std::unique_ptr<int32_t[]> values(new int32_t[static_cast<size_t>(count)]);  // in the table's order
-  int32_t* value = values.get();
-  if (zero) {
-    for_each_centered(table, [value](int64_t i, int32_t) { value[i] = 0; });
-  } else {
-    for_each_centered(table, [value, scaled](int64_t i, int32_t c) {
-      value[i] = static_cast<int32_t>(apply(scaled, c));
-    });
+// The multiplier taking a table's centered codes to C or S: real's 31-bit multiplier with q taken
+// from its shift ({0, 3}, every coefficient 0, when no shift is left: real below 2^-33), or false
+// where its shift would be 1 or 2, which the HVX rounding (rounding_shift_low) does not take.
+inline bool coefficient_multiplier(float real, int32_t q, FixedMultiplier& scaled) {
+  const FixedMultiplier multiplier = fixed_multiplier_31(real);  // real ~ mantissa 2^-shift
+  const int32_t shift = multiplier.shift - q;
+  if (multiplier.mantissa == 0 || shift < 1) {
+    scaled = {0, 3};
+    return true;
   }
-  if (block == half && !layout.even_odd) return values;  // the portable loop's layout
-  std::unique_ptr<int32_t[]> lanes(new int32_t[static_cast<size_t>(rows * layout.padded(half))]);
-  int32_t* to = lanes.get();
-  for (int64_t s = 0; s < rows; ++s) {
-    for (int64_t start = 0; start < half; start += block) {
-      for (int64_t k = 0; k < block; ++k) {
-        const int64_t angle = start + (layout.even_odd ? (k < block / 2 ? 2 * k : 2 * k + 1 - block) : k);
-        *to++ = angle < half ? value[s * half + angle] : 0;
-      }
-    }
-  }
-  return lanes;
+  scaled = {multiplier.mantissa, shift};
+  return shift >= 3;
 }
 
-// The scheme's integers for these encodings in this layout, or false outside its domain (zero
-// points that are codes, 3 <= q <= 62).
+// The scheme's integers for these encodings, or false outside its domain (zero points that are
+// codes, 3 <= q <= 62, coefficient shifts of at least 3).
 inline bool make_rope16(Rope16& rope, const qco::TensorView& y, const qco::TensorView& x,
-                        const qco::TensorView& cos_table, const qco::TensorView& sin_table, int64_t half,
-                        const RopeLayout& layout) {
+                        const qco::TensorView& cos_table, const qco::TensorView& sin_table) {
   if (x.offset < -65535 || x.offset > 0 || y.offset < -65535 || y.offset > 0) return false;
   const float ratio = x.scale * (1.0f / y.scale);
   const float cosine = cos_table.scale * ratio, sine = sin_table.scale * ratio;
-  const float largest = std::fmax(cosine * static_cast<float>(largest_code(cos_table)),
-                                  sine * static_cast<float>(largest_code(sin_table)));
-  int exponent = 0;
-  std::frexp(largest, &exponent);  // every coefficient's real below 2^exponent
-  const int32_t q = 30 - exponent;
+  const float cosines = cosine * static_cast<float>(largest_code(cos_table));
+  const float sines = sine * static_cast<float>(largest_code(sin_table));
+  const float largest = sines > cosines || cosines != cosines ? sines : cosines;  // std::fmax, not a call on Hexagon
+  const int32_t q = 30 - frexp_exponent(largest);  // every coefficient's real below 2^(30 - q)
   if (!(largest < 0x1p27f) || q > 62) return false;  // (a NaN scale fails the first)
-  rope.cosine = rope_coefficients(cos_table, cosine, q, half, layout);
-  rope.sine = rope_coefficients(sin_table, sine, q, half, layout);
-  rope.padded = layout.padded(half);
   rope.shift = q;
-  return true;
+  return coefficient_multiplier(cosine, q, rope.cosine) && coefficient_multiplier(sine, q, rope.sine);
 }
 
-inline void rope_u16(qco::TensorView& y, const qco::TensorView& x, const RopeGeometry& g, const Rope16& rope) {
-  rotate_pairs<uint16_t>(y, x, g, rope.cosine.get(), rope.sine.get(), rope.shift);  // one block per table row
+// C or S of every entry of a table, in its order. Left uninitialized before the loop writes every
+// element: a zero-filled vector costs a memset.
+inline std::unique_ptr<int32_t[]> rope_coefficients(const qco::TensorView& table, FixedMultiplier multiplier) {
+  std::unique_ptr<int32_t[]> values(new int32_t[static_cast<size_t>(table.numel())]);
+  int32_t* value = values.get();
+  for_each_centered(table, [value, multiplier](int64_t i, int32_t c) { value[i] = static_cast<int32_t>(apply(multiplier, c)); });
+  return values;
+}
+
+inline void rope_u16(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
+                     const qco::TensorView& sin, const RopeGeometry& g, const Rope16& rope) {
+  const std::unique_ptr<int32_t[]> cosine = rope_coefficients(cos, rope.cosine);
+  const std::unique_ptr<int32_t[]> sine = rope_coefficients(sin, rope.sine);
+  rotate_pairs<uint16_t>(y, x, g, cosine.get(), sine.get(), rope.shift);
 }
 
 #if defined(__HVX__)
@@ -482,91 +458,160 @@ inline void rope_u8_packed(qco::TensorView& y, const qco::TensorView& x, const q
   }
 }
 
-// 16-bit codes on HVX: rope_u16 on 32 pairs per vector of int32 lanes (the centered codes as
-// centered_words widens them), the two coefficient tables laid out in the same lanes once per call.
-struct Rope16Lanes {
-  HVX_Vector a, b, cosine, sine;  // 32 int32 lanes each, one pair per lane
+// 16-bit codes on HVX: rope_u16 on int32 lanes, 32 pairs a product. The rows are taken table row
+// by table row, so the coefficients of each block of a table row's angles are computed once, by
+// vector work, for every head that meets them (no scalar loop per angle, no heap): a decode call
+// computes one table row's.
+
+// `count` codes of a table from code `at` (the rest 0) as 64 16-bit lanes in order, an 8-bit
+// table's widened by vunpack (which keeps the order vzxt splits).
+inline HVX_Vector table_halfwords(const qco::TensorView& table, int64_t at, int64_t count) {
+  if (is_8_bit(table.dtype)) {
+    const HVX_Vector bytes = qco::hvx::load_bytes(table.as<const uint8_t>() + at, count);
+    return Q6_V_lo_W(is_signed_code(table) ? Q6_Wh_vunpack_Vb(bytes) : Q6_Wuh_vunpack_Vub(bytes));
+  }
+  return qco::hvx::load_bytes(table.as<const uint16_t>() + at, 2 * count);
+}
+
+// apply(multiplier, c) of 64 table codes (as table_halfwords gives them), each centered: lo the
+// even codes' coefficients, hi the odd ones' (centered_words' layout).
+inline HVX_VectorPair coefficient_words(const qco::TensorView& table, HVX_Vector halfwords, FixedMultiplier multiplier) {
+  const HVX_VectorPair wide = is_signed_code(table) ? Q6_Ww_vsxt_Vh(halfwords) : Q6_Wuw_vzxt_Vuh(halfwords);
+  const HVX_Vector add = Q6_V_vsplat_R(table.offset);
+  const HVX_Vector mantissa = Q6_V_vsplat_R(static_cast<int32_t>(multiplier.mantissa));
+  const auto scaled = [&](HVX_Vector words) {
+    const HVX_VectorPair product = qco::hvx::products_wide(Q6_Vw_vadd_VwVw(words, add), mantissa);
+    return multiplier.shift > 32 ? qco::hvx::rounding_shift_high(product, multiplier.shift)
+                                 : qco::hvx::rounding_shift_low(product, multiplier.shift);
+  };
+  return Q6_W_vcombine_VV(scaled(Q6_V_hi_W(wide)), scaled(Q6_V_lo_W(wide)));
+}
+
+// v C + p S' of 32 lanes (S' the sine negated where the rotation subtracts), apply({1, q}) + y's
+// zero point, as int32 lanes.
+template <bool kLow>
+inline HVX_Vector rotated16(HVX_Vector v, HVX_Vector p, HVX_Vector cosine, HVX_Vector sine, int32_t q,
+                            HVX_Vector zero_point) {
+  const HVX_VectorPair sum = qco::hvx::add_wide(qco::hvx::products_wide(cosine, v), qco::hvx::products_wide(sine, p));
+  return Q6_Vw_vadd_VwVw(kLow ? qco::hvx::rounding_shift_low(sum, q) : qco::hvx::rounding_shift_high(sum, q), zero_point);
+}
+
+// One block of a table row's coefficients, even and odd lanes (neox) or angles in order (gptj:
+// [0] only): the sine negated for the codes that subtract (`first`) and not (`second`).
+struct Rope16Block {
+  HVX_Vector cosine[2], first[2], second[2];
 };
 
-// (a C - b S, b C + a S) of 32 pairs, apply({1, q}) + y's zero point, as int32 lanes.
-template <bool kLow>
-inline HVX_VectorPair rotated16(const Rope16Lanes& l, int32_t q, int32_t zero_point) {
-  const HVX_Vector negative_sine = Q6_Vw_vsub_VwVw(Q6_V_vzero(), l.sine);
-  const HVX_VectorPair first =
-      qco::hvx::add_wide(qco::hvx::products_wide(l.cosine, l.a), qco::hvx::products_wide(negative_sine, l.b));
-  const HVX_VectorPair second =
-      qco::hvx::add_wide(qco::hvx::products_wide(l.cosine, l.b), qco::hvx::products_wide(l.sine, l.a));
-  const auto rounded = [q](HVX_VectorPair p) {
-    return kLow ? qco::hvx::rounding_shift_low(p, q) : qco::hvx::rounding_shift_high(p, q);
-  };
-  const HVX_Vector add = Q6_V_vsplat_R(zero_point);
-  return Q6_W_vcombine_VV(Q6_Vw_vadd_VwVw(rounded(second), add), Q6_Vw_vadd_VwVw(rounded(first), add));
+// How a row meets its angles, by style and width: neox rows of 64 codes fill one vector, each code's
+// partner the code half a vector away (the halves rotated); wider neox rows take 64 pairs a step, a
+// = row[i...] and b = row[half + i...], each split even/odd; gptj 32 pairs a step, a and b the even
+// and odd codes.
+enum class Rope16Walk { kNeoxRow, kNeoxRuns, kGptj };
+
+inline Rope16Walk rope16_walk(const RopeGeometry& g) {
+  if (g.style == kRopeGptj) return Rope16Walk::kGptj;
+  return g.head_dim == 64 && g.half == 32 ? Rope16Walk::kNeoxRow : Rope16Walk::kNeoxRuns;
 }
 
-// The lanes of a, b and the coefficients at lane `lane` of the layout.
-inline Rope16Lanes lanes_at(const Rope16& rope, HVX_Vector a, HVX_Vector b, int64_t lane) {
-  return {a, b, qco::hvx::load(&rope.cosine[lane]), qco::hvx::load(&rope.sine[lane])};
+// Angles per block: what one step of the walk meets.
+inline int64_t rope16_block(Rope16Walk walk) { return walk == Rope16Walk::kNeoxRuns ? 64 : 32; }
+
+template <Rope16Walk kWalk>
+inline Rope16Block rope16_block_at(const qco::TensorView& cos, const qco::TensorView& sin, const Rope16& rope,
+                                   int64_t at, int64_t count) {
+  HVX_Vector c = table_halfwords(cos, at, count), s = table_halfwords(sin, at, count);
+  if constexpr (kWalk == Rope16Walk::kNeoxRow) {  // the 32 angles for both halves of the row
+    c = Q6_V_vor_VV(c, Q6_V_vror_VR(c, qco::hvx::kBytes / 2));
+    s = Q6_V_vor_VV(s, Q6_V_vror_VR(s, qco::hvx::kBytes / 2));
+  }
+  HVX_VectorPair cw = coefficient_words(cos, c, rope.cosine), sw = coefficient_words(sin, s, rope.sine);
+  if constexpr (kWalk == Rope16Walk::kGptj) {  // angles back in order: lo holds the first 32
+    cw = Q6_W_vshuff_VVR(Q6_V_hi_W(cw), Q6_V_lo_W(cw), -4);
+    sw = Q6_W_vshuff_VVR(Q6_V_hi_W(sw), Q6_V_lo_W(sw), -4);
+  }
+  const HVX_Vector zero = Q6_V_vzero();
+  const HVX_VectorPred first_half = Q6_Q_vsetq_R(qco::hvx::kBytes / 2);  // kNeoxRow: lanes of the row's first half
+  Rope16Block block;
+  for (int32_t part = 0; part < 2; ++part) {
+    const HVX_Vector sine = part == 0 ? Q6_V_lo_W(sw) : Q6_V_hi_W(sw), negated = Q6_Vw_vsub_VwVw(zero, sine);
+    block.cosine[part] = part == 0 ? Q6_V_lo_W(cw) : Q6_V_hi_W(cw);
+    block.first[part] = kWalk == Rope16Walk::kNeoxRow ? Q6_V_vmux_QVV(first_half, negated, sine) : negated;
+    block.second[part] = sine;
+  }
+  return block;
 }
 
-// gptj: 32 pairs per step, a and b the even and odd codes; y's interleaved back.
-template <bool kLow>
-void rope_gptj_row_u16(uint16_t* out, const uint16_t* row, const Rope16& rope, int64_t angles, int64_t half,
-                       int32_t q, int32_t in_offset, int32_t zero_point) {
-  for (int64_t i = 0; i < half; i += qco::hvx::kBytes / 4) {
-    const int64_t count = 4 * (half - i);  // bytes of the 2 (half - i) codes left
-    const HVX_VectorPair pairs = qco::hvx::centered_words(qco::hvx::load_bytes(row + 2 * i, count), in_offset);
-    const Rope16Lanes lanes = lanes_at(rope, Q6_V_lo_W(pairs), Q6_V_hi_W(pairs), angles + i);
-    const HVX_VectorPair y = rotated16<kLow>(lanes, q, zero_point);
-    qco::hvx::store_bytes(out + 2 * i, qco::hvx::saturate_u16(Q6_V_lo_W(y), Q6_V_hi_W(y)), count);
+// Block `start` of one row (`count` angles of it) through the walk (a template parameter: one
+// straight loop over the heads per walk, no branch per row).
+template <Rope16Walk kWalk, bool kLow>
+inline void rope16_step(uint16_t* out, const uint16_t* row, const Rope16Block& k, int64_t start, int64_t count,
+                        int64_t half, int32_t q, int32_t in_offset, HVX_Vector zero_point) {
+  if constexpr (kWalk == Rope16Walk::kNeoxRow) {
+    const HVX_VectorPair v = qco::hvx::centered_words(qco::hvx::load(row), in_offset);
+    const auto rotated = [&](HVX_Vector words, int32_t part) {
+      const HVX_Vector partner = Q6_V_vror_VR(words, qco::hvx::kBytes / 2);
+      return rotated16<kLow>(words, partner, k.cosine[part], k.first[part], q, zero_point);
+    };
+    qco::hvx::store(out, qco::hvx::saturate_u16(rotated(Q6_V_lo_W(v), 0), rotated(Q6_V_hi_W(v), 1)));
+  } else if constexpr (kWalk == Rope16Walk::kNeoxRuns) {
+    const int64_t bytes = 2 * count;
+    const HVX_VectorPair a = qco::hvx::centered_words(qco::hvx::load_bytes(row + start, bytes), in_offset);
+    const HVX_VectorPair b = qco::hvx::centered_words(qco::hvx::load_bytes(row + half + start, bytes), in_offset);
+    HVX_Vector ya[2], yb[2];
+    for (int32_t part = 0; part < 2; ++part) {
+      const HVX_Vector av = part == 0 ? Q6_V_lo_W(a) : Q6_V_hi_W(a), bv = part == 0 ? Q6_V_lo_W(b) : Q6_V_hi_W(b);
+      ya[part] = rotated16<kLow>(av, bv, k.cosine[part], k.first[part], q, zero_point);
+      yb[part] = rotated16<kLow>(bv, av, k.cosine[part], k.second[part], q, zero_point);
+    }
+    qco::hvx::store_bytes(out + start, qco::hvx::saturate_u16(ya[0], ya[1]), bytes);
+    qco::hvx::store_bytes(out + half + start, qco::hvx::saturate_u16(yb[0], yb[1]), bytes);
+  } else {
+    const int64_t bytes = 4 * count;  // of the 2 count codes
+    const HVX_VectorPair pairs = qco::hvx::centered_words(qco::hvx::load_bytes(row + 2 * start, bytes), in_offset);
+    const HVX_Vector a = Q6_V_lo_W(pairs), b = Q6_V_hi_W(pairs);
+    const HVX_Vector ya = rotated16<kLow>(a, b, k.cosine[0], k.first[0], q, zero_point);
+    const HVX_Vector yb = rotated16<kLow>(b, a, k.cosine[0], k.second[0], q, zero_point);
+    qco::hvx::store_bytes(out + 2 * start, qco::hvx::saturate_u16(ya, yb), bytes);
   }
 }
 
-// neox: 64 pairs per step, a = row[i...] and b = row[half + i...], each split even/odd.
-template <bool kLow>
-void rope_neox_row_u16(uint16_t* out, const uint16_t* row, const Rope16& rope, int64_t angles, int64_t half,
-                       int32_t q, int32_t in_offset, int32_t zero_point) {
-  for (int64_t i = 0; i < half; i += qco::hvx::kBytes / 2) {
-    const int64_t count = 2 * (half - i);  // bytes of the half - i codes left in each run
-    const HVX_VectorPair a = qco::hvx::centered_words(qco::hvx::load_bytes(row + i, count), in_offset);
-    const HVX_VectorPair b = qco::hvx::centered_words(qco::hvx::load_bytes(row + half + i, count), in_offset);
-    const int64_t lane = angles + i;  // the even angles of the step, then its odd ones
-    const HVX_VectorPair even = rotated16<kLow>(lanes_at(rope, Q6_V_lo_W(a), Q6_V_lo_W(b), lane), q, zero_point);
-    const HVX_VectorPair odd = rotated16<kLow>(lanes_at(rope, Q6_V_hi_W(a), Q6_V_hi_W(b), lane + 32), q, zero_point);
-    qco::hvx::store_bytes(out + i, qco::hvx::saturate_u16(Q6_V_lo_W(even), Q6_V_lo_W(odd)), count);
-    qco::hvx::store_bytes(out + half + i, qco::hvx::saturate_u16(Q6_V_hi_W(even), Q6_V_hi_W(odd)), count);
-  }
-}
-
-template <bool kLow>
-void rope_u16_hvx_rows(qco::TensorView& y, const qco::TensorView& x, const RopeGeometry& g, const Rope16& rope) {
+template <Rope16Walk kWalk, bool kLow>
+void rope_u16_hvx_rows(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
+                       const qco::TensorView& sin, const RopeGeometry& g, const Rope16& rope) {
   const uint16_t* in = x.as<const uint16_t>();
   uint16_t* out = y.as<uint16_t>();
-  // rows by sequence, head and position (what angles(r) finds with int64 divisions: calls on Hexagon)
-  int64_t r = 0;
-  for (int64_t b = 0; b < g.rows / (g.heads * g.seq); ++b) {
-    for (int64_t h = 0; h < g.heads; ++h) {
-      for (int64_t s = 0; s < g.seq; ++s, ++r) {
-        const int64_t base = r * g.head_dim, angles = ((g.per_sequence ? b * g.seq : 0) + s) * rope.padded;
-        if (g.style == kRopeNeox) {
-          rope_neox_row_u16<kLow>(out + base, in + base, rope, angles, g.half, rope.shift, x.offset, -y.offset);
-        } else {
-          rope_gptj_row_u16<kLow>(out + base, in + base, rope, angles, g.half, rope.shift, x.offset, -y.offset);
+  const int64_t width = rope16_block(kWalk), batches = x.dims[0];
+  const HVX_Vector zero_point = Q6_V_vsplat_R(-y.offset);
+  for (int64_t b = 0; b < batches; ++b) {
+    for (int64_t s = 0; s < g.seq; ++s) {
+      const int64_t angles = ((g.per_sequence ? b * g.seq : 0) + s) * g.half;
+      for (int64_t start = 0; start < g.half; start += width) {
+        const int64_t count = g.half - start < width ? g.half - start : width;
+        const Rope16Block block = rope16_block_at<kWalk>(cos, sin, rope, angles + start, count);
+        for (int64_t h = 0, base = ((b * g.heads) * g.seq + s) * g.head_dim; h < g.heads; ++h, base += g.seq * g.head_dim) {
+          rope16_step<kWalk, kLow>(out + base, in + base, block, start, count, g.half, rope.shift, x.offset, zero_point);
         }
       }
     }
   }
 }
 
-// The layout rope_u16_hvx reads: blocks of one step's pairs, neox's even/odd.
-inline RopeLayout rope16_hvx_layout(RopeStyle style) {
-  return style == kRopeNeox ? RopeLayout{qco::hvx::kBytes / 2, true} : RopeLayout{qco::hvx::kBytes / 4, false};
+template <Rope16Walk kWalk>
+void rope_u16_hvx_walk(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
+                       const qco::TensorView& sin, const RopeGeometry& g, const Rope16& rope) {
+  if (rope.shift >= 33) {
+    rope_u16_hvx_rows<kWalk, false>(y, x, cos, sin, g, rope);
+  } else {
+    rope_u16_hvx_rows<kWalk, true>(y, x, cos, sin, g, rope);
+  }
 }
 
-inline void rope_u16_hvx(qco::TensorView& y, const qco::TensorView& x, const RopeGeometry& g, const Rope16& rope) {
-  if (rope.shift >= 33) {
-    rope_u16_hvx_rows<false>(y, x, g, rope);
-  } else {
-    rope_u16_hvx_rows<true>(y, x, g, rope);
+inline void rope_u16_hvx(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
+                         const qco::TensorView& sin, const RopeGeometry& g, const Rope16& rope) {
+  switch (rope16_walk(g)) {
+    case Rope16Walk::kNeoxRow: rope_u16_hvx_walk<Rope16Walk::kNeoxRow>(y, x, cos, sin, g, rope); break;
+    case Rope16Walk::kNeoxRuns: rope_u16_hvx_walk<Rope16Walk::kNeoxRuns>(y, x, cos, sin, g, rope); break;
+    case Rope16Walk::kGptj: rope_u16_hvx_walk<Rope16Walk::kGptj>(y, x, cos, sin, g, rope); break;
   }
 }
 #endif
@@ -576,19 +621,14 @@ inline void rope_u16_hvx(qco::TensorView& y, const qco::TensorView& x, const Rop
 inline void rotate_codes(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
                          const qco::TensorView& sin, const RopeGeometry& g) {
   if (x.dtype == qco::DType::kUFixed16) {
-#if defined(__HVX__)
-    const RopeLayout layout = rope16_hvx_layout(g.style);
-#else
-    const RopeLayout layout{g.half, false};
-#endif
     Rope16 rope;
-    if (!make_rope16(rope, y, x, cos, sin, g.half, layout)) {
+    if (!make_rope16(rope, y, x, cos, sin)) {
       rope_codes<uint16_t>(y, x, cos, sin, g);
     } else {
 #if defined(__HVX__)
-      rope_u16_hvx(y, x, g, rope);
+      rope_u16_hvx(y, x, cos, sin, g, rope);
 #else
-      rope_u16(y, x, g, rope);
+      rope_u16(y, x, cos, sin, g, rope);
 #endif
     }
     return;

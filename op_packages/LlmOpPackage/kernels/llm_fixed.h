@@ -100,6 +100,17 @@ inline int32_t frexp_exponent(float v) {
   return biased - 126;
 }
 
+// fixed_multiplier(real, 31, 62) without libm: real 2^(31 - e) is a float in [2^30, 2^31), whole
+// already (24 significant bits), so the rounding leaves it and it never reaches 2^31.
+inline FixedMultiplier fixed_multiplier_31(float real) {
+  if (!(real > 0.0f)) return {0, 1};
+  if (!(real < 1e30f)) real = 1e30f;
+  const int32_t shift = 31 - frexp_exponent(real);
+  if (shift < 1) return {(int64_t{1} << 31) - 1, 1};
+  if (shift > 62) return {0, 1};
+  return {static_cast<int64_t>(real * qco::detail::exp2_whole(shift)), shift};
+}
+
 // ratio 2^shift rounded (half to even), capped at 2^bits - 1; shift and bits in [0, 127]. Times a
 // power of two, which is exact as std::ldexp is.
 inline int64_t scaled_ratio(float ratio, int32_t shift, int32_t bits) {
