@@ -51,7 +51,8 @@ struct RopeGeometry {
 };
 
 inline RopeGeometry rope_geometry(const qco::TensorView& x, const qco::TensorView& cos_table, RopeStyle style) {
-  return {extent(x, 0, 3), x.dims[3], cos_table.dims[cos_table.rank - 1], x.dims[2], x.dims[1],
+  const int64_t* dims = x.dims;  // rank 4 (Rope checked it): no loop over the rank
+  return {dims[0] * dims[1] * dims[2], dims[3], cos_table.dims[cos_table.rank - 1], dims[2], dims[1],
           cos_table.rank == 3, style};
 }
 
@@ -348,6 +349,7 @@ struct RopePacked {
   int64_t cycle;    // groups a batch's vectors cycle through (its sequences' k-row steps; 1 when repeating)
   int64_t batches;  // with tables per sequence, else 1 (the whole tensor one batch)
   int64_t vectors;  // of codes per batch
+  int64_t table;    // codes per table (its numel, without a loop over its rank)
 };
 
 // Counted with shifts: k is a power of two, and an int64 division is a library call of tens of
@@ -364,8 +366,9 @@ inline bool rope_packs(const RopeGeometry& g, const qco::TensorView& x, const qc
   const bool repeat = g.seq == 1 && k > 1;
   if (repeat ? g.per_sequence && (g.heads & (k - 1)) != 0 : (g.seq & (k - 1)) != 0) return false;
   const int64_t batches = g.per_sequence ? x.dims[0] : 1, table_rows = batches * g.seq;
-  const int64_t vectors = g.per_sequence ? (g.heads * g.seq) >> bits : (x.numel() + qco::hvx::kBytes - 1) >> 7;
-  packed = {k, repeat, repeat ? table_rows : table_rows >> bits, repeat ? 1 : g.seq >> bits, batches, vectors};
+  const int64_t vectors = g.per_sequence ? (g.heads * g.seq) >> bits : (g.rows * head + qco::hvx::kBytes - 1) >> 7;
+  packed = {k, repeat, repeat ? table_rows : table_rows >> bits, repeat ? 1 : g.seq >> bits, batches, vectors,
+            table_rows * g.half};
   return true;
 }
 
@@ -388,7 +391,7 @@ inline HVX_Vector group_codes(const qco::TensorView& table, int64_t group, const
   const int64_t block = packed.repeat ? g.half : packed.rows * g.half;
   const uint8_t* codes = table.as<const uint8_t>() + group * block;
   HVX_Vector t = Q6_V_vand_QV(Q6_Q_vsetq_R(static_cast<int32_t>(block)),
-                              qco::hvx::load_bytes(codes, table.numel() - group * block));
+                              qco::hvx::load_bytes(codes, packed.table - group * block));
   if (g.style == kRopeGptj) {
     t = Q6_V_lo_W(Q6_W_vshuff_VVR(t, t, -1));
   } else if (packed.repeat) {
@@ -409,8 +412,8 @@ struct RopeGroup {
 // Every group's coefficients into `groups`, left uninitialized before (a zero-filled array costs a
 // memset, a byte at a time in the Hexagon toolchain's C library).
 inline void rope_groups(RopeGroup* groups, const qco::TensorView& cos, const qco::TensorView& sin,
-                        const RopeGeometry& g, const RopePacked& packed) {
-  const HVX_VectorPair subtract = Q6_Wuh_vzxt_Vub(subtracting_bytes(g));
+                        const RopeGeometry& g, const RopePacked& packed, HVX_Vector subtracting) {
+  const HVX_VectorPair subtract = Q6_Wuh_vzxt_Vub(subtracting);
   const HVX_Vector zero = Q6_V_vzero();
   for (int64_t i = 0; i < packed.groups; ++i) {
     const HVX_VectorPair c = hvx::centered_halves(group_codes(cos, i, g, packed), is_signed_code(cos), cos.offset);
@@ -424,37 +427,75 @@ inline void rope_groups(RopeGroup* groups, const qco::TensorView& cos, const qco
   }
 }
 
+// One vector of 128 codes rotated by its group's coefficients (rope_u8_packed's step).
+template <bool kGptj>
+inline HVX_Vector rope_u8_vector(HVX_Vector codes, const RopeGroup& angles, HVX_VectorPred first_half, int32_t ahead,
+                                 int32_t behind, const RopeScale& scale, int32_t in_offset, int32_t zero_point) {
+  const HVX_VectorPair a = qco::hvx::centered_halves(codes, in_offset);
+  HVX_VectorPair p;
+  if constexpr (kGptj) {
+    p = Q6_W_vcombine_VV(Q6_V_lo_W(a), Q6_V_hi_W(a));
+  } else {
+    p = qco::hvx::centered_halves(Q6_V_vmux_QVV(first_half, Q6_V_vror_VR(codes, ahead), Q6_V_vror_VR(codes, behind)),
+                                  in_offset);
+  }
+  const HVX_Vector even =
+      hvx::products_terms(Q6_V_lo_W(a), angles.cosine[0], Q6_V_lo_W(p), angles.sine[0], scale, zero_point);
+  const HVX_Vector odd = hvx::products_terms(Q6_V_hi_W(a), angles.cosine[1], Q6_V_hi_W(p), angles.sine[1], scale, zero_point);
+  return Q6_Vub_vsat_VhVh(odd, even);
+}
+
+// The vectors of every batch, two at a time where both are whole (one block, no branch between
+// them: their dependency chains share packets), then the rest one by one.
+template <bool kGptj>
+void rope_u8_packed_walk(uint8_t* out, const uint8_t* in, const RopeGroup* groups, const RopePacked& packed,
+                         int64_t total, HVX_VectorPred first_half, int32_t ahead, const RopeScale& scale,
+                         int32_t in_offset, int32_t zero_point) {
+  const int32_t behind = static_cast<int32_t>(qco::hvx::kBytes) - ahead;
+  const int64_t cycle = packed.cycle, vectors = packed.vectors, batches = packed.batches;
+  int64_t at = 0;
+  for (int64_t b = 0; b < batches; ++b, groups += cycle) {
+    int64_t phase = 0, v = 0;  // phase: of the vector in its group cycle
+    for (; v + 2 <= vectors && total - at >= 2 * qco::hvx::kBytes; v += 2, at += 2 * qco::hvx::kBytes) {
+      const RopeGroup& first = groups[phase];
+      phase = phase + 1 == cycle ? 0 : phase + 1;
+      const RopeGroup& second = groups[phase];
+      phase = phase + 1 == cycle ? 0 : phase + 1;
+      const HVX_Vector y0 = rope_u8_vector<kGptj>(qco::hvx::load(in + at), first, first_half, ahead, behind, scale,
+                                                  in_offset, zero_point);
+      const HVX_Vector y1 = rope_u8_vector<kGptj>(qco::hvx::load(in + at + qco::hvx::kBytes), second, first_half, ahead,
+                                                  behind, scale, in_offset, zero_point);
+      qco::hvx::store(out + at, y0);
+      qco::hvx::store(out + at + qco::hvx::kBytes, y1);
+    }
+    for (; v < vectors; ++v, at += qco::hvx::kBytes) {
+      const HVX_Vector codes = qco::hvx::load_bytes(in + at, total - at);
+      qco::hvx::store_bytes(out + at,
+                            rope_u8_vector<kGptj>(codes, groups[phase], first_half, ahead, behind, scale, in_offset,
+                                                  zero_point),
+                            total - at);
+      phase = phase + 1 == cycle ? 0 : phase + 1;
+    }
+  }
+}
+
 inline void rope_u8_packed(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
                            const qco::TensorView& sin, const RopeGeometry& g, const RopePacked& packed) {
   RopeGroup one;  // a decode call's one group, without a heap allocation
   const std::unique_ptr<RopeGroup[]> many(packed.groups > 1 ? new RopeGroup[static_cast<size_t>(packed.groups)] : nullptr);
   RopeGroup* groups = packed.groups > 1 ? many.get() : &one;
-  rope_groups(groups, cos, sin, g, packed);
+  const HVX_Vector subtracting = subtracting_bytes(g);
+  rope_groups(groups, cos, sin, g, packed, subtracting);
   const RopeScale scale = rope_scale(y, x, cos, sin);
-  const HVX_VectorPred first_half = Q6_Q_vand_VR(subtracting_bytes(g), 0x01010101);
-  const int32_t ahead = static_cast<int32_t>(g.half), behind = static_cast<int32_t>(qco::hvx::kBytes - g.half);
-  const uint8_t* in = x.as<const uint8_t>();
-  uint8_t* out = y.as<uint8_t>();
-  const int64_t total = x.numel();
-  int64_t at = 0;
-  for (int64_t b = 0; b < packed.batches; ++b) {
-    int64_t phase = 0;  // of the vector in its group cycle
-    for (int64_t v = 0; v < packed.vectors; ++v, at += qco::hvx::kBytes) {
-      const RopeGroup& angles = groups[b * packed.cycle + phase];
-      const HVX_Vector codes = qco::hvx::load_bytes(in + at, total - at);
-      const HVX_VectorPair a = qco::hvx::centered_halves(codes, x.offset);
-      const HVX_VectorPair p = g.style == kRopeGptj
-                                   ? Q6_W_vcombine_VV(Q6_V_lo_W(a), Q6_V_hi_W(a))
-                                   : qco::hvx::centered_halves(
-                                         Q6_V_vmux_QVV(first_half, Q6_V_vror_VR(codes, ahead), Q6_V_vror_VR(codes, behind)),
-                                         x.offset);
-      const HVX_Vector even = hvx::products_terms(Q6_V_lo_W(a), angles.cosine[0], Q6_V_lo_W(p), angles.sine[0], scale,
-                                                  -y.offset);
-      const HVX_Vector odd = hvx::products_terms(Q6_V_hi_W(a), angles.cosine[1], Q6_V_hi_W(p), angles.sine[1], scale,
-                                                 -y.offset);
-      qco::hvx::store_bytes(out + at, Q6_Vub_vsat_VhVh(odd, even), total - at);
-      phase = phase + 1 == packed.cycle ? 0 : phase + 1;
-    }
+  const HVX_VectorPred first_half = Q6_Q_vand_VR(subtracting, 0x01010101);
+  const int32_t ahead = static_cast<int32_t>(g.half);
+  const int64_t total = g.rows * g.head_dim;
+  if (g.style == kRopeGptj) {
+    rope_u8_packed_walk<true>(y.as<uint8_t>(), x.as<const uint8_t>(), groups, packed, total, first_half, ahead, scale,
+                              x.offset, -y.offset);
+  } else {
+    rope_u8_packed_walk<false>(y.as<uint8_t>(), x.as<const uint8_t>(), groups, packed, total, first_half, ahead, scale,
+                               x.offset, -y.offset);
   }
 }
 
@@ -669,7 +710,9 @@ inline bool rope_tables_fit(const qco::TensorView& x, const qco::TensorView& cos
 
 inline qco::Status Rope(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
                         const qco::TensorView& sin, const qco::TensorView& style) {
-  if (x.rank != 4 || !y.same_shape(x) || !rope_tables_fit(x, cos, sin)) return qco::Status::kShapeMismatch;
+  if (x.rank != 4 || y.rank != 4 || !rope_tables_fit(x, cos, sin)) return qco::Status::kShapeMismatch;
+  const int64_t *xd = x.dims, *yd = y.dims;  // rank 4: y's shape is x's, compared without a loop
+  if (((yd[0] ^ xd[0]) | (yd[1] ^ xd[1]) | (yd[2] ^ xd[2]) | (yd[3] ^ xd[3])) != 0) return qco::Status::kShapeMismatch;
   const uint32_t mode = enum_or(style, kRopeNeox);
   if (mode != kRopeNeox && mode != kRopeGptj) return qco::Status::kInvalidArgument;
   const RopeGeometry geometry = rope_geometry(x, cos, static_cast<RopeStyle>(mode));

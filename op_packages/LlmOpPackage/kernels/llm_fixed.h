@@ -89,13 +89,16 @@ inline FixedMultiplier activation_multiplier(float real, qco::DType activation) 
 // The per-call constants below are computed without libm: frexp, ldexp and nearbyint are calls
 // of 10-30 packets each on Hexagon, which a decode call of a few hundred packets notices.
 
-// std::frexp's exponent of v (|v| < 2^e <= 2 |v|), from the bits of a normal float.
+// std::frexp's exponent of v (|v| < 2^e <= 2 |v|), from its bits: 0 for zero, infinities and
+// NaN (what glibc and musl leave), a subnormal's from its highest set bit. No call: the compiler
+// would otherwise call frexpf on every path and pick its answer (~10 packets a call).
 inline int32_t frexp_exponent(float v) {
-  const int32_t biased = static_cast<int32_t>(qco::detail::to_bits(v) >> 23 & 0xFF);
-  if (biased == 0 || biased == 0xFF) {  // zero, subnormal, infinite or NaN: frexp's own answer
-    int exponent = 0;
-    std::frexp(v, &exponent);
-    return exponent;
+  const uint32_t bits = qco::detail::to_bits(v);
+  const int32_t biased = static_cast<int32_t>(bits >> 23 & 0xFF);
+  if (biased == 0xFF) return 0;
+  if (biased == 0) {
+    const uint32_t mantissa = bits & 0x7FFFFF;  // v = mantissa 2^-149
+    return mantissa == 0 ? 0 : (31 - __builtin_clz(mantissa)) - 148;
   }
   return biased - 126;
 }
