@@ -582,18 +582,25 @@ inline Rope16Block rope16_block_at(const qco::TensorView& cos, const qco::Tensor
   return block;
 }
 
+// A neox row of 64 codes (one vector) rotated: each code's partner half a vector away.
+template <bool kLow>
+inline HVX_Vector rope16_row(HVX_Vector codes, const Rope16Block& k, int32_t q, int32_t in_offset,
+                             HVX_Vector zero_point) {
+  const HVX_VectorPair v = qco::hvx::centered_words(codes, in_offset);
+  const auto rotated = [&](HVX_Vector words, int32_t part) {
+    const HVX_Vector partner = Q6_V_vror_VR(words, qco::hvx::kBytes / 2);
+    return rotated16<kLow>(words, partner, k.cosine[part], k.first[part], q, zero_point);
+  };
+  return qco::hvx::saturate_u16(rotated(Q6_V_lo_W(v), 0), rotated(Q6_V_hi_W(v), 1));
+}
+
 // Block `start` of one row (`count` angles of it) through the walk (a template parameter: one
 // straight loop over the heads per walk, no branch per row).
 template <Rope16Walk kWalk, bool kLow>
 inline void rope16_step(uint16_t* out, const uint16_t* row, const Rope16Block& k, int64_t start, int64_t count,
                         int64_t half, int32_t q, int32_t in_offset, HVX_Vector zero_point) {
   if constexpr (kWalk == Rope16Walk::kNeoxRow) {
-    const HVX_VectorPair v = qco::hvx::centered_words(qco::hvx::load(row), in_offset);
-    const auto rotated = [&](HVX_Vector words, int32_t part) {
-      const HVX_Vector partner = Q6_V_vror_VR(words, qco::hvx::kBytes / 2);
-      return rotated16<kLow>(words, partner, k.cosine[part], k.first[part], q, zero_point);
-    };
-    qco::hvx::store(out, qco::hvx::saturate_u16(rotated(Q6_V_lo_W(v), 0), rotated(Q6_V_hi_W(v), 1)));
+    qco::hvx::store(out, rope16_row<kLow>(qco::hvx::load(row), k, q, in_offset, zero_point));
   } else if constexpr (kWalk == Rope16Walk::kNeoxRuns) {
     const int64_t bytes = 2 * count;
     const HVX_VectorPair a = qco::hvx::centered_words(qco::hvx::load_bytes(row + start, bytes), in_offset);
@@ -619,18 +626,36 @@ inline void rope16_step(uint16_t* out, const uint16_t* row, const Rope16Block& k
 template <Rope16Walk kWalk, bool kLow>
 void rope_u16_hvx_rows(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
                        const qco::TensorView& sin, const RopeGeometry& g, const Rope16& rope) {
+  // Locals: a uint16_t store may alias the views, the geometry and `rope`, whose fields the head
+  // loop would otherwise load again (and multiply out) after every row's store.
   const uint16_t* in = x.as<const uint16_t>();
   uint16_t* out = y.as<uint16_t>();
   const int64_t width = rope16_block(kWalk), batches = x.dims[0];
+  const int64_t seq = g.seq, half = g.half, heads = g.heads, head_stride = g.seq * g.head_dim;
+  const bool per_sequence = g.per_sequence;
+  const int32_t q = rope.shift, in_offset = x.offset;
   const HVX_Vector zero_point = Q6_V_vsplat_R(-y.offset);
   for (int64_t b = 0; b < batches; ++b) {
-    for (int64_t s = 0; s < g.seq; ++s) {
-      const int64_t angles = ((g.per_sequence ? b * g.seq : 0) + s) * g.half;
-      for (int64_t start = 0; start < g.half; start += width) {
-        const int64_t count = g.half - start < width ? g.half - start : width;
+    for (int64_t s = 0; s < seq; ++s) {
+      const int64_t angles = ((per_sequence ? b * seq : 0) + s) * half;
+      const int64_t first = (b * heads * seq + s) * g.head_dim;
+      for (int64_t start = 0; start < half; start += width) {
+        const int64_t count = half - start < width ? half - start : width;
         const Rope16Block block = rope16_block_at<kWalk>(cos, sin, rope, angles + start, count);
-        for (int64_t h = 0, base = ((b * g.heads) * g.seq + s) * g.head_dim; h < g.heads; ++h, base += g.seq * g.head_dim) {
-          rope16_step<kWalk, kLow>(out + base, in + base, block, start, count, g.half, rope.shift, x.offset, zero_point);
+        const uint16_t* row = in + first;
+        uint16_t* to = out + first;
+        int64_t h = 0;
+        if constexpr (kWalk == Rope16Walk::kNeoxRow) {  // two rows a step: both loaded before either is stored
+          for (; h + 2 <= heads; h += 2, row += 2 * head_stride, to += 2 * head_stride) {
+            const HVX_Vector r0 = qco::hvx::load(row), r1 = qco::hvx::load(row + head_stride);
+            const HVX_Vector y0 = rope16_row<kLow>(r0, block, q, in_offset, zero_point);
+            const HVX_Vector y1 = rope16_row<kLow>(r1, block, q, in_offset, zero_point);
+            qco::hvx::store(to, y0);
+            qco::hvx::store(to + head_stride, y1);
+          }
+        }
+        for (; h < heads; ++h, row += head_stride, to += head_stride) {
+          rope16_step<kWalk, kLow>(to, row, block, start, count, half, q, in_offset, zero_point);
         }
       }
     }
