@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,7 +170,7 @@ def quantize_llm(
     both programs (``share_cache_encodings``), so a runner copies codes. ``quant_dtype`` is a
     ``QUANT_MODES`` name: 16a4w and 16a4w_block give the projections 4-bit weights and keep the
     ``lm_head`` at 16a8w, as ExecuTorch's Llama recipes do. ``progress`` hears one line per
-    calibration prompt."""
+    calibration prompt, with the time left at the pace so far."""
     from torchao.quantization.pt2e import MinMaxObserver
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -181,13 +182,15 @@ def quantize_llm(
     groups = [list(prompts[i : i + batch]) for i in range(0, len(prompts), batch)]
     groups[-1] += list(itertools.islice(itertools.cycle(prompts), batch - len(groups[-1])))  # filled by the first
     runs = []
+    started = time.monotonic()
     for index, group in enumerate(groups):
         if programs.shape.cache == "runner":
             runs.append(_runner_calibration(programs.shape, float_step, group[0], new_tokens))
         else:
             runs.append(greedy_batch(programs.shape, float_step, float_step, group, new_tokens, record=True)[0])
         if progress is not None:
-            progress(f"calibration: prompt {index + 1} of {len(groups)} generated in float")
+            left = _time_left(time.monotonic() - started, index + 1, len(groups))
+            progress(f"calibration: prompt {index + 1} of {len(groups)} generated in float{left}")
     prepared = []
     for program, samples in (
         (programs.prefill, [s for r in runs for s in r.prefill_inputs]),
@@ -210,6 +213,11 @@ def quantize_llm(
     if programs.shape.cache == "runner":
         share_cache_encodings(prepared, programs.shape)
     return convert_pt2e(prepared[0]), convert_pt2e(prepared[1])
+
+
+def _time_left(elapsed: float, done: int, total: int) -> str:
+    """``, about N s left`` at the pace so far (prompts take alike), or nothing when all are done."""
+    return "" if done >= total else f", about {elapsed / done * (total - done):.0f} s left"
 
 
 def _is_lm_head(node: torch.fx.Node) -> bool:
