@@ -187,17 +187,25 @@ struct Lut16 {
   HVX_Vector parts[4];
 };
 
-inline Lut16 lut16(const int16_t (&table)[256]) {
-  Lut16 lut;
-  alignas(kBytes) int16_t part[kBytes / 2];
-  for (int32_t vector = 0; vector < 4; ++vector) {
+// The layout both lookups read: a vector holds 4 segments of `kEntries` lanes of T, segment m
+// in the lane half (m / 2) % 2 of the lane pairs kEntries (m % 2) ... kEntries (m % 2) + kEntries - 1.
+template <typename T, int32_t kVectors>
+inline void interleave_segments(const T (&table)[256], HVX_Vector (&parts)[kVectors]) {
+  constexpr int32_t kEntries = 256 / (4 * kVectors);
+  alignas(kBytes) T part[kBytes / sizeof(T)];
+  for (int32_t vector = 0; vector < kVectors; ++vector) {
     for (int32_t segment = 4 * vector; segment < 4 * vector + 4; ++segment) {
-      for (int32_t entry = 0; entry < 16; ++entry) {
-        part[2 * (16 * (segment % 2) + entry) + (segment / 2) % 2] = table[16 * segment + entry];
+      for (int32_t entry = 0; entry < kEntries; ++entry) {
+        part[2 * (kEntries * (segment % 2) + entry) + (segment / 2) % 2] = table[kEntries * segment + entry];
       }
     }
-    lut.parts[vector] = *reinterpret_cast<const HVX_Vector*>(part);
+    parts[vector] = *reinterpret_cast<const HVX_Vector*>(part);
   }
+}
+
+inline Lut16 lut16(const int16_t (&table)[256]) {
+  Lut16 lut;
+  interleave_segments(table, lut.parts);
   return lut;
 }
 
@@ -219,15 +227,7 @@ struct Lut8 {
 
 inline Lut8 lut8(const uint8_t (&table)[256]) {
   Lut8 lut;
-  alignas(kBytes) uint8_t part[kBytes];
-  for (int32_t vector = 0; vector < 2; ++vector) {
-    for (int32_t segment = 4 * vector; segment < 4 * vector + 4; ++segment) {
-      for (int32_t entry = 0; entry < 32; ++entry) {
-        part[2 * (32 * (segment % 2) + entry) + (segment / 2) % 2] = table[32 * segment + entry];
-      }
-    }
-    lut.parts[vector] = *reinterpret_cast<const HVX_Vector*>(part);
-  }
+  interleave_segments(table, lut.parts);
   return lut;
 }
 
