@@ -12,9 +12,15 @@ import os
 import re
 import stat
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from .errors import ReportedError
+
+#: What a file holds: its bytes, or a function writing them to a stream -- a program of several
+#: GB is written piece by piece (``LoweredProgram.write_to``), never joined into one bytes first.
+Contents = bytes | Callable[[BinaryIO], None]
 
 #: The name of a file staged beside ``<name>`` (``_staged``): what a killed run leaves behind.
 TEMPORARY_NAME = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.tmp\Z")
@@ -56,12 +62,19 @@ def _writes_through(path: Path) -> bool:
     return False
 
 
-def _staged(path: Path, data: bytes) -> Path:
+def _write_contents(stream: BinaryIO, data: Contents) -> None:
+    if isinstance(data, bytes):
+        stream.write(data)
+    else:
+        data(stream)
+
+
+def _staged(path: Path, data: Contents) -> Path:
     """``data`` in a temporary file beside ``path`` (removed again if writing it fails)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            _write_contents(handle, data)
         os.chmod(tmp, 0o644)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -77,7 +90,7 @@ def _make_parents(directory: Path) -> list[Path]:
     return missing
 
 
-def write_all_atomic(files: list[tuple[Path, bytes]]) -> None:
+def write_all_atomic(files: Sequence[tuple[Path, Contents]]) -> None:
     """Write every file or none: each is staged beside its target first, then all are renamed
     over (a rename needs no space). A failure while staging -- a full disk -- removes what was
     staged and the directories made for it, and raises ``OutputWriteError`` naming the path and errno."""
@@ -107,7 +120,7 @@ def _undo(staged: list[tuple[Path, Path]], created: list[Path]) -> None:
             directory.rmdir()
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: Contents) -> None:
     """Write to a temporary file beside ``path`` and rename it over: never half-written.
 
     Only a regular file (or none) is replaced. A character device or a pipe (``/dev/stdout``,
@@ -118,7 +131,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     try:
         if _writes_through(path):
             with path.open("wb") as stream:
-                stream.write(data)
+                _write_contents(stream, data)
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         os.replace(_staged(path, data), path)

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..atomic_files import write_all_atomic
+from ..atomic_files import Contents, write_all_atomic
 from ..errors import UsageError
 from ..torch_bridge.quantized import Encoding
 from .families import family_of
@@ -274,7 +274,7 @@ def export_checkpoint(
         plan_outputs=False,
         codes_io=target == "qnn" and quant != "none",
     )
-    progress(f"lowered in {time.monotonic() - started:.1f} s: {len(lowered.buffer) / 1e6:.1f} MB")
+    progress(f"lowered in {time.monotonic() - started:.1f} s")
     manifest = LlmManifest(
         model_type,
         programs.family.runner_version,
@@ -284,12 +284,13 @@ def export_checkpoint(
         eos_ids,
         encodings,
     )
-    _write_export(out_dir, lowered.buffer, manifest, tokenizer)
-    progress(f"wrote {out_dir}/{PROGRAM}, {out_dir}/{TOKENIZER}/ and {out_dir}/{MANIFEST}")
+    _write_export(out_dir, lowered.write_to, manifest, tokenizer)
+    size = (out_dir / PROGRAM).stat().st_size
+    progress(f"wrote {out_dir}/{PROGRAM} ({size / 1e6:.1f} MB), {out_dir}/{TOKENIZER}/ and {out_dir}/{MANIFEST}")
     return manifest
 
 
-def _write_export(out_dir: Path, program: bytes, manifest: LlmManifest, tokenizer: Any) -> None:
+def _write_export(out_dir: Path, program: Contents, manifest: LlmManifest, tokenizer: Any) -> None:
     """Every file of the export, or none (a full disk leaves the directory as it was)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise LlmCheckpointError(f"-o {out_dir}: exists and is not a directory; choose another")

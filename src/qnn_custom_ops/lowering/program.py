@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from executorch.backends.qualcomm._passes import BuildQuantIo, TagQuantIO
@@ -34,6 +34,7 @@ from .op_builder import bound_visitors
 from .partitioner import QnnCustomOpPartitioner
 from .preflight import PreflightError, preflight
 from .quantized_io import QuantizedIo, quantized_io
+from .weight_sharing import weights_held_once
 
 TARGETS = ("host", "qnn")
 EMULATIONS = ("quantized", "float")
@@ -51,7 +52,13 @@ class LoweredProgram:
 
     @property
     def buffer(self) -> bytes:
+        """The whole .pte in memory (ExecuTorch keeps it): a large program is better written
+        with ``write_to``."""
         return self.manager.buffer
+
+    def write_to(self, stream: BinaryIO) -> None:
+        """The .pte written piece by piece: no copy of the program joined in memory."""
+        self.manager.write_to_file(stream)
 
     @property
     def output_encodings(self) -> tuple[Encoding | None, ...]:
@@ -156,7 +163,7 @@ def lower_methods(
     (QNN only): the inputs and outputs a converted model quantizes are passed as uint8/uint16
     codes (``quantized_io``), as ExecuTorch's LLM runners pass caches, masks and logits."""
     _check_choices(target, emulate, compile_spec, codes_io)
-    exported = {name: torch.export.export(m, tuple(inputs), strict=True) for name, (m, inputs) in methods.items()}
+    exported = {name: torch.export.export(m, tuple(inputs)) for name, (m, inputs) in methods.items()}
     encodings = {name: output_encodings(program) for name, program in exported.items()}
     emulated: list[EmulatedOp] = []
     if target == "host":
@@ -164,13 +171,14 @@ def lower_methods(
         for name, program in exported.items():
             partitioners[name], ops = _prepare_host(program, binding, emulate)
             emulated += ops
-        edge = to_edge_transform_and_lower(
-            exported,
-            transform_passes={n: [FoldQuantizedWeights()] if is_quantized(p) else [] for n, p in exported.items()},
-            partitioner=partitioners,
-            constant_methods=dict(constant_methods or {}),
-            compile_config=EdgeCompileConfig(_check_ir_validity=False),
-        )
+        with weights_held_once():
+            edge = to_edge_transform_and_lower(
+                exported,
+                transform_passes={n: [FoldQuantizedWeights()] if is_quantized(p) else [] for n, p in exported.items()},
+                partitioner=partitioners,
+                constant_methods=dict(constant_methods or {}),
+                compile_config=EdgeCompileConfig(_check_ir_validity=False),
+            )
     else:
         assert compile_spec is not None  # refused above
         io = {name: quantized_io(program) if codes_io else None for name, program in exported.items()}
@@ -208,7 +216,7 @@ def lower(
         {"forward": (model, example_inputs)}, binding, target, compile_spec=compile_spec, emulate=emulate
     )
     if output is not None:
-        write_atomic(Path(output), program.buffer)
+        write_atomic(Path(output), program.write_to)
         if Path(output).is_file():  # not for a stream such as /dev/stdout
             sidecar = {"output_encodings": encodings_json(program)}
             write_atomic(encodings_file(Path(output)), json.dumps(sidecar).encode())

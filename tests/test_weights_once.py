@@ -1,0 +1,86 @@
+"""A model of a few GB lowers only if ExecuTorch holds each weight once: what ``weights_held_once``
+changes must not change the program, and ExecuTorch's own behaviour is back after it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
+from executorch.exir import to_edge_transform_and_lower
+from executorch.exir._serialize._named_data_store import NamedDataStore
+from executorch.exir.backend.canonical_partitioners import duplicate_constant_node_pass
+
+from qnn_custom_ops.atomic_files import write_atomic
+from qnn_custom_ops.lowering.weight_sharing import TensorBackedData, weights_held_once
+
+
+class TiedLm(torch.nn.Module):
+    """An embedding tied to the output projection (delegated) and a projection between them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(64, 32)
+        self.proj = torch.nn.Linear(32, 32, bias=False)
+        self.head = torch.nn.Linear(32, 64, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.proj(self.embed(tokens))))
+
+
+def _lower(model: torch.nn.Module) -> tuple:
+    """Two methods of one model (as prefill and decode are) lowered to XNNPACK."""
+    methods = {
+        name: torch.export.export(model, (torch.zeros(1, length, dtype=torch.long),))
+        for name, length in (("prefill", 4), ("decode", 1))
+    }
+    edge = to_edge_transform_and_lower(methods, partitioner=[XnnpackPartitioner()])
+    blobs = [
+        blob
+        for name in methods
+        for _, lowered in edge.exported_program(name).graph_module.named_children()
+        if hasattr(lowered, "named_data_store_output")
+        for blob in lowered.named_data_store_output.buffers
+    ]
+    return edge.to_executorch().buffer, blobs
+
+
+def test_weights_held_once_writes_the_program_executorch_writes_from_the_weights_own_memory():
+    model = TiedLm().eval()
+    expected, _ = _lower(model)
+    with weights_held_once():
+        program, blobs = _lower(model)
+    assert program == expected
+    weights = {p.data_ptr() for p in model.parameters()}
+    assert blobs and all(isinstance(b, TensorBackedData) for b in blobs), [type(b) for b in blobs]
+    assert {b._tensor.data_ptr() for b in blobs} == weights  # proj and the tied head: no copies
+
+
+def test_executorch_is_itself_again_after_weights_held_once():
+    originals = (NamedDataStore.add_named_data, XnnpackBackend.copy_exported_program_for_preprocess)
+    with pytest.raises(RuntimeError, match="inside"):
+        with weights_held_once():
+            assert NamedDataStore.add_named_data is not originals[0]
+            raise RuntimeError("inside")
+    assert NamedDataStore.add_named_data is originals[0]
+    assert "copy_exported_program_for_preprocess" not in XnnpackBackend.__dict__
+    assert XnnpackBackend.copy_exported_program_for_preprocess == originals[1]
+    assert duplicate_constant_node_pass.copy is copy
+
+
+def test_a_program_written_piece_by_piece_is_whole_or_not_there(tmp_path):
+    target = tmp_path / "model.pte"
+
+    def fails_half_way(stream) -> None:
+        stream.write(b"x" * 4096)
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        write_atomic(target, fails_half_way)
+    assert list(tmp_path.iterdir()) == []
+    write_atomic(target, lambda stream: (stream.write(b"pte "), stream.write(b"pieces")))
+    assert target.read_bytes() == b"pte pieces"
