@@ -3,7 +3,7 @@
 // loops compute alike. 8-bit codes: act(a) in the output's units is a table of 256 values
 // (computed in float), its product with b - zero point requantized by a rounding shift.
 // 16-bit codes: a table of 65536 values has no HVX lookup (vlut16 reads 256 entries; VTCM
-// gathers are not for every target), so act(a) = v g(v) is computed from a table of 256
+// gathers are not for every target), so act(a) = v g(v) is computed from a table of 64
 // segments of g that vlut16 reads, and the rest in integer arithmetic (the scheme below).
 // Both depend on the activation and the encodings alone, so they are prepared once per encoding
 // (prepared_cache.h): a later call at the same encodings only reads them.
@@ -115,41 +115,50 @@ inline void gated_u8(qco::TensorView& y, const qco::TensorView& x, const Gate8& 
 }
 #endif
 
-// ---- 16-bit codes: g(v) from a table of 256 segments, in integers ----
+// ---- 16-bit codes: g(v) from a table of 64 segments, in integers ----
 //
 // SiLU and both GELUs are act(v) = v g(v) with g(-v) = 1 - g(v) (g the sigmoid, the normal CDF,
 // the sigmoid of 2u). With c = a + offset, n = |c|, u = b + offset and tail(z) = g(-z) <= 1/2,
 //   y = act(v) b / y.scale = sign(c u) * n |u| * g * x.scale^2 / y.scale,
 //   g = 1 - tail(scale n) for c >= 0, tail(scale n) for c < 0.
-// n |u| < 2^32 is exact; g comes from a table of 256 segments of 2^k consecutive n, each a cubic
-// in block floating point (its coefficients scaled by 2^e, e in [0, 31], so that its values use
-// 29-30 bits: a tail of 1e-9 keeps the precision of one of 0.3), evaluated in 32-bit fixed point:
+// n |u| < 2^32 is exact; g comes from a table of 64 segments of 2^k consecutive n, each a
+// polynomial of degree 5 in block floating point (its coefficients scaled by 2^e, e in [0, 31],
+// so that its values use 27-29 bits: a tail of 1e-9 keeps the precision of one of 0.3), evaluated
+// in 32-bit fixed point by Horner's rule:
 //   t    = the position of n within its segment, a 16-bit fraction
-//   tail = c0 + ((c1 + ((c2 + ((c3 t) >> 16)) t >> 16)) t >> 16)    (in units of unit 2^-e)
+//   tail = c0 + ((c1 + ... + ((c5 t) >> 16) ... ) t >> 16)    (in units of unit 2^-e)
 //   c < 0:  value = tail,                drop = e
 //   c >= 0: value = unit - (tail >> e),  drop = 0
 //   y = sign(c u) * apply({1, shift}, (value * n |u|) >> drop) - y.offset
 // Every >> is an arithmetic shift of an exact product (HVX's vmpye: (word * uhalf) >> 16; the
 // 64-bit product and its shifts by vmpye/vmpyo and per-lane shifts). `unit` (2^29..2^30) is the
 // mantissa of x.scale^2 / y.scale and 2^shift its exponent, so the only error beyond the final
-// rounding is the table's: the cubic through tail at the segment's Chebyshev nodes, which over
-// every pair of codes moves an output by at most 0.003 step at calibrated encodings (x.scale^2 /
-// y.scale ~ 1e-4) and 0.18 step at the domain's edge (2^4), plus tail's own float32 error.
-// tests/test_gated_u16.py measures outputs within 0.5 + 0.014 step of the exact act(v) b.
+// rounding is the table's: the quintic through tail at the segment's Chebyshev nodes (at its codes
+// when it holds fewer than 8), plus tail's own float32 error and the fit's. A quintic over 64
+// segments approximates tail better than a cubic over 256 (its error falls as the segment's width
+// to the sixth power) and reads 12 halfword tables of 4 vlut16 each per 128 codes instead of 8 of
+// 16: 48 vlut16, where 128 held the loop above one packet per element (v66 issues one a packet,
+// and it takes the shift resource too).
+// tests/test_gated_u16.py measures outputs within 0.5 + 0.016 step of the exact act(v) b (the
+// cubics over 256 segments: 0.5 + 0.008; the test's bound: 0.5 + 0.05): tail's float32 values at
+// six nodes instead of four. The fit is computed in double (in float its rounding cost 0.01 step
+// more).
 // The table reaches as far as an output could notice tail (tail 2^32 x.scale^2/y.scale < 1/16):
-// 255 segments of 2^k codes (k the least that covers that or every code); past it tail is 0.
+// 63 segments of 2^k codes (k the least that covers that or every code); past it tail is 0.
 
-constexpr int32_t kSegments = 256;
-constexpr int32_t kExponentBits = 5;  // the low bits of c3 holding its segment's e
+constexpr int32_t kSegments = 64;
+constexpr int32_t kDegree = 5;
+constexpr int32_t kTerms = kDegree + 1;
+constexpr int32_t kExponentBits = 5;  // the low bits of the last coefficient holding its segment's e
 
 struct Gate16 {
-  int32_t coefficients[4 * kSegments];  // c0, c1, c2, c3 | e of segment s at [s], [256 + s], ...
-  int32_t unit;                         // g = 1: round(mantissa of x.scale^2 / y.scale * 2^30)
-  int32_t segment_bits;                 // k: 2^k codes of n per segment
-  int32_t offset;                       // x.offset: c = a + offset
-  int32_t shift;                        // of the rounding shift that requantizes the products
+  int32_t coefficients[kTerms * kSegments];  // c0 .. c5 | e of segment s at [s], [64 + s], ...
+  int32_t unit;                              // g = 1: round(mantissa of x.scale^2 / y.scale * 2^30)
+  int32_t segment_bits;                      // k: 2^k codes of n per segment
+  int32_t offset;                            // x.offset: c = a + offset
+  int32_t shift;                             // of the rounding shift that requantizes the products
 #if defined(__HVX__)
-  qco::hvx::Lut32 luts[4];  // c0 .. c3 | e as vlut16 reads them
+  qco::hvx::Lut32Of<kSegments / 16> luts[kTerms];  // c0 .. c5 | e as vlut16 reads them
 #endif
 };
 
@@ -170,9 +179,9 @@ inline GateTerm gate16_term(const Gate16& gate, int32_t code) {
   const int32_t segment = (n >> k) < kSegments - 1 ? n >> k : kSegments - 1;
   const int32_t t = (n & ((1 << k) - 1)) << (16 - k);
   const int32_t* c = gate.coefficients + segment;
-  const int32_t exponent = c[3 * kSegments] & ((1 << kExponentBits) - 1);
-  const int32_t cubic = c[3 * kSegments] - exponent;
-  const int32_t tail = c[0] + mul_shift16(c[kSegments] + mul_shift16(c[2 * kSegments] + mul_shift16(cubic, t), t), t);
+  const int32_t exponent = c[kDegree * kSegments] & ((1 << kExponentBits) - 1);
+  int32_t tail = c[kDegree * kSegments] - exponent;
+  for (int32_t m = kDegree - 1; m >= 0; --m) tail = c[m * kSegments] + mul_shift16(tail, t);
   if (centered < 0) return {tail, exponent};
   return {gate.unit - (tail >> exponent), 0};
 }
@@ -187,57 +196,81 @@ inline float tail_reach(Activation act, double below) {
   return reach;
 }
 
-// c0..c3 of tail over the codes n = j 2^k + i, i < 2^k, as a polynomial in t = i / 2^k: the
-// codes' own values when the segment holds one or two, else the cubic through tail at the
-// Chebyshev nodes of [0, 1] (Newton's divided differences, expanded). In float, as tail is: the
-// float32 error of tail at its argument is most of the table's.
-inline void fit_segment(float (&c)[4], Activation act, float scale, int32_t j, int32_t k) {
+// Where a segment's polynomial meets tail: `count` positions t in [0, 1] and, for Newton's
+// divided differences, inverse[order - 1][i - order] = 1 / (t[i] - t[i - order]), computed by
+// the compiler.
+struct FitNodes {
+  int32_t count;
+  double t[kTerms];
+  double inverse[kDegree][kDegree];
+};
+
+constexpr FitNodes fit_nodes(int32_t count, const double (&t)[kTerms]) {
+  FitNodes nodes{count, {}, {}};
+  for (int32_t i = 0; i < count; ++i) nodes.t[i] = t[i];
+  for (int32_t order = 1; order < count; ++order) {
+    for (int32_t i = order; i < count; ++i) nodes.inverse[order - 1][i - order] = 1.0 / (t[i] - t[i - order]);
+  }
+  return nodes;
+}
+
+// The Chebyshev nodes of [0, 1], (1 - cos((2i + 1) pi / 12)) / 2: a segment of 8 codes or more.
+constexpr FitNodes kChebyshevNodes =
+    fit_nodes(kTerms, {0.0170370868554659, 0.146446609406726, 0.370590477448740, 0.629409522551260,
+                      0.853553390593274, 0.982962913144534});
+// A segment of 1, 2 or 4 codes: the codes themselves, t = i / 2^k (exact there).
+constexpr FitNodes kCodeNodes[3] = {fit_nodes(1, {0.0}), fit_nodes(2, {0.0, 0.5}),
+                                    fit_nodes(4, {0.0, 0.25, 0.5, 0.75})};
+
+// c0..c5 of tail over the codes n = j 2^k + i, i < 2^k, as a polynomial in t = i / 2^k: the
+// polynomial through tail at `nodes` (Newton's divided differences, expanded), in double from
+// tail's float values: the same bits on every target (no contraction, no libm call).
+inline void fit_segment(double (&c)[kTerms], Activation act, float scale, int32_t j, int32_t k) {
+  const FitNodes& nodes = k < 3 ? kCodeNodes[k] : kChebyshevNodes;
+  const int32_t last = nodes.count - 1;
   const float codes = static_cast<float>(1 << k);
-  const auto at = [&](float t) { return tail_of(act, (static_cast<float>(j) + t) * codes * scale); };
-  c[1] = c[2] = c[3] = 0.0f;
-  if (k <= 1) {
-    c[0] = at(0.0f);
-    if (k == 1) c[1] = 2.0f * (at(0.5f) - c[0]);
-    return;
+  double newton[kTerms];  // divided differences, in place
+  for (int32_t i = 0; i <= last; ++i) {
+    newton[i] = tail_of(act, (static_cast<float>(j) + static_cast<float>(nodes.t[i])) * codes * scale);
   }
-  const float nodes[4] = {0.0380602337f, 0.308658284f, 0.691341716f, 0.961939766f};  // (1 - cos((2i + 1) pi / 8)) / 2
-  // 1 / (nodes[i] - nodes[i - order]) for order 1, 2, 3 at i = order .. 3
-  const float inverse[3][3] = {{3.69551813f, 2.61312593f, 3.69551813f}, {1.53073373f, 1.53073373f}, {1.0823922f}};
-  float newton[4];  // divided differences, in place
-  for (int32_t i = 0; i < 4; ++i) newton[i] = at(nodes[i]);
-  for (int32_t order = 1; order < 4; ++order) {
-    for (int32_t i = 3; i >= order; --i) newton[i] = (newton[i] - newton[i - 1]) * inverse[order - 1][i - order];
+  for (int32_t order = 1; order <= last; ++order) {
+    for (int32_t i = last; i >= order; --i) {
+      newton[i] = (newton[i] - newton[i - 1]) * nodes.inverse[order - 1][i - order];
+    }
   }
-  // p = newton[0] + (t - t0)(newton[1] + (t - t1)(newton[2] + (t - t2) newton[3])), expanded
-  c[0] = newton[3];
-  for (int32_t i = 2; i >= 0; --i) {
-    for (int32_t m = 3 - i; m > 0; --m) c[m] = c[m - 1] - nodes[i] * c[m];
-    c[0] = newton[i] - nodes[i] * c[0];
+  // p = newton[0] + (t - t0)(newton[1] + (t - t1)(... + (t - t[last - 1]) newton[last])), expanded
+  for (int32_t m = 0; m < kTerms; ++m) c[m] = 0.0;
+  c[0] = newton[last];
+  for (int32_t i = last - 1; i >= 0; --i) {
+    for (int32_t m = last - i; m > 0; --m) c[m] = c[m - 1] - nodes.t[i] * c[m];
+    c[0] = newton[i] - nodes.t[i] * c[0];
   }
 }
 
-// A segment's coefficients in units of unit 2^-e (e in [0, 31], the largest keeping c0 under
-// 2^29: its cubic's values under 2^30), e in c3's low bits.
-inline void store_segment(Gate16& gate, const float (&c)[4], int32_t j) {
-  const float unit = static_cast<float>(gate.unit);
+// A segment's coefficients in units of unit 2^-e (e in [0, 31], the largest keeping the sum of
+// their magnitudes, a bound on every value Horner's rule reaches for t in [0, 1), under 2^29), e
+// in the last coefficient's low bits.
+inline void store_segment(Gate16& gate, const double (&c)[kTerms], int32_t j) {
+  const double unit = gate.unit;
+  double bound = 0.0;
+  for (const double term : c) bound += term < 0.0 ? -term : term;
   int power = 0;
-  std::frexp(c[0] * unit, &power);  // c0 unit < 2^power
-  const int32_t exponent = c[0] > 0.0f ? (power > 29 ? 0 : (power < -2 ? 31 : 29 - power)) : 31;
-  const float scale = std::ldexp(unit, exponent);
-  const auto fixed = [scale](float v) {
-    const float limit = 0x1p31f - 128.0f;  // the largest float below 2^31
+  std::frexp(bound * unit, &power);  // bound unit < 2^power
+  const int32_t exponent = c[0] > 0.0 ? (power > 29 ? 0 : (power < -2 ? 31 : 29 - power)) : 31;
+  const double scale = std::ldexp(unit, exponent);
+  const auto fixed = [scale](double v) {
+    const double limit = 0x1p31 - 1.0;
     v *= scale;
-    // to the nearest integer (ties to even) by adding and subtracting 1.5 2^23, as vector_exp
-    // does; from 2^22 on a float is whole already
-    const float shifter = 12582912.0f;
-    v = v > -0x1p22f && v < 0x1p22f ? (v + shifter) - shifter : v;
+    // to the nearest integer (ties to even) by adding and subtracting 1.5 2^52 (no libm call);
+    // from 2^51 on a double is whole already
+    const double shifter = 0x1.8p52;
+    v = v > -0x1p51 && v < 0x1p51 ? (v + shifter) - shifter : v;
     return static_cast<int32_t>(v < -limit ? -limit : (v > limit ? limit : v));
   };
   const uint32_t low = (1u << kExponentBits) - 1;
-  gate.coefficients[j] = fixed(c[0]);
-  gate.coefficients[kSegments + j] = fixed(c[1]);
-  gate.coefficients[2 * kSegments + j] = fixed(c[2]);
-  gate.coefficients[3 * kSegments + j] = static_cast<int32_t>((static_cast<uint32_t>(fixed(c[3])) & ~low) | exponent);
+  for (int32_t m = 0; m < kDegree; ++m) gate.coefficients[m * kSegments + j] = fixed(c[m]);
+  gate.coefficients[kDegree * kSegments + j] =
+      static_cast<int32_t>((static_cast<uint32_t>(fixed(c[kDegree])) & ~low) | exponent);
 }
 
 // The scheme's integers for this activation and these encodings, or false outside its domain
@@ -263,12 +296,12 @@ inline bool make_gate16(Gate16& gate, Activation act, const qco::TensorView& y, 
   // Every entry written below, none zero-filled first: a memset, which the Hexagon toolchain's C
   // library does a byte at a time.
   for (int32_t j = 0; j < kSegments; ++j) {
-    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // past the reach (and the last segment): tail 0
+    double c[kTerms] = {};  // past the reach (and the last segment): tail 0
     if (j < kSegments - 1 && !beyond(j << k)) fit_segment(c, act, x.scale, j, k);
     store_segment(gate, c, j);
   }
 #if defined(__HVX__)
-  for (int32_t m = 0; m < 4; ++m) gate.luts[m] = qco::hvx::lut32(gate.coefficients + m * kSegments);
+  for (int32_t m = 0; m < kTerms; ++m) gate.luts[m] = qco::hvx::lut32<kSegments>(gate.coefficients + m * kSegments);
 #endif
   return true;
 }
@@ -331,74 +364,94 @@ inline void gated_u8_hvx(qco::TensorView& y, const qco::TensorView& x, const Gat
   }
 }
 
-// n, the tail polynomial (unit 2^e) and e of 128 gate codes, four word vectors each in the layout
-// of lookup_words: [0] and [2] the even and odd elements of the first vector, [1] and [3] of the
-// second. Horner's steps follow the lookups of c3, c2, c1, c0 (fewer vectors live at once).
+// The tail polynomial (unit 2^e) and e of 128 gate codes (n0, n1: |a - zero point| of their two
+// vectors), four word vectors each in the layout of lookup_words: [0] and [2] the even and odd
+// elements of the first vector, [1] and [3] of the second. Horner's steps follow the lookups of
+// c5 .. c0 (fewer vectors live at once). vlut16 takes the shift resource as well as the permute
+// one (CVI_VP_VS), so the 48 lookups and every shift share one slot a packet: t is shifted once
+// per vector, its odd elements moved down by vshuffo (an ALU op).
 struct Tails16 {
-  HVX_Vector n[4], tail[4], exponent[4];
+  HVX_Vector tail[4], exponent[4];
 };
 
-inline Tails16 tails_u16(const qco::hvx::Lut32* luts, HVX_Vector n0, HVX_Vector n1, const Gate16& gate) {
-  const int32_t k = gate.segment_bits;
+inline Tails16 tails_u16(const qco::hvx::Lut32Of<kSegments / 16>* luts, HVX_Vector n0, HVX_Vector n1, int32_t k) {
   const HVX_Vector last = Q6_Vh_vsplat_R(kSegments - 1);
   // byte 4j + m: the segment of element 2j of n0 (m = 0), of n1 (1), element 2j + 1 of n0 (2), of n1 (3)
   const HVX_Vector segments = Q6_Vb_vshuffe_VbVb(Q6_Vuh_vmin_VuhVuh(Q6_Vuh_vlsr_VuhR(n1, k), last),
                                                  Q6_Vuh_vmin_VuhVuh(Q6_Vuh_vlsr_VuhR(n0, k), last));
-  const HVX_VectorPair wide0 = Q6_Wuw_vzxt_Vuh(n0), wide1 = Q6_Wuw_vzxt_Vuh(n1);
-  Tails16 r = {{Q6_V_lo_W(wide0), Q6_V_lo_W(wide1), Q6_V_hi_W(wide0), Q6_V_hi_W(wide1)}, {}, {}};
-  HVX_Vector t[4];
-  const qco::hvx::Words4 cubic = qco::hvx::lookup_words(luts[3], segments);
+  // t of every element in its own halfword; vmpye reads a word's low (even) halfword only. (At
+  // k = 0 the shift by 16 may leave n, but there c1..c5 are 0: t is unused.)
+  const HVX_Vector t0 = Q6_Vh_vasl_VhR(n0, 16 - k), t1 = Q6_Vh_vasl_VhR(n1, 16 - k);
+  const HVX_Vector t[4] = {t0, t1, Q6_Vh_vshuffo_VhVh(t0, t0), Q6_Vh_vshuffo_VhVh(t1, t1)};
+  Tails16 r;
+  const qco::hvx::Words4 highest = qco::hvx::lookup_words(luts[kDegree], segments);
   for (int32_t g = 0; g < 4; ++g) {
-    t[g] = Q6_Vw_vasl_VwR(Q6_V_vand_VV(r.n[g], Q6_V_vsplat_R((1 << k) - 1)), 16 - k);
-    r.exponent[g] = Q6_V_vand_VV(cubic.v[g], Q6_V_vsplat_R((1 << kExponentBits) - 1));
-    r.tail[g] = Q6_Vw_vsub_VwVw(cubic.v[g], r.exponent[g]);
+    r.exponent[g] = Q6_V_vand_VV(highest.v[g], Q6_V_vsplat_R((1 << kExponentBits) - 1));
+    r.tail[g] = Q6_Vw_vsub_VwVw(highest.v[g], r.exponent[g]);
   }
-  for (int32_t m = 2; m >= 0; --m) {
+  for (int32_t m = kDegree - 1; m >= 0; --m) {
     const qco::hvx::Words4 c = qco::hvx::lookup_words(luts[m], segments);
     for (int32_t g = 0; g < 4; ++g) r.tail[g] = Q6_Vw_vadd_VwVw(c.v[g], Q6_Vw_vmpye_VwVuh(r.tail[g], t[g]));
   }
   return r;
 }
 
-// gated_u16_rows on 32 lanes: the gate and up codes and n |u| (words), n, the tail and e of the
-// gate codes; y + y.offset as words. kLow: the rounding shift is at most 32.
+// apply({1, shift}, (value * product) >> drop) on 32 lanes (gated_u16_rows' magnitude), value <
+// 2^30 and product < 2^32 unsigned. With a rounding shift of 33 or more (kLow false) it is
+// apply({1, shift + drop}, value * product) (floors of floors by powers of two compose), taken from
+// the products' upper words by one per-lane shift (past 31 every upper word, under 2^30, is 0);
+// otherwise the 64-bit products are shifted whole.
 template <bool kLow>
-inline HVX_Vector gated_u16_words(HVX_Vector gate_codes, HVX_Vector up_codes, HVX_Vector product, HVX_Vector tail,
-                                  HVX_Vector exponent, const Gate16& gate) {
-  const HVX_Vector zero = Q6_V_vzero(), zero_point = Q6_V_vsplat_R(-gate.offset);
-  const HVX_VectorPred gate_negative = Q6_Q_vcmp_gt_VwVw(zero_point, gate_codes);
+inline HVX_Vector gated_magnitude(HVX_Vector value, HVX_Vector product, HVX_Vector drop, int32_t shift) {
+  const HVX_VectorPair wide = qco::hvx::products_wide_unsigned(value, product);
+  if (kLow) return qco::hvx::rounding_shift_low(qco::hvx::shift_right_wide(wide, drop), shift);
+  const HVX_Vector amount = Q6_Vw_vmin_VwVw(Q6_Vw_vadd_VwVw(drop, Q6_V_vsplat_R(shift - 33)), Q6_V_vsplat_R(31));
+  return Q6_Vw_vavg_VwVw_rnd(Q6_Vw_vasr_VwVw(Q6_V_hi_W(wide), amount), Q6_V_vzero());  // (p >> (amount) + 1) >> 1
+}
+
+// The magnitudes |y| of 32 elements (gated_u16_rows): `negative` where their gate code is below
+// the zero point, `product` = n |u|, the tail and e of their gate codes.
+template <bool kLow>
+inline HVX_Vector gated_u16_words(HVX_VectorPred negative, HVX_Vector product, HVX_Vector tail, HVX_Vector exponent,
+                                  const Gate16& gate) {
   const HVX_Vector small = Q6_Vw_vasr_VwVw(tail, exponent);  // tail in units of `unit`
-  const HVX_Vector value = Q6_V_vmux_QVV(gate_negative, tail, Q6_Vw_vsub_VwVw(Q6_V_vsplat_R(gate.unit), small));
-  const HVX_Vector drop = Q6_V_vmux_QVV(gate_negative, exponent, zero);
-  const HVX_VectorPair wide = qco::hvx::shift_right_wide(qco::hvx::products_wide_unsigned(value, product), drop);
-  const HVX_Vector magnitude =
-      kLow ? qco::hvx::rounding_shift_low(wide, gate.shift) : qco::hvx::rounding_shift_high(wide, gate.shift);
-  const HVX_VectorPred negative = Q6_Q_xor_QQ(gate_negative, Q6_Q_vcmp_gt_VwVw(zero_point, up_codes));
-  return Q6_V_vmux_QVV(negative, Q6_Vw_vsub_VwVw(zero, magnitude), magnitude);
+  const HVX_Vector value = Q6_V_vmux_QVV(negative, tail, Q6_Vw_vsub_VwVw(Q6_V_vsplat_R(gate.unit), small));
+  const HVX_Vector drop = Q6_V_vmux_QVV(negative, exponent, Q6_V_vzero());
+  return gated_magnitude<kLow>(value, product, drop, gate.shift);
 }
 
 // 64 uint16 output codes from 64 gate and up codes, the gate codes' n = |a - zero point| and
-// their tails' groups `even` and `odd` (of Tails16).
+// their tails' groups `even` and `odd` (of Tails16). The gate codes' signs per word lane come from
+// their words (even: the low halfword, odd: the word below zero point 2^16, whatever the low
+// halfword); the magnitudes, saturated to 16 bits, are added to or taken from y's zero point
+// with unsigned saturation: what saturating +-magnitude + zero point to a code gives.
 template <bool kLow>
 inline HVX_Vector gated_u16_vector(HVX_Vector gate_codes, HVX_Vector up_codes, HVX_Vector n, const Tails16& tails,
                                    int32_t even, int32_t odd, const Gate16& gate, HVX_Vector out_zero_point) {
-  const HVX_VectorPair products = Q6_Wuw_vmpy_VuhVuh(n, Q6_Vuh_vabsdiff_VuhVuh(up_codes, Q6_Vh_vsplat_R(-gate.offset)));
-  const HVX_VectorPair gates = Q6_Wuw_vzxt_Vuh(gate_codes), ups = Q6_Wuw_vzxt_Vuh(up_codes);  // lo even, hi odd
-  const HVX_Vector even_codes = gated_u16_words<kLow>(Q6_V_lo_W(gates), Q6_V_lo_W(ups), Q6_V_lo_W(products),
-                                                      tails.tail[even], tails.exponent[even], gate);
-  const HVX_Vector odd_codes = gated_u16_words<kLow>(Q6_V_hi_W(gates), Q6_V_hi_W(ups), Q6_V_hi_W(products),
-                                                     tails.tail[odd], tails.exponent[odd], gate);
-  return qco::hvx::saturate_u16(Q6_Vw_vadd_VwVw(even_codes, out_zero_point),
-                                Q6_Vw_vadd_VwVw(odd_codes, out_zero_point));
+  const HVX_Vector zero_point = Q6_Vh_vsplat_R(-gate.offset);
+  const HVX_VectorPair products = Q6_Wuw_vmpy_VuhVuh(n, Q6_Vuh_vabsdiff_VuhVuh(up_codes, zero_point));
+  const HVX_VectorPred even_negative =
+      Q6_Q_vcmp_gt_VuwVuw(Q6_V_vsplat_R(-gate.offset), Q6_V_vand_VV(gate_codes, Q6_V_vsplat_R(0xFFFF)));
+  const HVX_VectorPred odd_negative = Q6_Q_vcmp_gt_VuwVuw(Q6_V_vsplat_R(static_cast<int32_t>(static_cast<uint32_t>(-gate.offset) << 16)), gate_codes);
+  const HVX_Vector even_magnitudes = gated_u16_words<kLow>(even_negative, Q6_V_lo_W(products), tails.tail[even],
+                                                           tails.exponent[even], gate);
+  const HVX_Vector odd_magnitudes =
+      gated_u16_words<kLow>(odd_negative, Q6_V_hi_W(products), tails.tail[odd], tails.exponent[odd], gate);
+  const HVX_Vector magnitudes = Q6_Vuh_vsat_VuwVuw(odd_magnitudes, even_magnitudes);
+  const HVX_VectorPred negative =
+      Q6_Q_xor_QQ(Q6_Q_vcmp_gt_VuhVuh(zero_point, gate_codes), Q6_Q_vcmp_gt_VuhVuh(zero_point, up_codes));
+  return Q6_V_vmux_QVV(negative, Q6_Vuh_vsub_VuhVuh_sat(out_zero_point, magnitudes),
+                       Q6_Vuh_vadd_VuhVuh_sat(out_zero_point, magnitudes));
 }
 
 // 128 elements of a row from their gate and up codes (two vectors each): two vectors of y.
 template <bool kLow>
-inline HVX_VectorPair gated_u16_block(const qco::hvx::Lut32* luts, HVX_Vector gate0, HVX_Vector gate1, HVX_Vector up0,
-                                      HVX_Vector up1, const Gate16& gate, HVX_Vector out_zero_point) {
+inline HVX_VectorPair gated_u16_block(const qco::hvx::Lut32Of<kSegments / 16>* luts, HVX_Vector gate0,
+                                      HVX_Vector gate1, HVX_Vector up0, HVX_Vector up1, const Gate16& gate,
+                                      HVX_Vector out_zero_point) {
   const HVX_Vector zero_point = Q6_Vh_vsplat_R(-gate.offset);
   const HVX_Vector n0 = Q6_Vuh_vabsdiff_VuhVuh(gate0, zero_point), n1 = Q6_Vuh_vabsdiff_VuhVuh(gate1, zero_point);
-  const Tails16 tails = tails_u16(luts, n0, n1, gate);
+  const Tails16 tails = tails_u16(luts, n0, n1, gate.segment_bits);
   return Q6_W_vcombine_VV(gated_u16_vector<kLow>(gate1, up1, n1, tails, 1, 3, gate, out_zero_point),
                           gated_u16_vector<kLow>(gate0, up0, n0, tails, 0, 2, gate, out_zero_point));
 }
@@ -412,8 +465,8 @@ void gated_u16_hvx_rows(qco::TensorView& y, const qco::TensorView& x, const Gate
   uint16_t* out = y.as<uint16_t>();
   const int64_t d = y.dims[y.rank - 1];
   const int64_t rows = d == 0 ? 0 : y.numel() / d;
-  const qco::hvx::Lut32* luts = gate.luts;
-  const HVX_Vector out_zero_point = Q6_V_vsplat_R(-y.offset);
+  const qco::hvx::Lut32Of<kSegments / 16>* luts = gate.luts;
+  const HVX_Vector out_zero_point = Q6_Vh_vsplat_R(-y.offset);
   // The `count` codes at `at` (zeros past them; none when count <= 0).
   const auto load = [](const uint16_t* at, int64_t count) {
     return count > 0 ? qco::hvx::load_bytes(at, 2 * count) : Q6_V_vzero();

@@ -180,18 +180,23 @@ inline HVX_Vector requantize_products_u8(HVX_VectorPair a, HVX_VectorPair b, Fix
   return Q6_Vub_vsat_VhVh(odd, even);
 }
 
-// A table of 256 int16 values indexed by uint8 codes, as vlut16 reads it: four vectors of 64
-// entries, segment m (entries 16m..16m+15) in vector m / 4, in the word half (m / 2) % 2 of
-// words 16 (m % 2) ... 16 (m % 2) + 15.
-struct Lut16 {
-  HVX_Vector parts[4];
+// A table of 16 kSegments int16 values indexed by codes below 16 kSegments, as vlut16 reads it:
+// vectors of 64 entries, segment m (entries 16m..16m+15) in vector m / 4, in the word half
+// (m / 2) % 2 of words 16 (m % 2) ... 16 (m % 2) + 15. Lut16 (256 entries, four vectors) reads
+// every uint8 code; a smaller table costs fewer lookups (kSegments vlut16 per 128 codes).
+template <int32_t kSegments>
+struct Lut16Of {
+  static_assert(kSegments % 4 == 0 && kSegments <= 16, "whole vectors of four segments");
+  HVX_Vector parts[kSegments / 4];
 };
+using Lut16 = Lut16Of<16>;
 
 // The layout both lookups read: a vector holds 4 segments of `kEntries` lanes of T, segment m
 // in the lane half (m / 2) % 2 of the lane pairs kEntries (m % 2) ... kEntries (m % 2) + kEntries - 1.
-template <typename T, int32_t kVectors>
-inline void interleave_segments(const T (&table)[256], HVX_Vector (&parts)[kVectors]) {
-  constexpr int32_t kEntries = 256 / (4 * kVectors);
+template <typename T, int32_t kSize, int32_t kVectors>
+inline void interleave_segments(const T (&table)[kSize], HVX_Vector (&parts)[kVectors]) {
+  constexpr int32_t kEntries = kBytes / sizeof(T) / 4;
+  static_assert(kSize == 4 * kEntries * kVectors, "a table of whole vectors");
   alignas(kBytes) T part[kBytes / sizeof(T)];
   for (int32_t vector = 0; vector < kVectors; ++vector) {
     for (int32_t segment = 4 * vector; segment < 4 * vector + 4; ++segment) {
@@ -203,16 +208,18 @@ inline void interleave_segments(const T (&table)[256], HVX_Vector (&parts)[kVect
   }
 }
 
-inline Lut16 lut16(const int16_t (&table)[256]) {
-  Lut16 lut;
+template <int32_t kSize>
+inline Lut16Of<kSize / 16> lut16(const int16_t (&table)[kSize]) {
+  Lut16Of<kSize / 16> lut;
   interleave_segments(table, lut.parts);
   return lut;
 }
 
-// table[code] for 128 codes, as an even/odd int16 pair (16 vlut16, one per segment).
-inline HVX_VectorPair lookup(const Lut16& lut, HVX_Vector codes) {
+// table[code] for 128 codes, as an even/odd int16 pair (kSegments vlut16, one per segment).
+template <int32_t kSegments>
+inline HVX_VectorPair lookup(const Lut16Of<kSegments>& lut, HVX_Vector codes) {
   HVX_VectorPair values = Q6_Wh_vlut16_VbVhR(codes, lut.parts[0], 0);
-  for (int32_t segment = 1; segment < 16; ++segment) {
+  for (int32_t segment = 1; segment < kSegments; ++segment) {
     values = Q6_Wh_vlut16or_WhVbVhR(values, codes, lut.parts[segment / 4], segment);
   }
   return values;
@@ -240,14 +247,18 @@ inline HVX_Vector lookup_bytes(const Lut8& lut, HVX_Vector codes) {
   return values;
 }
 
-// A table of 256 int32 values indexed by uint8 codes: its upper and lower halfwords as two Lut16.
-struct Lut32 {
-  Lut16 high, low;
+// A table of 16 kSegments int32 values (Lut32: 256, every uint8 code): its upper and lower
+// halfwords as two Lut16Of.
+template <int32_t kSegments>
+struct Lut32Of {
+  Lut16Of<kSegments> high, low;
 };
+using Lut32 = Lut32Of<16>;
 
-inline Lut32 lut32(const int32_t* table) {  // table[0..255]
-  int16_t high[256], low[256];
-  for (int32_t i = 0; i < 256; ++i) {
+template <int32_t kSize = 256>
+inline Lut32Of<kSize / 16> lut32(const int32_t* table) {  // table[0..kSize - 1]
+  int16_t high[kSize], low[kSize];
+  for (int32_t i = 0; i < kSize; ++i) {
     high[i] = static_cast<int16_t>(table[i] >> 16);
     low[i] = static_cast<int16_t>(table[i] & 0xFFFF);
   }
@@ -262,7 +273,8 @@ struct Words4 {
 // table[codes[4 i + m]] in lane i of v[m], for 128 codes: the halfword lookups (lo holds the
 // even codes, hi the odd ones) joined into words by vshuffe (codes 4i, 4i + 1) and vshuffo
 // (4i + 2, 4i + 3).
-inline Words4 lookup_words(const Lut32& lut, HVX_Vector codes) {
+template <int32_t kSegments>
+inline Words4 lookup_words(const Lut32Of<kSegments>& lut, HVX_Vector codes) {
   const HVX_VectorPair high = lookup(lut.high, codes), low = lookup(lut.low, codes);
   Words4 words;
   words.v[0] = Q6_Vh_vshuffe_VhVh(Q6_V_lo_W(high), Q6_V_lo_W(low));
