@@ -93,21 +93,16 @@ def test_the_u16_hvx_path_is_bit_exact_at_the_edges_of_its_scheme():
     assert not failed, "\n".join(failed)
 
 
-#: Changes to the HVX code the 16-bit path runs, each caught by the edge cases: the per-lane
-#: rounding shift from the products' upper words (rounding shifts of 33 and more) off by one, the
-#: rounding shift of whole 64-bit products (up to 32) off by one, and the bits the per-lane 64-bit
-#: shift (the exponent of a deep tail) carries down one off. (file under kernels/, original, changed)
+#: Changes to the HVX code the 16-bit path runs, each caught by the edge cases: the rounding shift
+#: off by one, the upper word's cap (rounding shifts under 32) too low, and the upper words of the
+#: products of n |u| >= 2^31 left uncorrected. (file under kernels/, original, changed)
 MUTATIONS = {
-    "rounding shift, upper words": ("gated_codes.h", "Q6_V_vsplat_R(shift - 33)", "Q6_V_vsplat_R(shift - 32)"),
-    "rounding shift, both words": (
+    "rounding shift": ("gated_codes.h", "Q6_V_vsplat_R(shift - 1)", "Q6_V_vsplat_R(shift)"),
+    "cap of the upper word": ("gated_codes.h", "Q6_V_vsplat_R(1 << 16)", "Q6_V_vsplat_R(1 << 8)"),
+    "unsigned products": (
         "qco/hvx.h",
-        "const int32_t bits = shift - 1, reach",
-        "const int32_t bits = shift, reach",
-    ),
-    "carried bits": (
-        "qco/hvx.h",
-        "Q6_Vw_vsub_VwVw(Q6_V_vsplat_R(31), amounts)",
-        "Q6_Vw_vsub_VwVw(Q6_V_vsplat_R(30), amounts)",
+        "Q6_Vw_condacc_QVwVw(Q6_Q_vcmp_gt_VwVw(Q6_V_vzero(), b), Q6_V_hi_W(signed_product), a)",
+        "Q6_V_hi_W(signed_product)",
     ),
 }
 

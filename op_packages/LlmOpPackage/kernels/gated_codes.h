@@ -397,16 +397,26 @@ inline Tails16 tails_u16(const qco::hvx::Lut32Of<kSegments / 16>* luts, HVX_Vect
 }
 
 // apply({1, shift}, (value * product) >> drop) on 32 lanes (gated_u16_rows' magnitude), value <
-// 2^30 and product < 2^32 unsigned. With a rounding shift of 33 or more (kLow false) it is
-// apply({1, shift + drop}, value * product) (floors of floors by powers of two compose), taken from
-// the products' upper words by one per-lane shift (past 31 every upper word, under 2^30, is 0);
-// otherwise the 64-bit products are shifted whole.
+// 2^30 and product < 2^32 unsigned: ((p >> a) + 1) >> 1 for a = shift + drop - 1 (floors of floors
+// by powers of two compose), each lane's a in [25, 93]. From a = 32 on, p >> a is the upper word
+// shifted by a - 32 (past 31 every upper word, under 2^30, gives 0): one per-lane shift, all there
+// is when the rounding shift is 33 or more (kLow false). Under 32, the upper word shifted left
+// joins the lower shifted right, the upper word first capped at 2^16: then p >> a >= 2^17
+// whether capped or not, a magnitude that saturates any 16-bit code, and the shift left fits.
 template <bool kLow>
 inline HVX_Vector gated_magnitude(HVX_Vector value, HVX_Vector product, HVX_Vector drop, int32_t shift) {
   const HVX_VectorPair wide = qco::hvx::products_wide_unsigned(value, product);
-  if (kLow) return qco::hvx::rounding_shift_low(qco::hvx::shift_right_wide(wide, drop), shift);
-  const HVX_Vector amount = Q6_Vw_vmin_VwVw(Q6_Vw_vadd_VwVw(drop, Q6_V_vsplat_R(shift - 33)), Q6_V_vsplat_R(31));
-  return Q6_Vw_vavg_VwVw_rnd(Q6_Vw_vasr_VwVw(Q6_V_hi_W(wide), amount), Q6_V_vzero());  // (p >> (amount) + 1) >> 1
+  const HVX_Vector a = Q6_Vw_vadd_VwVw(drop, Q6_V_vsplat_R(shift - 1));
+  const HVX_Vector thirty_two = Q6_V_vsplat_R(32);
+  HVX_Vector shifted =
+      Q6_Vw_vasr_VwVw(Q6_V_hi_W(wide), Q6_Vw_vmin_VwVw(Q6_Vw_vsub_VwVw(a, thirty_two), Q6_V_vsplat_R(31)));
+  if (kLow) {
+    const HVX_Vector capped = Q6_Vw_vmin_VwVw(Q6_V_hi_W(wide), Q6_V_vsplat_R(1 << 16));
+    const HVX_Vector joined = Q6_V_vor_VV(Q6_Vw_vasl_VwVw(capped, Q6_Vw_vsub_VwVw(thirty_two, a)),
+                                          Q6_Vw_vlsr_VwVw(Q6_V_lo_W(wide), a));
+    shifted = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VwVw(thirty_two, a), joined, shifted);
+  }
+  return Q6_Vw_vavg_VwVw_rnd(shifted, Q6_V_vzero());  // (shifted + 1) >> 1
 }
 
 // The magnitudes |y| of 32 elements (gated_u16_rows): `negative` where their gate code is below
