@@ -30,6 +30,7 @@ from ..torch_bridge import OpPackageBinding
 from ..torch_bridge.quantized import Encoding, encoding_of, is_dequantize
 from .emulation import EmulatedOp, cast_int64_inputs, emulate_quantized
 from .folding import FoldQuantizedWeights
+from .host_speed import UseHostSpeedKernels
 from .op_builder import bound_visitors
 from .partitioner import QnnCustomOpPartitioner
 from .preflight import PreflightError, preflight
@@ -104,6 +105,13 @@ def _prepare_host(
     return [], emulate_quantized(exported, binding) if emulate == "quantized" else []
 
 
+def _host_passes(exported: torch.export.ExportedProgram) -> list:
+    """The edge passes of a host program: a quantized one's weights folded once
+    (``FoldQuantizedWeights``), then its ``mm`` and ``quantize_per_tensor`` on the speed kernels
+    of the same bits (``UseHostSpeedKernels``); a float one's ops are XNNPACK's."""
+    return [FoldQuantizedWeights(), UseHostSpeedKernels()] if is_quantized(exported) else []
+
+
 def qnn_edge_passes(pass_manager: Any, program: torch.export.ExportedProgram, io: QuantizedIo | None) -> list:
     """QNN's to-edge passes for ``program``, with ``io`` tagged as quantized IO (``TagQuantIO``)."""
     job = pass_manager.get_capture_program_passes()
@@ -174,7 +182,7 @@ def lower_methods(
         with weights_held_once():
             edge = to_edge_transform_and_lower(
                 exported,
-                transform_passes={n: [FoldQuantizedWeights()] if is_quantized(p) else [] for n, p in exported.items()},
+                transform_passes={n: _host_passes(p) for n, p in exported.items()},
                 partitioner=partitioners,
                 constant_methods=dict(constant_methods or {}),
                 compile_config=EdgeCompileConfig(_check_ir_validity=False),

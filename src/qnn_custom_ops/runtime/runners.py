@@ -37,6 +37,8 @@ from .loading import (
     trace_kernels,
 )
 from .raw_io import INPUT_LIST, TensorSpec, read_outputs, write_inputs
+from .speed_library import NAMESPACE as SPEED_NAMESPACE
+from .speed_library import load_speed_kernels
 
 Inference = Sequence[torch.Tensor]
 RUNNER = "qnn_executor_runner"
@@ -237,6 +239,8 @@ class HostRunner:
         trace_kernels(self.libraries)
         if any(op.startswith("quantized_decomposed::") for op in operators):
             load_quantized_kernels()
+        if any(op.startswith(SPEED_NAMESPACE) for op in operators):
+            load_speed_kernels()
         check_program_kernels(pte)
         with _refused_as_program_error("program"):
             return _verified(pte, "program").load_method(method)
