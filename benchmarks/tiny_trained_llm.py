@@ -45,14 +45,14 @@ def checkpoint_dir(steps: int) -> Path:
     return root / "llm-bench" / f"tiny-qwen3-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
-def train_tokenizer(texts: list[str]):
+def train_tokenizer(texts: list[str], vocab: int = VOCAB):
     import tokenizers
     import transformers
 
     bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
     bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = tokenizers.decoders.ByteLevel()
-    trainer = tokenizers.trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<|endoftext|>"],
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"],
                                              initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
     bpe.train_from_iterator(texts, trainer)
     return transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>",
@@ -78,17 +78,20 @@ def perplexity(model, stream, windows: int = 64) -> float:
     return math.exp(float(loss))
 
 
-def train(steps: int, out: Path) -> None:
+def train_model(texts: list[str], steps: int, *, architecture: dict = ARCHITECTURE, vocab: int = VOCAB,
+                seq: int = SEQ, batch: int = BATCH, log=print):
+    """(model in eval mode, tokenizer) trained on ``texts`` for ``steps`` seeded AdamW steps of
+    ``batch`` random windows of ``seq`` tokens: the benchmark's checkpoint (400 steps, these
+    defaults), and the suite's model trained for seconds (smaller, fewer steps). Deterministic
+    for a given torch thread count (the sums of a matmul are split by thread)."""
     import torch
     import transformers
 
     torch.manual_seed(SEED)
-    torch.set_num_threads(2)
-    train_texts, held_out = corpus()
-    tokenizer = train_tokenizer(train_texts)
-    stream = token_stream(tokenizer, train_texts)
+    tokenizer = train_tokenizer(texts, vocab)
+    stream = token_stream(tokenizer, texts)
     config = transformers.Qwen3Config(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                                      eos_token_id=tokenizer.eos_token_id, **ARCHITECTURE)
+                                      eos_token_id=tokenizer.eos_token_id, **architecture)
     model = transformers.Qwen3ForCausalLM(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3, total_steps=steps, pct_start=0.1)
@@ -96,17 +99,27 @@ def train(steps: int, out: Path) -> None:
     started = time.monotonic()
     model.train()
     for step in range(steps):
-        starts = torch.randint(0, len(stream) - SEQ - 1, (BATCH,), generator=generator)
-        batch = torch.stack([stream[s : s + SEQ] for s in starts.tolist()])
-        loss = model(batch, labels=batch).loss
+        starts = torch.randint(0, len(stream) - seq - 1, (batch,), generator=generator)
+        windows = torch.stack([stream[s : s + seq] for s in starts.tolist()])
+        loss = model(windows, labels=windows).loss
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
         if step % 100 == 0 or step == steps - 1:
-            print(f"step {step:>5}: loss {float(loss):.3f} ({time.monotonic() - started:.0f} s)", flush=True)
-    model.eval()
+            log(f"step {step:>5}: loss {loss.item():.3f} ({time.monotonic() - started:.0f} s)")
+    return model.eval(), tokenizer
+
+
+def train(steps: int, out: Path) -> None:
+    """The benchmark's checkpoint, saved in ``out`` with its held-out perplexity."""
+    import torch
+
+    torch.set_num_threads(2)
+    started = time.monotonic()
+    train_texts, held_out = corpus()
+    model, tokenizer = train_model(train_texts, steps, log=lambda line: print(line, flush=True))
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     held_out_ppl = perplexity(model, token_stream(tokenizer, held_out))

@@ -49,8 +49,8 @@ def program(module: torch.nn.Module, inputs: tuple, speed: bool) -> bytes:
 def sequential_mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """Each output summed over k in order from 0, every product rounded, then added."""
     out = torch.zeros(x.shape[0], w.shape[1])
-    for l in range(x.shape[1]):
-        out = out + x[:, l : l + 1] * w[l : l + 1, :]
+    for i in range(x.shape[1]):
+        out = out + x[:, i : i + 1] * w[i : i + 1, :]
     return out
 
 
