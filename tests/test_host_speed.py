@@ -1,7 +1,7 @@
 """The host speed kernels compute the bits of the ExecuTorch kernels they stand in for.
 
 Real programs (torch.export, to_edge, ``UseHostSpeedKernels``) on the real ExecuTorch runtime.
-``mm``: ExecuTorch's own gemm sums each output over k in order from 0, every product rounded
+``mm``, ``bmm``: ExecuTorch's own gemm sums each output over k in order from 0, every product rounded
 before it is added; the reference here computes exactly that with torch's elementwise float32
 ops. (A process that imported ``executorch.kernels.quantized`` may route ExecuTorch's ``mm`` to
 torch's BLAS instead, whose order differs: the speed kernel does not depend on what is loaded.)
@@ -23,6 +23,11 @@ from qnn_custom_ops.runtime.loading import program_operators
 class Mm(torch.nn.Module):
     def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return torch.mm(x, w)
+
+
+class Bmm(torch.nn.Module):
+    def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(x, w)
 
 
 class Quantize(torch.nn.Module):
@@ -47,22 +52,34 @@ def program(module: torch.nn.Module, inputs: tuple, speed: bool) -> bytes:
 
 
 def sequential_mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Each output summed over k in order from 0, every product rounded, then added."""
-    out = torch.zeros(x.shape[0], w.shape[1])
-    for i in range(x.shape[1]):
-        out = out + x[:, i : i + 1] * w[i : i + 1, :]
+    """Each output summed over k in order from 0, every product rounded, then added
+    (``[..., m, k] @ [..., k, n]``)."""
+    out = torch.zeros(*x.shape[:-1], w.shape[-1])
+    for i in range(x.shape[-1]):
+        out = out + x[..., i : i + 1] * w[..., i : i + 1, :]
     return out
 
 
 @pytest.mark.parametrize(
     "m, k, n",
-    [(32, 128, 128), (32, 128, 1024), (1, 384, 128), (13, 40, 37), (9, 7, 16)],
-    ids=["prefill", "threaded", "decode", "row-and-column-tails", "short-k"],
+    [(32, 128, 128), (32, 128, 1024), (1, 384, 128), (1, 128, 200), (13, 40, 37), (9, 7, 16)],
+    ids=["prefill", "lm-head", "decode", "decode-tails", "row-and-column-tails", "short-k"],
 )
 def test_mm_sums_in_order_without_fma(m, k, n):
     x, w = torch.randn(m, k), torch.randn(k, n)
     pte = program(Mm(), (x, w), speed=True)
     assert "qco_host::mm.out" in program_operators(pte)
+    (out,) = HostRunner().run(pte, [(x, w)])[0]
+    assert torch.equal(out, sequential_mm(x, w))
+
+
+@pytest.mark.parametrize(
+    "batch, m, k, n", [(2, 64, 32, 96), (2, 1, 32, 160), (3, 5, 7, 20)], ids=["attention", "decode", "tails"]
+)
+def test_bmm_sums_in_order_without_fma(batch, m, k, n):
+    x, w = torch.randn(batch, m, k), torch.randn(batch, k, n)
+    pte = program(Bmm(), (x, w), speed=True)
+    assert "qco_host::bmm.out" in program_operators(pte)
     (out,) = HostRunner().run(pte, [(x, w)])[0]
     assert torch.equal(out, sequential_mm(x, w))
 

@@ -1,18 +1,18 @@
-// Host speed kernels: qco_host::mm.out and qco_host::quantize_per_tensor.out.
+// Host speed kernels: qco_host::mm.out, qco_host::bmm.out and qco_host::quantize_per_tensor.out.
 //
 // A quantized program runs its standard ops on ExecuTorch's kernels on the host (XNNPACK would
-// compute something else); its prefill spent most of its time in two of them: mm (one thread)
-// and quantize_per_tensor (std::nearbyint called per element). These compute the same bits,
-// faster: mm sums each output over k in order from 0, every product rounded before it is added
-// (as ExecuTorch's gemm_notrans_ does; built without FMA contraction), over register tiles and
-// the runtime's threadpool; quantize rounds as ExecuTorch's quantize_val does, in vector lanes.
+// compute something else); its prefill spent most of its time in three of them: mm and bmm (one
+// thread, the whole output updated once per k) and quantize_per_tensor (std::nearbyint called per
+// element). These compute the same bits, faster: mm and bmm sum each output over k in order from
+// 0, every product rounded before it is added (as ExecuTorch's gemm_notrans_ does; built without
+// FMA contraction), over register tiles; quantize rounds as ExecuTorch's quantize_val does, in
+// vector lanes.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include <executorch/runtime/kernel/kernel_includes.h>
 #include <executorch/runtime/kernel/operator_registry.h>
-#include <executorch/runtime/kernel/thread_parallel_interface.h>
 
 namespace {
 
@@ -23,14 +23,14 @@ using executorch::runtime::EValue;
 using executorch::runtime::KernelRuntimeContext;
 using executorch::runtime::Span;
 
-// A register tile of the output: kRows rows of one vector of kCols columns, each accumulated in
-// a register (vector lanes are output columns: every output still sums over k in order).
-constexpr int64_t kCols = 16;
+// A register tile of the output: up to kRows rows of Vecs vectors of kLanes columns, each
+// accumulated in a register (vector lanes are output columns: every output still sums over k in
+// order). Fewer rows take more vectors, so a decode step's one row still reads b's rows
+// kLanes * 4 columns at a time.
+constexpr int64_t kLanes = 16;
 constexpr int64_t kRows = 8;
-typedef float Vec __attribute__((vector_size(kCols * sizeof(float))));
-// Below this many multiply-adds an mm runs on the calling thread (a decode step's projections,
-// the smaller prefill ones): handing work to the pool costs more than it saves.
-constexpr int64_t kParallelWork = int64_t{1} << 21;
+constexpr int64_t kWide = 4;
+typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
 
 bool check(KernelRuntimeContext& ctx, bool ok, const char* what) {
   if (!ok) {
@@ -40,32 +40,20 @@ bool check(KernelRuntimeContext& ctx, bool ok, const char* what) {
   return ok;
 }
 
-// Rows x kCols outputs at c: row r of a (k values) times kCols columns of b (row stride n).
-template <int64_t Rows>
+// Rows x (Vecs * kLanes) outputs at c: row r of a (k values) times those columns of b (row stride n).
+template <int64_t Rows, int64_t Vecs>
 void mm_tile(const float* a, const float* b, float* c, int64_t k, int64_t n) {
-  Vec acc[Rows] = {};
+  Vec acc[Rows][Vecs] = {};
   for (int64_t l = 0; l < k; ++l) {
-    Vec w;
-    __builtin_memcpy(&w, b + l * n, sizeof(Vec));
-    for (int64_t r = 0; r < Rows; ++r) acc[r] = acc[r] + a[r * k + l] * w;
+    Vec w[Vecs];
+    __builtin_memcpy(&w, b + l * n, sizeof(w));
+    for (int64_t r = 0; r < Rows; ++r)
+      for (int64_t v = 0; v < Vecs; ++v) acc[r][v] = acc[r][v] + a[r * k + l] * w[v];
   }
-  for (int64_t r = 0; r < Rows; ++r) __builtin_memcpy(c + r * n, &acc[r], sizeof(Vec));
+  for (int64_t r = 0; r < Rows; ++r) __builtin_memcpy(c + r * n, &acc[r], sizeof(acc[r]));
 }
 
-// The last rows (fewer than kRows) of a column block.
-void mm_rows(const float* a, const float* b, float* c, int64_t k, int64_t n, int64_t rows) {
-  switch (rows) {
-    case 1: return mm_tile<1>(a, b, c, k, n);
-    case 2: return mm_tile<2>(a, b, c, k, n);
-    case 3: return mm_tile<3>(a, b, c, k, n);
-    case 4: return mm_tile<4>(a, b, c, k, n);
-    case 5: return mm_tile<5>(a, b, c, k, n);
-    case 6: return mm_tile<6>(a, b, c, k, n);
-    default: return mm_tile<7>(a, b, c, k, n);
-  }
-}
-
-// The last columns (fewer than kCols): the same sums, one output at a time.
+// The same sums, one output at a time: the columns past the last whole vector.
 void mm_edge(const float* a, const float* b, float* c, int64_t k, int64_t n, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < cols; ++j) {
@@ -75,48 +63,61 @@ void mm_edge(const float* a, const float* b, float* c, int64_t k, int64_t n, int
     }
 }
 
-// Tiles [begin, end) of the m x n output, column block major (consecutive tiles share b's columns).
-void mm_tiles(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n, int64_t begin, int64_t end) {
-  const int64_t row_tiles = (m + kRows - 1) / kRows;
-  for (int64_t t = begin; t < end; ++t) {
-    const int64_t i = (t % row_tiles) * kRows;
-    const int64_t j = (t / row_tiles) * kCols;
-    const int64_t rows = std::min(kRows, m - i);
-    const int64_t cols = std::min(kCols, n - j);
-    if (cols < kCols)
-      mm_edge(a + i * k, b + j, c + i * n + j, k, n, rows, cols);
-    else if (rows == kRows)
-      mm_tile<kRows>(a + i * k, b + j, c + i * n + j, k, n);
-    else
-      mm_rows(a + i * k, b + j, c + i * n + j, k, n, rows);
+// `rows` (< kRows) rows of the n columns: kWide vectors at a time, then one, then the edge.
+template <int64_t Rows>
+void mm_few_rows(const float* a, const float* b, float* c, int64_t k, int64_t n) {
+  int64_t j = 0;
+  for (; j + kWide * kLanes <= n; j += kWide * kLanes) mm_tile<Rows, kWide>(a, b + j, c + j, k, n);
+  for (; j + kLanes <= n; j += kLanes) mm_tile<Rows, 1>(a, b + j, c + j, k, n);
+  mm_edge(a, b + j, c + j, k, n, Rows, n - j);
+}
+
+// c = a @ b, [m, k] @ [k, n]: blocks of kRows rows one vector wide (b's column block reused
+// from cache by every block of rows), then the last rows.
+void mm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
+  const int64_t whole = m - m % kRows;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t i = 0; i < whole; i += kRows) mm_tile<kRows, 1>(a + i * k, b + j, c + i * n + j, k, n);
+  mm_edge(a, b + j, c + j, k, n, whole, n - j);
+  a += whole * k;
+  c += whole * n;
+  switch (m - whole) {
+    case 0: return;
+    case 1: return mm_few_rows<1>(a, b, c, k, n);
+    case 2: return mm_few_rows<2>(a, b, c, k, n);
+    case 3: return mm_few_rows<3>(a, b, c, k, n);
+    case 4: return mm_few_rows<4>(a, b, c, k, n);
+    case 5: return mm_few_rows<5>(a, b, c, k, n);
+    case 6: return mm_few_rows<6>(a, b, c, k, n);
+    default: return mm_few_rows<7>(a, b, c, k, n);
   }
 }
 
-void mm_out(KernelRuntimeContext& ctx, const Tensor& self, const Tensor& mat2, Tensor& out) {
+// [m, k] @ [k, n] (rank 2, mm) or [batch, m, k] @ [batch, k, n] (rank 3, bmm), float32, on the
+// calling thread: on this project's shared 2-core machines the runtime's threadpool gained nothing
+// (32x1024x4096: 15.99 ms on two threads, 15.92 ms on one) and cost 10% of a small prefill.
+void matmul_out(KernelRuntimeContext& ctx, const Tensor& self, const Tensor& mat2, Tensor& out, int64_t rank,
+                const char* what) {
+  const int64_t d = rank - 2;
   if (!check(ctx,
              self.scalar_type() == ScalarType::Float && mat2.scalar_type() == ScalarType::Float &&
-                 out.scalar_type() == ScalarType::Float && self.dim() == 2 && mat2.dim() == 2 &&
-                 self.size(1) == mat2.size(0),
-             "qco_host::mm.out: float32 [m, k] @ [k, n] only"))
+                 out.scalar_type() == ScalarType::Float && self.dim() == rank && mat2.dim() == rank &&
+                 self.size(d + 1) == mat2.size(d) && (rank == 2 || self.size(0) == mat2.size(0)),
+             what))
     return;
-  const int64_t m = self.size(0), k = self.size(1), n = mat2.size(1);
-  const executorch::aten::SizesType sizes[2] = {static_cast<executorch::aten::SizesType>(m),
-                                                static_cast<executorch::aten::SizesType>(n)};
-  if (!check(ctx, executorch::runtime::resize_tensor(out, {sizes, 2}) == Error::Ok,
-             "qco_host::mm.out: cannot resize the output to [m, n]"))
+  const int64_t batch = rank == 2 ? 1 : self.size(0);
+  const int64_t m = self.size(d), k = self.size(d + 1), n = mat2.size(d + 1);
+  executorch::aten::SizesType sizes[3] = {static_cast<executorch::aten::SizesType>(batch),
+                                          static_cast<executorch::aten::SizesType>(m),
+                                          static_cast<executorch::aten::SizesType>(n)};
+  if (!check(ctx, executorch::runtime::resize_tensor(out, {sizes + (3 - rank), static_cast<size_t>(rank)}) == Error::Ok,
+             "qco_host: cannot resize the output to the product's shape"))
     return;
   const float* a = self.const_data_ptr<float>();
   const float* b = mat2.const_data_ptr<float>();
   float* c = out.mutable_data_ptr<float>();
-  const int64_t tiles = ((m + kRows - 1) / kRows) * ((n + kCols - 1) / kCols);
-  if (m * n * k < kParallelWork) {
-    mm_tiles(a, b, c, m, k, n, 0, tiles);
-    return;
-  }
-  const int64_t grain = std::max<int64_t>(1, tiles / (4 * executorch::extension::get_thread_count()));
-  executorch::extension::parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
-    mm_tiles(a, b, c, m, k, n, begin, end);
-  });
+  for (int64_t i = 0; i < batch; ++i) mm(a + i * m * k, b + i * k * n, c + i * m * n, m, k, n);
 }
 
 // ExecuTorch's quantize_val: zero_point + nearbyint(value * (1.0f / float(scale))) in float,
@@ -157,7 +158,14 @@ void quantize_per_tensor_out(KernelRuntimeContext& ctx, const Tensor& input, dou
 // returned value (the output again).
 void mm_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
   if (!check(ctx, stack.size() >= 3, "qco_host::mm.out: too few arguments")) return;
-  mm_out(ctx, stack[0]->toTensor(), stack[1]->toTensor(), stack[2]->toTensor());
+  matmul_out(ctx, stack[0]->toTensor(), stack[1]->toTensor(), stack[2]->toTensor(), 2,
+             "qco_host::mm.out: float32 [m, k] @ [k, n] only");
+}
+
+void bmm_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
+  if (!check(ctx, stack.size() >= 3, "qco_host::bmm.out: too few arguments")) return;
+  matmul_out(ctx, stack[0]->toTensor(), stack[1]->toTensor(), stack[2]->toTensor(), 3,
+             "qco_host::bmm.out: float32 [b, m, k] @ [b, k, n] only");
 }
 
 void quantize_per_tensor_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
@@ -168,14 +176,15 @@ void quantize_per_tensor_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stac
 
 const executorch::runtime::Kernel kKernels[] = {
     executorch::runtime::Kernel("qco_host::mm.out", mm_out_boxed),
+    executorch::runtime::Kernel("qco_host::bmm.out", bmm_out_boxed),
     executorch::runtime::Kernel("qco_host::quantize_per_tensor.out", quantize_per_tensor_out_boxed),
 };
 
-const auto kRegistered = executorch::runtime::register_kernels({kKernels, 2});
+const auto kRegistered = executorch::runtime::register_kernels({kKernels, 3});
 
 }  // namespace
 
 // The kernels this library registers, readable from the file without loading it (as the
 // package libraries list theirs): registering a name twice aborts the interpreter.
 extern "C" __attribute__((used, visibility("default"))) const char qco_host_kernel_list[] =
-    "qco-kernel-list:qco_host::mm.out;qco_host::quantize_per_tensor.out;";
+    "qco-kernel-list:qco_host::mm.out;qco_host::bmm.out;qco_host::quantize_per_tensor.out;";
