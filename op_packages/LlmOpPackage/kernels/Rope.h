@@ -354,13 +354,12 @@ struct RopePacked {
 
 // Counted with shifts: k is a power of two, and an int64 division is a library call of tens of
 // packets on Hexagon.
-inline bool rope_packs(const RopeGeometry& g, const qco::TensorView& x, const qco::TensorView& cos,
-                       const qco::TensorView& sin, RopePacked& packed) {
+inline bool rope_packs(const RopeGeometry& g, const qco::TensorView& y, const qco::TensorView& x,
+                       const qco::TensorView& cos, const qco::TensorView& sin, RopePacked& packed) {
   const int64_t head = g.head_dim;
-  if (!is_8_bit(cos.dtype) || !is_8_bit(sin.dtype) || head > qco::hvx::kBytes || (head & (head - 1)) != 0 ||
-      2 * g.half != head) {
-    return false;
-  }
+  const bool tables = is_8_bit(cos.dtype) & is_8_bit(sin.dtype);
+  const bool rows = (head <= qco::hvx::kBytes) & ((head & (head - 1)) == 0) & (2 * g.half == head);
+  if (!(tables & rows & (y.offset >= -32767) & (y.offset <= 32512))) return false;  // rounded_halves' zero points
   const int32_t bits = 7 - __builtin_ctzll(static_cast<uint64_t>(head));  // k = 2^bits = 128 / head_dim
   const int64_t k = int64_t{1} << bits;
   const bool repeat = g.seq == 1 && k > 1;
@@ -372,130 +371,212 @@ inline bool rope_packs(const RopeGeometry& g, const qco::TensorView& x, const qc
   return true;
 }
 
-// Byte i of 128 codes (rows of `period` bytes) true where the rotation subtracts: neox's first
-// half of each row, gptj's even codes.
-inline HVX_Vector subtracting_bytes(const RopeGeometry& g) {
-  if (g.style == kRopeGptj) return Q6_V_vsplat_R(0x00010001);
-  HVX_Vector ones = Q6_V_vand_QR(Q6_Q_vsetq_R(static_cast<int32_t>(g.half)), 0x01010101);
-  for (int64_t period = g.head_dim; period < qco::hvx::kBytes; period *= 2) {
-    ones = Q6_V_vor_VV(ones, Q6_V_vror_VR(ones, static_cast<int32_t>(qco::hvx::kBytes - period)));
-  }
-  return ones;
+// 0, 1, ..., 127: byte i of it is its index (subtracting_bytes' masks without a loop).
+alignas(128) inline constexpr uint8_t kByteIndex[128] = {
+    0,   1,   2,   3,   4,   5,   6,   7,   8,   9,   10,  11,  12,  13,  14,  15,  16,  17,  18,  19,  20,  21,
+    22,  23,  24,  25,  26,  27,  28,  29,  30,  31,  32,  33,  34,  35,  36,  37,  38,  39,  40,  41,  42,  43,
+    44,  45,  46,  47,  48,  49,  50,  51,  52,  53,  54,  55,  56,  57,  58,  59,  60,  61,  62,  63,  64,  65,
+    66,  67,  68,  69,  70,  71,  72,  73,  74,  75,  76,  77,  78,  79,  80,  81,  82,  83,  84,  85,  86,  87,
+    88,  89,  90,  91,  92,  93,  94,  95,  96,  97,  98,  99,  100, 101, 102, 103, 104, 105, 106, 107, 108, 109,
+    110, 111, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127};
+
+// Byte i of 128 codes true where the rotation subtracts: neox's first half of each row (bit
+// log2(half) of i clear, rows of a power of two), gptj's even codes (bit 0 clear).
+inline HVX_VectorPred subtracting_bytes(const RopeGeometry& g) {
+  const int32_t bit = g.style == kRopeGptj ? 1 : static_cast<int32_t>(g.half);
+  const HVX_Vector index = *reinterpret_cast<const HVX_Vector*>(kByteIndex);
+  return Q6_Q_vcmp_eq_VbVb(Q6_V_vand_VV(index, Q6_Vb_vsplat_R(bit)), Q6_V_vzero());
 }
 
-// The codes of one group's angles laid out as its 128 elements meet them: `block` codes of the table
-// from `at`, each angle repeated for the two codes of its pair (gptj: neighbours, neox: half a row
-// apart), rows tiled when the group repeats one table row.
-inline HVX_Vector group_codes(const qco::TensorView& table, int64_t group, const RopeGeometry& g,
-                              const RopePacked& packed) {
-  const int64_t block = packed.repeat ? g.half : packed.rows * g.half;
-  const uint8_t* codes = table.as<const uint8_t>() + group * block;
-  HVX_Vector t = Q6_V_vand_QV(Q6_Q_vsetq_R(static_cast<int32_t>(block)),
-                              qco::hvx::load_bytes(codes, packed.table - group * block));
-  if (g.style == kRopeGptj) {
-    t = Q6_V_lo_W(Q6_W_vshuff_VVR(t, t, -1));
-  } else if (packed.repeat) {
-    t = Q6_V_vor_VV(t, Q6_V_vror_VR(t, static_cast<int32_t>(qco::hvx::kBytes - g.half)));
-  } else {
-    t = Q6_V_lo_W(Q6_W_vshuff_VVR(t, t, static_cast<int32_t>(-g.half)));
-  }
-  for (int64_t period = g.head_dim; packed.repeat && period < qco::hvx::kBytes; period *= 2) {
+// The codes of one group's angles laid out as its 128 elements meet them, cos's in lo and sin's in
+// hi: `block` codes of each table from the group's (at most 64: k rows of head_dim / 2, or one row),
+// cos's in bytes [0, block) and sin's in [64, 64 + block) of one vector, so that one shuffle lays
+// out both. Each angle is repeated for the two codes of its pair (gptj: neighbours, neox: half a
+// row apart); a group repeating one table row tiles it first, both halves at once (period half,
+// up to 64: the bytes a rotation by p <= 32 brings round are zeros).
+inline HVX_VectorPair group_codes(const qco::TensorView& cos, const qco::TensorView& sin, int64_t group,
+                                  const RopeGeometry& g, const RopePacked& packed) {
+  const int64_t block = packed.repeat ? g.half : packed.rows * g.half, at = group * block;
+  const HVX_Vector c = qco::hvx::load_bytes(cos.as<const uint8_t>() + at, block);
+  const HVX_Vector s = qco::hvx::load_bytes(sin.as<const uint8_t>() + at, block);
+  HVX_Vector t = Q6_V_vor_VV(c, Q6_V_vror_VR(s, qco::hvx::kBytes / 2));
+  for (int64_t period = g.half; packed.repeat && period < qco::hvx::kBytes / 2; period *= 2) {
     t = Q6_V_vor_VV(t, Q6_V_vror_VR(t, static_cast<int32_t>(qco::hvx::kBytes - period)));
   }
-  return t;
+  const int64_t size = g.style == kRopeGptj ? 1 : (packed.repeat ? qco::hvx::kBytes / 2 : g.half);
+  return Q6_W_vshuff_VVR(t, t, static_cast<int32_t>(-size));
 }
 
+// A group's coefficients as int32 lanes, C = c k_c and S = s' k_s (s' the sine negated where the
+// rotation subtracts), one vector per quarter of its 128 elements: [0] the even elements' even
+// lanes, [1] their odd lanes, [2] and [3] the same of the odd elements (the layout of
+// centered_halves' lo and hi, each split as vmpyie and vmpyio take its halfwords). Products of the
+// codes with whole coefficients take one 16x32 multiply each (8 per vector) where 16x16 products
+// scaled afterwards took 12.
 struct RopeGroup {
-  HVX_Vector cosine[2], sine[2];  // int16 lanes, even and odd elements; sine negated where it subtracts
+  HVX_Vector cosine[4], sine[4];
 };
 
-// Every group's coefficients into `groups`, left uninitialized before (a zero-filled array costs a
-// memset, a byte at a time in the Hexagon toolchain's C library).
-inline void rope_groups(RopeGroup* groups, const qco::TensorView& cos, const qco::TensorView& sin,
-                        const RopeGeometry& g, const RopePacked& packed, HVX_Vector subtracting) {
-  const HVX_VectorPair subtract = Q6_Wuh_vzxt_Vub(subtracting);
-  const HVX_Vector zero = Q6_V_vzero();
-  for (int64_t i = 0; i < packed.groups; ++i) {
-    const HVX_VectorPair c = hvx::centered_halves(group_codes(cos, i, g, packed), is_signed_code(cos), cos.offset);
-    const HVX_VectorPair s = hvx::centered_halves(group_codes(sin, i, g, packed), is_signed_code(sin), sin.offset);
-    for (int32_t part = 0; part < 2; ++part) {
-      const HVX_Vector sine = part == 0 ? Q6_V_lo_W(s) : Q6_V_hi_W(s);
-      const HVX_VectorPred negate = Q6_Q_vcmp_gt_VhVh(part == 0 ? Q6_V_lo_W(subtract) : Q6_V_hi_W(subtract), zero);
-      groups[i].cosine[part] = part == 0 ? Q6_V_lo_W(c) : Q6_V_hi_W(c);
-      groups[i].sine[part] = Q6_V_vmux_QVV(negate, Q6_Vh_vsub_VhVh(zero, sine), sine);
-    }
-  }
+// 64 int16 lanes times k (below 2^15) as words: the even lanes' products, then the odd ones'.
+inline void scaled_words(HVX_Vector halves, int64_t k, HVX_Vector* words) {
+  const HVX_VectorPair product = Q6_Ww_vmpy_VhRh(halves, static_cast<int32_t>(k * 0x10001));
+  words[0] = Q6_V_lo_W(product);
+  words[1] = Q6_V_hi_W(product);
 }
+
+// What every group's coefficients take from the call: the tables' encodings and the scale ratios.
+struct RopeTables {
+  bool cos_signed, sin_signed;
+  int32_t cos_offset, sin_offset;
+  int64_t cos_ratio, sin_ratio;
+  HVX_VectorPred negate[2];  // the halfword lanes of lo and hi whose sine is negated
+};
+
+inline RopeTables rope_tables(const qco::TensorView& cos, const qco::TensorView& sin, const RopeScale& scale,
+                              HVX_VectorPred subtracting) {
+  const HVX_VectorPair subtract = Q6_Wuh_vzxt_Vub(Q6_V_vand_QR(subtracting, 0x01010101));
+  const HVX_Vector zero = Q6_V_vzero();
+  return {is_signed_code(cos),
+          is_signed_code(sin),
+          cos.offset,
+          sin.offset,
+          scale.first,
+          scale.second,
+          {Q6_Q_vcmp_gt_VhVh(Q6_V_lo_W(subtract), zero), Q6_Q_vcmp_gt_VhVh(Q6_V_hi_W(subtract), zero)}};
+}
+
+inline RopeGroup rope_group(const qco::TensorView& cos, const qco::TensorView& sin, int64_t i, const RopeGeometry& g,
+                            const RopePacked& packed, const RopeTables& t) {
+  const HVX_VectorPair codes = group_codes(cos, sin, i, g, packed);
+  const HVX_VectorPair c = hvx::centered_halves(Q6_V_lo_W(codes), t.cos_signed, t.cos_offset);
+  const HVX_VectorPair s = hvx::centered_halves(Q6_V_hi_W(codes), t.sin_signed, t.sin_offset);
+  const HVX_Vector zero = Q6_V_vzero();
+  RopeGroup group;
+  for (int32_t part = 0; part < 2; ++part) {
+    const HVX_Vector sine = part == 0 ? Q6_V_lo_W(s) : Q6_V_hi_W(s);
+    scaled_words(part == 0 ? Q6_V_lo_W(c) : Q6_V_hi_W(c), t.cos_ratio, group.cosine + 2 * part);
+    scaled_words(Q6_V_vmux_QVV(t.negate[part], Q6_Vh_vsub_VhVh(zero, sine), sine), t.sin_ratio, group.sine + 2 * part);
+  }
+  return group;
+}
+
+// The rounding shift of rope_u8_vector: apply({1, shift}, w) is floor((w + 2^(shift-1)) / 2^shift),
+// taken as an arithmetic shift by `pre` and a rounding one by `round` (at most 15, what vasr's
+// rounding form takes) that packs two word vectors into int16 lanes: floor(floor(w / 2^pre) / 2^n)
+// is floor(w / 2^(pre + n)), so the two shifts round as the one does.
+struct RopeShift {
+  int32_t pre, round;
+};
+
+inline RopeShift rope_shift(int32_t shift) {
+  const int32_t round = shift < 15 ? shift : 15;
+  return {shift - round, round};
+}
+
+// apply({1, shift}) of a part's even and odd words, packed to int16 lanes (saturated), plus y's
+// zero point (saturated: with the zero point within [-32512, 32767] the saturations compose to
+// the one to [0, 255] that follows).
+inline HVX_Vector rounded_halves(HVX_Vector even, HVX_Vector odd, RopeShift shift, HVX_Vector zero_point) {
+  const HVX_Vector packed = Q6_Vh_vasr_VwVwR_rnd_sat(Q6_Vw_vasr_VwR(odd, shift.pre), Q6_Vw_vasr_VwR(even, shift.pre),
+                                                     shift.round);
+  return Q6_Vh_vadd_VhVh_sat(packed, zero_point);
+}
+
+// a C + p S of one part (64 int16 lanes of codes and partners, as centered_halves gives them) and
+// its coefficients (words[0] even lanes, words[1] odd), rounded: the even lanes by vmpyie (signed
+// halfwords, accumulated from zero), the odd ones by vmpyio.
+inline HVX_Vector rotated_part(HVX_Vector a, HVX_Vector p, const HVX_Vector* cosine, const HVX_Vector* sine,
+                               RopeShift shift, HVX_Vector zero_point) {
+  const HVX_Vector even = Q6_Vw_vmpyieacc_VwVwVh(Q6_Vw_vmpyieacc_VwVwVh(Q6_V_vzero(), cosine[0], a), sine[0], p);
+  const HVX_Vector odd = Q6_Vw_vadd_VwVw(Q6_Vw_vmpyio_VwVh(cosine[1], a), Q6_Vw_vmpyio_VwVh(sine[1], p));
+  return rounded_halves(even, odd, shift, zero_point);
+}
+
+// What every vector of a call shares: where its partners are, the rounding, the zero points.
+struct RopeStep {
+  HVX_VectorPred first_half;  // neox: the codes whose partner is ahead
+  int32_t ahead, behind;      // neox: the rotations bringing a code's partner
+  RopeShift shift;
+  int32_t in_offset;
+  HVX_Vector zero_point;  // y's, int16 lanes
+};
 
 // One vector of 128 codes rotated by its group's coefficients (rope_u8_packed's step).
 template <bool kGptj>
-inline HVX_Vector rope_u8_vector(HVX_Vector codes, const RopeGroup& angles, HVX_VectorPred first_half, int32_t ahead,
-                                 int32_t behind, const RopeScale& scale, int32_t in_offset, int32_t zero_point) {
-  const HVX_VectorPair a = qco::hvx::centered_halves(codes, in_offset);
+inline HVX_Vector rope_u8_vector(HVX_Vector codes, const RopeGroup& angles, const RopeStep& step) {
+  const HVX_VectorPair a = qco::hvx::centered_halves(codes, step.in_offset);
   HVX_VectorPair p;
   if constexpr (kGptj) {
     p = Q6_W_vcombine_VV(Q6_V_lo_W(a), Q6_V_hi_W(a));
   } else {
-    p = qco::hvx::centered_halves(Q6_V_vmux_QVV(first_half, Q6_V_vror_VR(codes, ahead), Q6_V_vror_VR(codes, behind)),
-                                  in_offset);
+    const HVX_Vector partners =
+        Q6_V_vmux_QVV(step.first_half, Q6_V_vror_VR(codes, step.ahead), Q6_V_vror_VR(codes, step.behind));
+    p = qco::hvx::centered_halves(partners, step.in_offset);
   }
-  const HVX_Vector even =
-      hvx::products_terms(Q6_V_lo_W(a), angles.cosine[0], Q6_V_lo_W(p), angles.sine[0], scale, zero_point);
-  const HVX_Vector odd = hvx::products_terms(Q6_V_hi_W(a), angles.cosine[1], Q6_V_hi_W(p), angles.sine[1], scale, zero_point);
+  const HVX_Vector even = rotated_part(Q6_V_lo_W(a), Q6_V_lo_W(p), angles.cosine, angles.sine, step.shift,
+                                       step.zero_point);
+  const HVX_Vector odd = rotated_part(Q6_V_hi_W(a), Q6_V_hi_W(p), angles.cosine + 2, angles.sine + 2, step.shift,
+                                      step.zero_point);
   return Q6_Vub_vsat_VhVh(odd, even);
 }
 
 // The vectors of every batch, two at a time where both are whole (one block, no branch between
-// them: their dependency chains share packets), then the rest one by one.
-template <bool kGptj>
-void rope_u8_packed_walk(uint8_t* out, const uint8_t* in, const RopeGroup* groups, const RopePacked& packed,
-                         int64_t total, HVX_VectorPred first_half, int32_t ahead, const RopeScale& scale,
-                         int32_t in_offset, int32_t zero_point) {
-  const int32_t behind = static_cast<int32_t>(qco::hvx::kBytes) - ahead;
+// them: their dependency chains share packets), then the rest one by one. kOne: a single group
+// (decode), read once into registers (through `groups` every step: a uint8_t store may alias it).
+template <bool kGptj, bool kOne>
+inline void rope_u8_packed_walk(uint8_t* out, const uint8_t* in, const RopeGroup* groups, const RopePacked& packed,
+                                int64_t total, const RopeStep& step) {
+  const RopeStep s = step;
+  const RopeGroup one = groups[0];
   const int64_t cycle = packed.cycle, vectors = packed.vectors, batches = packed.batches;
   int64_t at = 0;
   for (int64_t b = 0; b < batches; ++b, groups += cycle) {
     int64_t phase = 0, v = 0;  // phase: of the vector in its group cycle
     for (; v + 2 <= vectors && total - at >= 2 * qco::hvx::kBytes; v += 2, at += 2 * qco::hvx::kBytes) {
-      const RopeGroup& first = groups[phase];
+      const RopeGroup& first = kOne ? one : groups[phase];
       phase = phase + 1 == cycle ? 0 : phase + 1;
-      const RopeGroup& second = groups[phase];
+      const RopeGroup& second = kOne ? one : groups[phase];
       phase = phase + 1 == cycle ? 0 : phase + 1;
-      const HVX_Vector y0 = rope_u8_vector<kGptj>(qco::hvx::load(in + at), first, first_half, ahead, behind, scale,
-                                                  in_offset, zero_point);
-      const HVX_Vector y1 = rope_u8_vector<kGptj>(qco::hvx::load(in + at + qco::hvx::kBytes), second, first_half, ahead,
-                                                  behind, scale, in_offset, zero_point);
+      const HVX_Vector y0 = rope_u8_vector<kGptj>(qco::hvx::load(in + at), first, s);
+      const HVX_Vector y1 = rope_u8_vector<kGptj>(qco::hvx::load(in + at + qco::hvx::kBytes), second, s);
       qco::hvx::store(out + at, y0);
       qco::hvx::store(out + at + qco::hvx::kBytes, y1);
     }
     for (; v < vectors; ++v, at += qco::hvx::kBytes) {
       const HVX_Vector codes = qco::hvx::load_bytes(in + at, total - at);
-      qco::hvx::store_bytes(out + at,
-                            rope_u8_vector<kGptj>(codes, groups[phase], first_half, ahead, behind, scale, in_offset,
-                                                  zero_point),
-                            total - at);
+      qco::hvx::store_bytes(out + at, rope_u8_vector<kGptj>(codes, kOne ? one : groups[phase], s), total - at);
       phase = phase + 1 == cycle ? 0 : phase + 1;
     }
   }
 }
 
+template <bool kGptj>
+void rope_u8_packed_style(uint8_t* out, const uint8_t* in, const RopeGroup* groups, const RopePacked& packed,
+                          int64_t total, const RopeStep& step) {
+  if (packed.groups == 1) {
+    rope_u8_packed_walk<kGptj, true>(out, in, groups, packed, total, step);
+  } else {
+    rope_u8_packed_walk<kGptj, false>(out, in, groups, packed, total, step);
+  }
+}
+
 inline void rope_u8_packed(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
                            const qco::TensorView& sin, const RopeGeometry& g, const RopePacked& packed) {
+  const HVX_VectorPred subtracting = subtracting_bytes(g);
+  const RopeScale scale = rope_scale(y, x, cos, sin);
+  const RopeTables tables = rope_tables(cos, sin, scale, subtracting);
+  const int32_t ahead = static_cast<int32_t>(g.half);
+  const RopeStep step{subtracting, ahead, static_cast<int32_t>(qco::hvx::kBytes) - ahead, rope_shift(scale.shift),
+                      x.offset, Q6_Vh_vsplat_R(-y.offset)};
   RopeGroup one;  // a decode call's one group, without a heap allocation
   const std::unique_ptr<RopeGroup[]> many(packed.groups > 1 ? new RopeGroup[static_cast<size_t>(packed.groups)] : nullptr);
   RopeGroup* groups = packed.groups > 1 ? many.get() : &one;
-  const HVX_Vector subtracting = subtracting_bytes(g);
-  rope_groups(groups, cos, sin, g, packed, subtracting);
-  const RopeScale scale = rope_scale(y, x, cos, sin);
-  const HVX_VectorPred first_half = Q6_Q_vand_VR(subtracting, 0x01010101);
-  const int32_t ahead = static_cast<int32_t>(g.half);
+  for (int64_t i = 0; i < packed.groups; ++i) groups[i] = rope_group(cos, sin, i, g, packed, tables);
   const int64_t total = g.rows * g.head_dim;
   if (g.style == kRopeGptj) {
-    rope_u8_packed_walk<true>(y.as<uint8_t>(), x.as<const uint8_t>(), groups, packed, total, first_half, ahead, scale,
-                              x.offset, -y.offset);
+    rope_u8_packed_style<true>(y.as<uint8_t>(), x.as<const uint8_t>(), groups, packed, total, step);
   } else {
-    rope_u8_packed_walk<false>(y.as<uint8_t>(), x.as<const uint8_t>(), groups, packed, total, first_half, ahead, scale,
-                               x.offset, -y.offset);
+    rope_u8_packed_style<false>(y.as<uint8_t>(), x.as<const uint8_t>(), groups, packed, total, step);
   }
 }
 
@@ -701,7 +782,7 @@ inline void rotate_codes(qco::TensorView& y, const qco::TensorView& x, const qco
   }
 #if defined(__HVX__)
   RopePacked packed;
-  if (rope_packs(g, x, cos, sin, packed)) {
+  if (rope_packs(g, y, x, cos, sin, packed)) {
     rope_u8_packed(y, x, cos, sin, g, packed);
     return;
   }
@@ -725,12 +806,16 @@ inline bool run_rope_codes(qco::TensorView& y, const qco::TensorView& x, const q
   return true;
 }
 
-// cos and sin are [seq, rotary/2] or [batch, seq, rotary/2], with 0 < rotary <= head_dim.
+// cos and sin are [seq, rotary/2] or [batch, seq, rotary/2], with 0 < rotary <= head_dim: the
+// ranks first (the dims read next exist), then every dim at once (bitwise, not a branch per
+// comparison: a decode call of a few hundred packets notices each).
 inline bool rope_tables_fit(const qco::TensorView& x, const qco::TensorView& cos, const qco::TensorView& sin) {
-  if (!cos.same_shape(sin) || (cos.rank != 2 && cos.rank != 3)) return false;
+  if ((cos.rank != 2 && cos.rank != 3) || sin.rank != cos.rank) return false;
+  const int64_t *c = cos.dims, *s = sin.dims;
   const int32_t last = cos.rank - 1;
-  const bool sequences = cos.rank == 2 || cos.dims[0] == x.dims[0];
-  return sequences && cos.dims[last - 1] == x.dims[2] && cos.dims[last] >= 1 && 2 * cos.dims[last] <= x.dims[3];
+  const bool same = ((c[0] ^ s[0]) | (c[last - 1] ^ s[last - 1]) | (c[last] ^ s[last])) == 0;
+  const bool sequences = cos.rank == 2 || c[0] == x.dims[0];
+  return same & sequences & (c[last - 1] == x.dims[2]) & (c[last] >= 1) & (2 * c[last] <= x.dims[3]);
 }
 
 inline qco::Status Rope(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
