@@ -524,7 +524,7 @@ inline HVX_Vector rope_u8_vector(HVX_Vector codes, const RopeGroup& angles, cons
 // them: their dependency chains share packets), then the rest one by one. kOne: a single group
 // (decode), read once into registers (through `groups` every step: a uint8_t store may alias it).
 template <bool kGptj, bool kOne>
-inline void rope_u8_packed_walk(uint8_t* out, const uint8_t* in, const RopeGroup* groups, const RopePacked& packed,
+__attribute__((always_inline)) inline void rope_u8_packed_walk(uint8_t* out, const uint8_t* in, const RopeGroup* groups, const RopePacked& packed,
                                 int64_t total, const RopeStep& step) {
   const RopeStep s = step;
   const RopeGroup one = groups[0];
@@ -532,15 +532,15 @@ inline void rope_u8_packed_walk(uint8_t* out, const uint8_t* in, const RopeGroup
   int64_t at = 0;
   for (int64_t b = 0; b < batches; ++b, groups += cycle) {
     int64_t phase = 0, v = 0;  // phase: of the vector in its group cycle
-    for (; v + 2 <= vectors && total - at >= 2 * qco::hvx::kBytes; v += 2, at += 2 * qco::hvx::kBytes) {
-      const RopeGroup& first = kOne ? one : groups[phase];
-      phase = phase + 1 == cycle ? 0 : phase + 1;
-      const RopeGroup& second = kOne ? one : groups[phase];
-      phase = phase + 1 == cycle ? 0 : phase + 1;
-      const HVX_Vector y0 = rope_u8_vector<kGptj>(qco::hvx::load(in + at), first, s);
-      const HVX_Vector y1 = rope_u8_vector<kGptj>(qco::hvx::load(in + at + qco::hvx::kBytes), second, s);
-      qco::hvx::store(out + at, y0);
-      qco::hvx::store(out + at + qco::hvx::kBytes, y1);
+    constexpr int64_t kStep = kOne ? 4 : 2;
+    for (; v + kStep <= vectors && total - at >= kStep * qco::hvx::kBytes; v += kStep, at += kStep * qco::hvx::kBytes) {
+      HVX_Vector y[kStep];
+      for (int64_t i = 0; i < kStep; ++i) {
+        const RopeGroup& group = kOne ? one : groups[phase];
+        phase = phase + 1 == cycle ? 0 : phase + 1;
+        y[i] = rope_u8_vector<kGptj>(qco::hvx::load(in + at + i * qco::hvx::kBytes), group, s);
+      }
+      for (int64_t i = 0; i < kStep; ++i) qco::hvx::store(out + at + i * qco::hvx::kBytes, y[i]);
     }
     for (; v < vectors; ++v, at += qco::hvx::kBytes) {
       const HVX_Vector codes = qco::hvx::load_bytes(in + at, total - at);
@@ -550,14 +550,21 @@ inline void rope_u8_packed_walk(uint8_t* out, const uint8_t* in, const RopeGroup
   }
 }
 
+// A decode call's one group is made where the walk reads it (in registers: the walk is inlined);
+// more groups are laid out in memory first, one per vector cycle position.
 template <bool kGptj>
-void rope_u8_packed_style(uint8_t* out, const uint8_t* in, const RopeGroup* groups, const RopePacked& packed,
-                          int64_t total, const RopeStep& step) {
+void rope_u8_packed_style(uint8_t* out, const uint8_t* in, const qco::TensorView& cos, const qco::TensorView& sin,
+                          const RopeGeometry& g, const RopePacked& packed, const RopeTables& tables,
+                          const RopeStep& step) {
+  const int64_t total = g.rows * g.head_dim;
   if (packed.groups == 1) {
-    rope_u8_packed_walk<kGptj, true>(out, in, groups, packed, total, step);
-  } else {
-    rope_u8_packed_walk<kGptj, false>(out, in, groups, packed, total, step);
+    const RopeGroup one = rope_group(cos, sin, 0, g, packed, tables);
+    rope_u8_packed_walk<kGptj, true>(out, in, &one, packed, total, step);
+    return;
   }
+  const std::unique_ptr<RopeGroup[]> groups(new RopeGroup[static_cast<size_t>(packed.groups)]);
+  for (int64_t i = 0; i < packed.groups; ++i) groups[i] = rope_group(cos, sin, i, g, packed, tables);
+  rope_u8_packed_walk<kGptj, false>(out, in, groups.get(), packed, total, step);
 }
 
 inline void rope_u8_packed(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
@@ -568,15 +575,10 @@ inline void rope_u8_packed(qco::TensorView& y, const qco::TensorView& x, const q
   const int32_t ahead = static_cast<int32_t>(g.half);
   const RopeStep step{subtracting, ahead, static_cast<int32_t>(qco::hvx::kBytes) - ahead, rope_shift(scale.shift),
                       x.offset, Q6_Vh_vsplat_R(-y.offset)};
-  RopeGroup one;  // a decode call's one group, without a heap allocation
-  const std::unique_ptr<RopeGroup[]> many(packed.groups > 1 ? new RopeGroup[static_cast<size_t>(packed.groups)] : nullptr);
-  RopeGroup* groups = packed.groups > 1 ? many.get() : &one;
-  for (int64_t i = 0; i < packed.groups; ++i) groups[i] = rope_group(cos, sin, i, g, packed, tables);
-  const int64_t total = g.rows * g.head_dim;
   if (g.style == kRopeGptj) {
-    rope_u8_packed_style<true>(y.as<uint8_t>(), x.as<const uint8_t>(), groups, packed, total, step);
+    rope_u8_packed_style<true>(y.as<uint8_t>(), x.as<const uint8_t>(), cos, sin, g, packed, tables, step);
   } else {
-    rope_u8_packed_style<false>(y.as<uint8_t>(), x.as<const uint8_t>(), groups, packed, total, step);
+    rope_u8_packed_style<false>(y.as<uint8_t>(), x.as<const uint8_t>(), cos, sin, g, packed, tables, step);
   }
 }
 
