@@ -17,20 +17,21 @@ from qnn_custom_ops.runtime.hexagon import hexagon_check
 
 from .conftest import OP_PACKAGES
 
-U8, U16, U32 = KernelDType.UFixed8, KernelDType.UFixed16, KernelDType.UInt32
+U8, U16, U32, S8 = KernelDType.UFixed8, KernelDType.UFixed16, KernelDType.UInt32, KernelDType.SFixed8
 STYLES = {"neox": 0, "gptj": 1}
-TOP = {U8: 255, U16: 65535}
+LOW, TOP = {U8: 0, U16: 0, S8: -128}, {U8: 255, U16: 65535, S8: 127}
+NUMPY = {U8: np.uint8, U16: np.uint16, S8: np.int8}
 
 
 def encoding(real: np.ndarray, dtype: KernelDType) -> tuple[float, int]:
     """(scale, QNN offset) over [min, max] with zero inside, as a min-max observer sets them."""
     low, high = min(float(real.min()), 0.0), max(float(real.max()), 0.0)
-    scale = (high - low) / TOP[dtype]
-    return scale, -round(-low / scale)
+    scale = (high - low) / (TOP[dtype] - LOW[dtype])
+    return scale, -LOW[dtype] - round(-low / scale)
 
 
 def quantized(real: np.ndarray, dtype: KernelDType, scale: float, offset: int) -> KernelTensor:
-    codes = np.clip(np.rint(real / scale) - offset, 0, TOP[dtype]).astype(np.uint16 if dtype == U16 else np.uint8)
+    codes = np.clip(np.rint(real / scale) - offset, LOW[dtype], TOP[dtype]).astype(NUMPY[dtype])
     return KernelTensor(codes, dtype, scale, offset)
 
 
@@ -61,17 +62,22 @@ def rope_case(
     x_spread: float = 3.0,
     y_coarser: float = 1.0,
     x_offset: int | None = None,
+    dtype: KernelDType = U16,
+    y_offset: int | None = None,
 ) -> tuple[KernelCase, np.ndarray]:
-    """A Rope case in calibrated encodings (y's scale times y_coarser; x's offset forced if
-    given), and the exact rotation of the reals its codes stand for."""
+    """A Rope case on `dtype` codes in calibrated encodings (y's scale times y_coarser, its offset
+    then mid-range unless given; x's offset forced if given), and the exact rotation of the reals
+    its codes stand for."""
     x_real = generator.standard_normal(dims) * x_spread
     theta = generator.uniform(0, 2 * np.pi, table)
-    scale, offset = encoding(x_real, U16)
-    x = quantized(x_real, U16, scale, offset if x_offset is None else x_offset)
+    scale, offset = encoding(x_real, dtype)
+    x = quantized(x_real, dtype, scale, offset if x_offset is None else x_offset)
     cos, sin = (quantized(t, table_dtype, *encoding(t, table_dtype)) for t in (np.cos(theta), np.sin(theta)))
     exact = rotated(dequantized(x), dequantized(cos), dequantized(sin), style)
-    y_scale, y_offset = encoding(exact, U16)
-    out = KernelTensor.empty(dims, U16, y_scale * y_coarser, y_offset if y_coarser == 1.0 else -32768)
+    y_scale, calibrated = encoding(exact, dtype)
+    if y_offset is None:
+        y_offset = calibrated if y_coarser == 1.0 else -(TOP[dtype] + 1) // 2
+    out = KernelTensor.empty(dims, dtype, y_scale * y_coarser, y_offset)
     label = f"{style} {'x'.join(map(str, dims))} tables {'x'.join(map(str, table))} {table_dtype.name}"
     case = KernelCase("Rope", label, (out,), (x, cos, sin), (KernelTensor(np.array(STYLES[style], np.uint32), U32),))
     return case, exact

@@ -392,16 +392,19 @@ inline HVX_VectorPred subtracting_bytes(const RopeGeometry& g) {
 // hi: `block` codes of each table from the group's (at most 64: k rows of head_dim / 2, or one row),
 // cos's in bytes [0, block) and sin's in [64, 64 + block) of one vector, so that one shuffle lays
 // out both. Each angle is repeated for the two codes of its pair (gptj: neighbours, neox: half a
-// row apart); a group repeating one table row tiles it first, both halves at once (period half,
-// up to 64: the bytes a rotation by p <= 32 brings round are zeros).
+// row apart); a group repeating one table row (of half bytes, a power of two) first tiles it over
+// each 64-byte half, both at once, by one vrdelta: byte i takes byte i & (half - 1) of its half,
+// the index bits 64 - half selects flipped by the network's stages (no loop of rotations, whose
+// each step waits on the one before).
 inline HVX_VectorPair group_codes(const qco::TensorView& cos, const qco::TensorView& sin, int64_t group,
                                   const RopeGeometry& g, const RopePacked& packed) {
   const int64_t block = packed.repeat ? g.half : packed.rows * g.half, at = group * block;
-  const HVX_Vector c = qco::hvx::load_bytes(cos.as<const uint8_t>() + at, block);
-  const HVX_Vector s = qco::hvx::load_bytes(sin.as<const uint8_t>() + at, block);
+  const HVX_Vector c = qco::hvx::load_tail(cos.as<const uint8_t>() + at, block);
+  const HVX_Vector s = qco::hvx::load_tail(sin.as<const uint8_t>() + at, block);
   HVX_Vector t = Q6_V_vor_VV(c, Q6_V_vror_VR(s, qco::hvx::kBytes / 2));
-  for (int64_t period = g.half; packed.repeat && period < qco::hvx::kBytes / 2; period *= 2) {
-    t = Q6_V_vor_VV(t, Q6_V_vror_VR(t, static_cast<int32_t>(qco::hvx::kBytes - period)));
+  if (packed.repeat) {
+    const HVX_Vector index = *reinterpret_cast<const HVX_Vector*>(kByteIndex);
+    t = Q6_V_vrdelta_VV(t, Q6_V_vand_VV(index, Q6_Vb_vsplat_R(static_cast<int32_t>(qco::hvx::kBytes / 2 - g.half))));
   }
   const int64_t size = g.style == kRopeGptj ? 1 : (packed.repeat ? qco::hvx::kBytes / 2 : g.half);
   return Q6_W_vshuff_VVR(t, t, static_cast<int32_t>(-size));
@@ -522,18 +525,23 @@ inline HVX_Vector rope_u8_vector(HVX_Vector codes, const RopeGroup& angles, cons
 
 // The vectors of every batch, two at a time where both are whole (one block, no branch between
 // them: their dependency chains share packets), then the rest one by one. kOne: a single group
-// (decode), read once into registers (through `groups` every step: a uint8_t store may alias it).
+// (decode), read once into registers (through `groups` every step: a uint8_t store may alias it),
+// four vectors a step. The packed path is inlined whole into rotate_codes (always_inline): each
+// call boundary costs a decode call a frame, and the group would go through memory.
 template <bool kGptj, bool kOne>
-__attribute__((always_inline)) inline void rope_u8_packed_walk(uint8_t* out, const uint8_t* in, const RopeGroup* groups, const RopePacked& packed,
-                                int64_t total, const RopeStep& step) {
+[[gnu::always_inline]] inline void rope_u8_packed_walk(uint8_t* out, const uint8_t* in, const RopeGroup* groups,
+                                                      const RopePacked& packed, int64_t total, const RopeStep& step) {
   const RopeStep s = step;
   const RopeGroup one = groups[0];
-  const int64_t cycle = packed.cycle, vectors = packed.vectors, batches = packed.batches;
+  // kOne: a single group is a single batch's (one group of table rows), whose vectors are the
+  // whole tensor's: the loops need no count of their own.
+  const int64_t cycle = packed.cycle, vectors = packed.vectors, batches = kOne ? 1 : packed.batches;
   int64_t at = 0;
   for (int64_t b = 0; b < batches; ++b, groups += cycle) {
     int64_t phase = 0, v = 0;  // phase: of the vector in its group cycle
     constexpr int64_t kStep = kOne ? 4 : 2;
-    for (; v + kStep <= vectors && total - at >= kStep * qco::hvx::kBytes; v += kStep, at += kStep * qco::hvx::kBytes) {
+    for (; (kOne || v + kStep <= vectors) && total - at >= kStep * qco::hvx::kBytes;
+         v += kStep, at += kStep * qco::hvx::kBytes) {
       HVX_Vector y[kStep];
       for (int64_t i = 0; i < kStep; ++i) {
         const RopeGroup& group = kOne ? one : groups[phase];
@@ -542,7 +550,7 @@ __attribute__((always_inline)) inline void rope_u8_packed_walk(uint8_t* out, con
       }
       for (int64_t i = 0; i < kStep; ++i) qco::hvx::store(out + at + i * qco::hvx::kBytes, y[i]);
     }
-    for (; v < vectors; ++v, at += qco::hvx::kBytes) {
+    for (; kOne ? at < total : v < vectors; ++v, at += qco::hvx::kBytes) {
       const HVX_Vector codes = qco::hvx::load_bytes(in + at, total - at);
       qco::hvx::store_bytes(out + at, rope_u8_vector<kGptj>(codes, kOne ? one : groups[phase], s), total - at);
       phase = phase + 1 == cycle ? 0 : phase + 1;
@@ -553,9 +561,10 @@ __attribute__((always_inline)) inline void rope_u8_packed_walk(uint8_t* out, con
 // A decode call's one group is made where the walk reads it (in registers: the walk is inlined);
 // more groups are laid out in memory first, one per vector cycle position.
 template <bool kGptj>
-void rope_u8_packed_style(uint8_t* out, const uint8_t* in, const qco::TensorView& cos, const qco::TensorView& sin,
-                          const RopeGeometry& g, const RopePacked& packed, const RopeTables& tables,
-                          const RopeStep& step) {
+[[gnu::always_inline]] inline void rope_u8_packed_style(uint8_t* out, const uint8_t* in, const qco::TensorView& cos,
+                                                        const qco::TensorView& sin, const RopeGeometry& g,
+                                                        const RopePacked& packed, const RopeTables& tables,
+                                                        const RopeStep& step) {
   const int64_t total = g.rows * g.head_dim;
   if (packed.groups == 1) {
     const RopeGroup one = rope_group(cos, sin, 0, g, packed, tables);
@@ -567,8 +576,9 @@ void rope_u8_packed_style(uint8_t* out, const uint8_t* in, const qco::TensorView
   rope_u8_packed_walk<kGptj, false>(out, in, groups.get(), packed, total, step);
 }
 
-inline void rope_u8_packed(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& cos,
-                           const qco::TensorView& sin, const RopeGeometry& g, const RopePacked& packed) {
+[[gnu::always_inline]] inline void rope_u8_packed(qco::TensorView& y, const qco::TensorView& x,
+                                                 const qco::TensorView& cos, const qco::TensorView& sin,
+                                                 const RopeGeometry& g, const RopePacked& packed) {
   const HVX_VectorPred subtracting = subtracting_bytes(g);
   const RopeScale scale = rope_scale(y, x, cos, sin);
   const RopeTables tables = rope_tables(cos, sin, scale, subtracting);

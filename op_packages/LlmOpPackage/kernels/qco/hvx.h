@@ -83,14 +83,19 @@ inline HVX_VectorPred first_bytes(int64_t count) {
   return Q6_Q_vsetq_R(static_cast<int32_t>(count > 0 ? count : 0));
 }
 
-// The `count` bytes at `at` (all 128 when count >= 128), the rest zero: a tail never reads past
-// the aligned vector holding its last byte.
+// The `count` bytes at `at`, 0 < count < 128, the rest zero: a tail never reads past the aligned
+// vector holding its last byte. Without load_bytes' checks, for a count known to be a tail.
+inline HVX_Vector load_tail(const void* at, int64_t count) {
+  const HVX_Vector low = *aligned_vector(at), high = *aligned_vector(static_cast<const uint8_t*>(at) + count - 1);
+  const int32_t offset = static_cast<int32_t>(reinterpret_cast<uintptr_t>(at));  // valign takes its low 7 bits
+  return Q6_V_vand_QV(Q6_Q_vsetq_R(static_cast<int32_t>(count)), Q6_V_valign_VVR(high, low, offset));
+}
+
+// The `count` bytes at `at` (all 128 when count >= 128), the rest zero.
 inline HVX_Vector load_bytes(const void* at, int64_t count) {
   if (count >= kBytes) return load(at);
   if (count <= 0) return Q6_V_vzero();
-  const HVX_Vector low = *aligned_vector(at), high = *aligned_vector(static_cast<const uint8_t*>(at) + count - 1);
-  const int32_t offset = static_cast<int32_t>(reinterpret_cast<uintptr_t>(at));  // valign takes its low 7 bits
-  return Q6_V_vand_QV(first_bytes(count), Q6_V_valign_VVR(high, low, offset));
+  return load_tail(at, count);
 }
 
 // The first `count` bytes of v (all 128 when count >= 128) stored at `at`: v rotated to the
