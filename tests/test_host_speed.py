@@ -15,7 +15,7 @@ import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 import qnn_custom_ops.lowering.host_speed  # noqa: F401  (the qco_host ops)
-from qnn_custom_ops.lowering.host_speed import UseHostSpeedKernels
+from qnn_custom_ops.lowering.host_speed import LayoutOnCodes, UseHostSpeedKernels
 from qnn_custom_ops.runtime import HostRunner
 from qnn_custom_ops.runtime.loading import program_operators
 
@@ -30,6 +30,33 @@ class Bmm(torch.nn.Module):
         return torch.bmm(x, w)
 
 
+class Permute(torch.nn.Module):
+    def __init__(self, dims: tuple[int, ...]) -> None:
+        super().__init__()
+        self.dims = dims
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.permute(self.dims) + 0  # a copy: permute_copy in the edge graph
+
+
+class Requantized(torch.nn.Module):
+    """Codes dequantized, moved (a permute and a view) and quantized again with their encoding,
+    as PT2E leaves every layout op between two quantized ops; once with another encoding, and
+    once as the program's output."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        encoding = (0.0117, 30870, 0, 65535, torch.int32)
+        codes = torch.ops.quantized_decomposed.quantize_per_tensor(x, *encoding)
+
+        def moved() -> torch.Tensor:
+            return torch.ops.quantized_decomposed.dequantize_per_tensor(codes, *encoding).permute(0, 2, 1, 3)
+
+        same = torch.ops.quantized_decomposed.quantize_per_tensor(moved().reshape(1, 8, -1), *encoding)
+        other = torch.ops.quantized_decomposed.quantize_per_tensor(moved(), 0.02, 30000, 0, 65535, torch.int32)
+        kept = torch.ops.quantized_decomposed.quantize_per_tensor(moved().reshape(1, 8, -1), *encoding)
+        return same + 1, other, kept
+
+
 class Quantize(torch.nn.Module):
     def __init__(self, scale: float, zero_point: int, low: int, high: int, dtype: torch.dtype) -> None:
         super().__init__()
@@ -39,13 +66,13 @@ class Quantize(torch.nn.Module):
         return torch.ops.quantized_decomposed.quantize_per_tensor(x, *self.args)
 
 
-def program(module: torch.nn.Module, inputs: tuple, speed: bool) -> bytes:
-    """``module`` on ExecuTorch's kernels, or (``speed``) on the speed kernels."""
+def program(module: torch.nn.Module, inputs: tuple, speed: bool, passes: tuple = (UseHostSpeedKernels,)) -> bytes:
+    """``module`` on ExecuTorch's kernels, or (``speed``) after ``passes``."""
     import executorch.kernels.quantized  # noqa: F401  (quantize's out variant)
 
     edge = to_edge_transform_and_lower(
         torch.export.export(module, inputs),
-        transform_passes=[UseHostSpeedKernels()] if speed else [],
+        transform_passes=[p() for p in passes] if speed else [],
         compile_config=EdgeCompileConfig(_check_ir_validity=False),
     )
     return edge.to_executorch().buffer
@@ -99,6 +126,43 @@ def test_quantize_matches_executorch(low, high, dtype, zero_point):
     ours, theirs = (HostRunner().run(program(module, (x,), speed), [(x,)])[0][0] for speed in (True, False))
     assert ours.dtype == dtype
     assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize(
+    "shape, dims, dtype",
+    [((1, 32, 4, 32), (0, 2, 1, 3), torch.float32), ((1, 2, 32, 32), (0, 1, 3, 2), torch.int32),
+     ((3, 5, 7), (2, 0, 1), torch.int16), ((6, 4), (1, 0), torch.uint8)],
+    ids=["heads", "transpose-last", "rank-3", "bytes"],
+)
+def test_permute_moves_the_same_elements(shape, dims, dtype):
+    x = (torch.randn(shape) * 100).to(dtype)
+    pte = program(Permute(dims), (x,), speed=True)
+    assert "qco_host::permute_copy.out" in program_operators(pte)
+    (out,) = HostRunner().run(pte, [(x,)])[0]
+    assert torch.equal(out, x.permute(dims))
+
+
+def test_layout_between_quantizations_of_one_encoding_runs_on_the_codes():
+    x = torch.randn(1, 8, 4, 16)
+    moved = program(Requantized(), (x,), speed=True, passes=(LayoutOnCodes,))
+    operators = program_operators(moved)
+    assert "quantized_decomposed::quantize_per_tensor.out" in operators  # the first and the other encoding's
+    unmoved = program(Requantized(), (x,), speed=False)
+    quantize = "quantized_decomposed::quantize_per_tensor.out"
+    assert [sum(op == quantize for op in ops(pte)) for pte in (moved, unmoved)] == [3, 4]
+    ours, theirs = (HostRunner().run(pte, [(x,)])[0] for pte in (moved, unmoved))
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+
+
+def ops(pte: bytes) -> list[str]:
+    """The program's operator calls in order (one name per instruction)."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(pte)
+    plan = getattr(program, "program", program).execution_plan[0]
+    names = [f"{op.name}.{op.overload}" for op in plan.operators]
+    calls = [i.instr_args for chain in plan.chains for i in chain.instructions]
+    return [names[call.op_index] for call in calls if hasattr(call, "op_index")]
 
 
 def test_only_what_the_speed_kernels_compute_the_same_is_moved():

@@ -3,11 +3,12 @@
 A quantized program runs its standard ops on ExecuTorch's kernels between quantize and
 dequantize nodes (XNNPACK would compute something else). Profiled (ETDump, perf) on a trained
 2-layer model's 32-token prefill, 16a8w: ``mm`` and ``bmm`` (one thread) and
-``quantize_per_tensor`` (``std::nearbyint`` called per element) took 64% of the program.
-``UseHostSpeedKernels`` moves them to ``qco_host::mm``, ``qco_host::bmm`` and
-``qco_host::quantize_per_tensor``, whose kernels (``runtime/speed_kernels``) compute ExecuTorch's
-bits: each output summed over k in order, every product rounded, over register tiles; the
-rounding in vector lanes. The runtime loads them when a program names them.
+``quantize_per_tensor`` (``std::nearbyint`` called per element) took 64% of the program, and
+``permute_copy`` (an index computed per element) 4%. ``UseHostSpeedKernels`` moves them to
+``qco_host::mm``, ``bmm``, ``permute_copy`` and ``quantize_per_tensor``, whose kernels
+(``runtime/speed_kernels``) compute ExecuTorch's bits: each output summed over k in order, every
+product rounded, over register tiles; the rounding in vector lanes; the same elements moved, a
+row at a time. The runtime loads them when a program names them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ _LIBRARY.define("mm(Tensor self, Tensor mat2) -> Tensor")
 _LIBRARY.define("mm.out(Tensor self, Tensor mat2, *, Tensor(a!) out) -> Tensor(a!)")
 _LIBRARY.define("bmm(Tensor self, Tensor mat2) -> Tensor")
 _LIBRARY.define("bmm.out(Tensor self, Tensor mat2, *, Tensor(a!) out) -> Tensor(a!)")
+_LIBRARY.define("permute_copy(Tensor self, int[] dims) -> Tensor")
+_LIBRARY.define("permute_copy.out(Tensor self, int[] dims, *, Tensor(a!) out) -> Tensor(a!)")
 _QUANTIZE = "Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype"
 _LIBRARY.define(f"quantize_per_tensor({_QUANTIZE}) -> Tensor")
 _LIBRARY.define(f"quantize_per_tensor.out({_QUANTIZE}, *, Tensor(a!) out) -> Tensor(a!)")
@@ -40,13 +43,22 @@ def _bmm(self: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
     return torch.bmm(self, mat2)
 
 
+def _permute_copy(self: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    return torch.permute(self, dims).contiguous()
+
+
 def _quantize(
     input: torch.Tensor, scale: float, zero_point: int, quant_min: int, quant_max: int, dtype: torch.dtype
 ) -> torch.Tensor:
     return torch.ops.quantized_decomposed.quantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype)
 
 
-for _name, _reference in (("mm", _mm), ("bmm", _bmm), ("quantize_per_tensor", _quantize)):
+for _name, _reference in (
+    ("mm", _mm),
+    ("bmm", _bmm),
+    ("permute_copy", _permute_copy),
+    ("quantize_per_tensor", _quantize),
+):
     _LIBRARY.impl(_name, _reference, "CompositeExplicitAutograd")
     _LIBRARY.impl(f"{_name}.out", out_kernel_of(_reference, 1), "CompositeExplicitAutograd")
     torch.library.register_fake(f"{NAMESPACE}::{_name}", _reference, lib=_LIBRARY)
@@ -74,6 +86,8 @@ def _speed_target(node: torch.fx.Node):
         return None
     if node.target in _PRODUCTS and all(_float32(a) for a in node.args):
         return _PRODUCTS[node.target]
+    if node.target == exir_ops.edge.aten.permute_copy.default:
+        return exir_ops.edge.qco_host.permute_copy.default
     if node.target == exir_ops.edge.quantized_decomposed.quantize_per_tensor.default:
         source, _, _, low, high, dtype = node.args
         in_range = isinstance(low, int) and isinstance(high, int) and -_CODE_RANGE <= low <= high <= _CODE_RANGE
@@ -82,10 +96,73 @@ def _speed_target(node: torch.fx.Node):
     return None
 
 
+#: Ops that only move values (their output's elements are some of their input's).
+_LAYOUT = frozenset(
+    {
+        exir_ops.edge.aten.view_copy.default,
+        exir_ops.edge.aten.permute_copy.default,
+        exir_ops.edge.aten.slice_copy.Tensor,
+        exir_ops.edge.aten.repeat.default,
+        exir_ops.edge.aten.expand_copy.default,
+        exir_ops.edge.aten.unsqueeze_copy.default,
+        exir_ops.edge.aten.squeeze_copy.dims,
+        exir_ops.edge.aten.t_copy.default,
+        exir_ops.edge.aten.transpose_copy.int,
+        exir_ops.edge.dim_order_ops._clone_dim_order.default,
+    }
+)
+_QUANTIZE = exir_ops.edge.quantized_decomposed.quantize_per_tensor.default
+_DEQUANTIZE = exir_ops.edge.quantized_decomposed.dequantize_per_tensor.default
+
+
+def _layout_chain(quantize: torch.fx.Node) -> list[torch.fx.Node] | None:
+    """The layout ops between ``quantize`` and a dequantize of the same encoding (each feeding only
+    the next), first to last; None if ``quantize``'s input is not such a chain, or ``quantize`` is
+    a program output (the program's signature names it)."""
+    if any(user.op == "output" for user in quantize.users):
+        return None
+    chain: list[torch.fx.Node] = []
+    node = quantize.args[0]
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in _LAYOUT:
+        if len(node.users) != 1:
+            return None
+        chain.insert(0, node)
+        node = node.args[0]
+    if not chain or not isinstance(node, torch.fx.Node) or node.target != _DEQUANTIZE:
+        return None
+    same = node.args[1:] == quantize.args[1:] and not node.kwargs and not quantize.kwargs
+    return chain if same else None
+
+
+class LayoutOnCodes(ExportedProgramPassBase):
+    """``quantize(layout(...(dequantize(codes))))`` of one encoding -> ``layout(...(codes))``."""
+
+    def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
+        graph = exported_program.graph
+        changed = False
+        for quantize in [n for n in graph.nodes if n.op == "call_function" and n.target == _QUANTIZE]:
+            chain = _layout_chain(quantize)
+            if chain is None:
+                continue
+            dequantize, source = chain[0].args[0], chain[0].args[0].args[0]  # type: ignore[union-attr]
+            assert isinstance(dequantize, torch.fx.Node) and isinstance(source, torch.fx.Node)
+            chain[0].replace_input_with(dequantize, source)
+            codes = quantize.meta["val"].dtype
+            for node in chain:
+                node.meta["val"] = node.meta["val"].to(codes)
+            quantize.replace_all_uses_with(chain[-1])
+            graph.erase_node(quantize)
+            if not dequantize.users:
+                graph.erase_node(dequantize)
+            changed = True
+        exported_program.graph_module.recompile()
+        return ExportedProgramPassResult(exported_program, changed)
+
+
 class UseHostSpeedKernels(ExportedProgramPassBase):
-    """Retarget every float32 ``mm`` and ``bmm`` and every 16-bit-range ``quantize_per_tensor`` of float32
-    to the ``qco_host`` op of the same arguments (for the host's portable kernels only: run it
-    after the partitioners' choices, on a program nothing delegates)."""
+    """Retarget every float32 ``mm`` and ``bmm``, every ``permute_copy`` and every 16-bit-range
+    ``quantize_per_tensor`` of float32 to the ``qco_host`` op of the same arguments (for the host's
+    portable kernels only: on a program nothing delegates)."""
 
     def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
         changed = False

@@ -30,7 +30,7 @@ from ..torch_bridge import OpPackageBinding
 from ..torch_bridge.quantized import Encoding, encoding_of, is_dequantize
 from .emulation import EmulatedOp, cast_int64_inputs, emulate_quantized
 from .folding import FoldQuantizedWeights
-from .host_speed import UseHostSpeedKernels
+from .host_speed import LayoutOnCodes, UseHostSpeedKernels
 from .op_builder import bound_visitors
 from .partitioner import QnnCustomOpPartitioner
 from .preflight import PreflightError, preflight
@@ -107,9 +107,10 @@ def _prepare_host(
 
 def _host_passes(exported: torch.export.ExportedProgram) -> list:
     """The edge passes of a host program: a quantized one's weights folded once
-    (``FoldQuantizedWeights``), then its ``mm`` and ``quantize_per_tensor`` on the speed kernels
-    of the same bits (``UseHostSpeedKernels``); a float one's ops are XNNPACK's."""
-    return [FoldQuantizedWeights(), UseHostSpeedKernels()] if is_quantized(exported) else []
+    (``FoldQuantizedWeights``), its layout ops on codes without the dequantize/quantize pair
+    around them (``LayoutOnCodes``), then its products and quantizes on the speed kernels of the
+    same bits (``UseHostSpeedKernels``); a float one's ops are XNNPACK's."""
+    return [FoldQuantizedWeights(), LayoutOnCodes(), UseHostSpeedKernels()] if is_quantized(exported) else []
 
 
 def qnn_edge_passes(pass_manager: Any, program: torch.export.ExportedProgram, io: QuantizedIo | None) -> list:

@@ -1,4 +1,4 @@
-// Host speed kernels: qco_host::mm.out, qco_host::bmm.out and qco_host::quantize_per_tensor.out.
+// Host speed kernels: qco_host::mm.out, bmm.out, permute_copy.out and quantize_per_tensor.out.
 //
 // A quantized program runs its standard ops on ExecuTorch's kernels on the host (XNNPACK would
 // compute something else); its prefill spent most of its time in three of them: mm and bmm (one
@@ -6,10 +6,11 @@
 // element). These compute the same bits, faster: mm and bmm sum each output over k in order from
 // 0, every product rounded before it is added (as ExecuTorch's gemm_notrans_ does; built without
 // FMA contraction), over register tiles; quantize rounds as ExecuTorch's quantize_val does, in
-// vector lanes.
+// vector lanes; permute_copy moves the same elements, a row at a time.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include <executorch/runtime/kernel/kernel_includes.h>
 #include <executorch/runtime/kernel/operator_registry.h>
@@ -120,6 +121,45 @@ void matmul_out(KernelRuntimeContext& ctx, const Tensor& self, const Tensor& mat
   for (int64_t i = 0; i < batch; ++i) mm(a + i * m * k, b + i * k * n, c + i * m * n, m, k, n);
 }
 
+// out = self permuted by `dims`, any dtype: the elements moved as they are, a contiguous run of
+// the last dimension at a time when it stays last (ExecuTorch's permute_copy computes every
+// element's index).
+void permute_copy_out(KernelRuntimeContext& ctx, const Tensor& self, executorch::aten::ArrayRef<int64_t> dims,
+                      Tensor& out) {
+  const int64_t rank = self.dim();
+  constexpr int64_t kMaxRank = 16;
+  bool ok = rank == static_cast<int64_t>(dims.size()) && rank <= kMaxRank && rank > 0 &&
+            out.scalar_type() == self.scalar_type() && out.dim() == rank;
+  int64_t strides[kMaxRank], sizes[kMaxRank];  // in self's elements, in out's dimension order
+  for (int64_t d = 0; ok && d < rank; ++d) {
+    const int64_t from = dims[d] < 0 ? dims[d] + rank : dims[d];
+    ok = from >= 0 && from < rank && out.size(d) == self.size(from);
+    if (ok) {
+      sizes[d] = self.size(from);
+      strides[d] = 1;
+      for (int64_t e = from + 1; e < rank; ++e) strides[d] *= self.size(e);
+    }
+  }
+  if (!check(ctx, ok, "qco_host::permute_copy.out: dims must be a permutation of the input's, the output its shape"))
+    return;
+  const int64_t width = static_cast<int64_t>(self.element_size());
+  const int64_t run = strides[rank - 1] == 1 ? sizes[rank - 1] : 1;  // elements copied at once
+  const int64_t outer = rank - (run > 1 ? 1 : 0);                     // dimensions walked
+  const auto* source = static_cast<const char*>(self.const_data_ptr());
+  auto* target = static_cast<char*>(out.mutable_data_ptr());
+  int64_t index[kMaxRank] = {};
+  int64_t offset = 0;  // of index, in self's elements
+  for (int64_t done = 0, total = out.numel(); done < total; done += run) {
+    std::memcpy(target + done * width, source + offset * width, static_cast<size_t>(run * width));
+    for (int64_t d = outer - 1; d >= 0; --d) {  // the next index, last dimension fastest
+      offset += strides[d];
+      if (++index[d] < sizes[d]) break;
+      offset -= strides[d] * sizes[d];
+      index[d] = 0;
+    }
+  }
+}
+
 // ExecuTorch's quantize_val: zero_point + nearbyint(value * (1.0f / float(scale))) in float,
 // clamped (a NaN to quant_min, as its int64 conversion of one then clamps). The pass that
 // calls this kernel keeps the range within 16 bits, where every clamped value is exact in float.
@@ -168,6 +208,11 @@ void bmm_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
              "qco_host::bmm.out: float32 [b, m, k] @ [b, k, n] only");
 }
 
+void permute_copy_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
+  if (!check(ctx, stack.size() >= 3, "qco_host::permute_copy.out: too few arguments")) return;
+  permute_copy_out(ctx, stack[0]->toTensor(), stack[1]->toIntList(), stack[2]->toTensor());
+}
+
 void quantize_per_tensor_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
   if (!check(ctx, stack.size() >= 7, "qco_host::quantize_per_tensor.out: too few arguments")) return;
   quantize_per_tensor_out(ctx, stack[0]->toTensor(), stack[1]->toDouble(), stack[2]->toInt(), stack[3]->toInt(),
@@ -177,14 +222,16 @@ void quantize_per_tensor_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stac
 const executorch::runtime::Kernel kKernels[] = {
     executorch::runtime::Kernel("qco_host::mm.out", mm_out_boxed),
     executorch::runtime::Kernel("qco_host::bmm.out", bmm_out_boxed),
+    executorch::runtime::Kernel("qco_host::permute_copy.out", permute_copy_out_boxed),
     executorch::runtime::Kernel("qco_host::quantize_per_tensor.out", quantize_per_tensor_out_boxed),
 };
 
-const auto kRegistered = executorch::runtime::register_kernels({kKernels, 3});
+const auto kRegistered = executorch::runtime::register_kernels({kKernels, 4});
 
 }  // namespace
 
 // The kernels this library registers, readable from the file without loading it (as the
 // package libraries list theirs): registering a name twice aborts the interpreter.
 extern "C" __attribute__((used, visibility("default"))) const char qco_host_kernel_list[] =
-    "qco-kernel-list:qco_host::mm.out;qco_host::bmm.out;qco_host::quantize_per_tensor.out;";
+    "qco-kernel-list:qco_host::mm.out;qco_host::bmm.out;qco_host::permute_copy.out;"
+    "qco_host::quantize_per_tensor.out;";
