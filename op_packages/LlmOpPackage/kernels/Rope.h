@@ -357,9 +357,9 @@ struct RopePacked {
 inline bool rope_packs(const RopeGeometry& g, const qco::TensorView& y, const qco::TensorView& x,
                        const qco::TensorView& cos, const qco::TensorView& sin, RopePacked& packed) {
   const int64_t head = g.head_dim;
-  const bool tables = is_8_bit(cos.dtype) & is_8_bit(sin.dtype);
-  const bool rows = (head <= qco::hvx::kBytes) & ((head & (head - 1)) == 0) & (2 * g.half == head);
-  if (!(tables & rows & (y.offset >= -32767) & (y.offset <= 32512))) return false;  // rounded_halves' zero points
+  const bool rows = head <= qco::hvx::kBytes && (head & (head - 1)) == 0 && 2 * g.half == head;
+  const bool zero_point = y.offset >= -32767 && y.offset <= 32512;  // rounded_halves' zero points
+  if (!is_8_bit(cos.dtype) || !is_8_bit(sin.dtype) || !rows || !zero_point) return false;
   const int32_t bits = 7 - __builtin_ctzll(static_cast<uint64_t>(head));  // k = 2^bits = 128 / head_dim
   const int64_t k = int64_t{1} << bits;
   const bool repeat = g.seq == 1 && k > 1;
