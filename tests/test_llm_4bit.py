@@ -95,11 +95,24 @@ def op_datatypes(module: torch.fx.GraphModule) -> dict[str, set[str]]:
     return found
 
 
+def check_weights_held_once(converted: tuple, float_module: torch.nn.Module) -> None:
+    """The two programs read one copy of each weight's codes, and neither holds a float
+    projection weight (what lets a 3B model's float weights be freed before lowering)."""
+    prefill = {t.untyped_storage().data_ptr() for t in converted[0].state_dict().values()}
+    codes = [t for t in converted[1].state_dict().values() if not t.is_floating_point() and t.dim() == 2]
+    assert codes and all(t.untyped_storage().data_ptr() in prefill for t in codes)
+    projections = {tuple(p.shape) for n, p in float_module.named_parameters() if n.endswith("proj.weight")}
+    for module in converted:
+        kept = [n for n, t in module.state_dict().items() if t.is_floating_point() and tuple(t.shape) in projections]
+        assert kept == [], f"float weights kept beside their codes: {kept}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("quant", ["16a4w", "16a4w_block"])
 def test_4bit_programs_hold_4bit_weights_and_run_on_the_host_as_converted(quant, programs, runner):  # noqa: F811
     converted = quantize_llm(programs, quant, [TOKENS], 4)
     check_4bit(converted[1], QUANT_MODES[quant].block_size, programs.decode.module.state_dict())
+    check_weights_held_once(converted, programs.decode.module)
     assert op_datatypes(converted[1]) == OP_DATATYPES
     (step,) = lowered_steps(programs, runner, methods=("kv_forward",), converted=converted)
     host = RunnerLoop(programs.shape, None, step).score(TOKENS)

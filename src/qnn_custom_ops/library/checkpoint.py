@@ -25,7 +25,7 @@ from ..atomic_files import Contents, write_all_atomic
 from ..errors import UsageError
 from ..torch_bridge.quantized import Encoding
 from .families import family_of
-from .hf import LlmPrograms, LlmShape, export_llm
+from .hf import LlmPrograms, LlmShape, export_llm, warn_float32_cast
 from .runner_loop import MethodEncodings, RunnerLoop, check_fits, method_encodings
 from .steps import host_step
 
@@ -148,9 +148,12 @@ def load_checkpoint(directory: Path, progress: Progress = _silent) -> tuple[Any,
             f"{directory}: no tokenizer transformers can load ({type(exc).__name__}); save one beside the "
             "weights (tokenizer.save_pretrained)"
         ) from None
+    stored = getattr(config, "dtype", None)
+    if isinstance(stored, torch.dtype) and stored != torch.float32:
+        warn_float32_cast(str(directory), {stored})
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            directory, local_files_only=True, attn_implementation="eager"
+        model = transformers.AutoModelForCausalLM.from_pretrained(  # float32 as read: never whole in bf16 and fp32
+            directory, local_files_only=True, attn_implementation="eager", dtype=torch.float32
         )
     except (OSError, ValueError) as exc:
         raise LlmCheckpointError(f"{directory}: transformers cannot load the weights ({exc})") from None
@@ -223,6 +226,74 @@ def _compile_spec(soc: str | None) -> list:
     return compile_spec(soc, llm_binding(), makefile_builds(package_dir(), PACKAGE_NAME, arch))
 
 
+@dataclass(frozen=True)
+class _ToLower:
+    """What lowering needs of a checkpoint: the two methods' modules and example inputs, the
+    manifest and the runner's metadata. Of a quantized export it holds the converted modules
+    only, so the float model is freed before lowering (its float32 weights are the largest thing
+    an export holds)."""
+
+    methods: dict[str, tuple[torch.nn.Module, tuple]]
+    manifest: LlmManifest
+    metadata: dict[str, Any]
+    tokenizer: Any
+
+
+def _programs_to_lower(
+    checkpoint: Path,
+    prefill_len: int,
+    ctx_len: int,
+    quant: str,
+    calibration: Sequence[str] | None,
+    target: str,
+    progress: Progress,
+) -> _ToLower:
+    """The checkpoint loaded, exported in the runner's layout and, unless ``quant`` is none,
+    quantized on the calibration text."""
+    from .generation import quantize_llm
+
+    model, tokenizer = load_checkpoint(checkpoint, progress)
+    started = time.monotonic()
+    eos_ids = _eos_ids(model, tokenizer)
+    programs = export_llm(model, prefill_len=prefill_len, ctx_len=ctx_len, cache="runner")
+    progress(
+        f"exported prefill ({prefill_len} tokens) and decode over ctx_len {ctx_len} in "
+        f"{time.monotonic() - started:.1f} s"
+    )
+    modules: tuple[torch.nn.Module, torch.nn.Module] = (programs.prefill.module, programs.decode.module)
+    encodings = None
+    if quant != "none":
+        prompts = calibration_prompts(tokenizer, programs.shape, calibration)
+        started = time.monotonic()
+        modules = quantize_llm(programs, quant, prompts, CALIBRATION_TOKENS, progress=progress)
+        progress(f"quantized {quant} in {time.monotonic() - started:.1f} s")
+        _release_float_weights(model, modules)
+        encodings = dict(zip(METHODS, (method_encodings(m) for m in modules)))
+    inputs = (programs.prefill.example_inputs, programs.decode.example_inputs)
+    manifest = LlmManifest(
+        model.config.model_type,
+        programs.family.runner_version,
+        quant,
+        target,
+        programs.shape,
+        eos_ids,
+        encodings,
+    )
+    metadata = _runner_metadata(programs, model, tokenizer, quant, eos_ids)
+    return _ToLower(dict(zip(METHODS, zip(modules, inputs))), manifest, metadata, tokenizer)
+
+
+def _release_float_weights(model: torch.nn.Module, converted: Sequence[torch.nn.Module]) -> None:
+    """Free the float weights of a quantized export's model, but those the converted programs
+    still read: they are the largest thing an export holds (12 GB for a 3B model in float32),
+    and torchao's ``prepare_pt2e`` keeps a reference to the model it prepared, so dropping ours
+    would not free them."""
+    kept = {t.untyped_storage().data_ptr() for m in converted for t in m.state_dict().values()}
+    for parameter in model.parameters():
+        if parameter.untyped_storage().data_ptr() not in kept:
+            parameter.data = torch.empty(0, dtype=parameter.dtype)
+
+
 def export_checkpoint(
     checkpoint: Path,
     out_dir: Path,
@@ -239,55 +310,28 @@ def export_checkpoint(
     written to ``out_dir`` whole or not at all."""
     from ..lowering.program import lower_methods
     from ..quantizer import QUANT_MODES
-    from .generation import quantize_llm
     from .llm import llm_binding
 
     _require_choice("--quant", quant, ("none", *QUANT_MODES))
     _require_choice("--target", target, TARGETS)
     spec = _compile_spec(soc) if target == "qnn" else None
-    model, tokenizer = load_checkpoint(checkpoint, progress)
-    started = time.monotonic()
-    eos_ids = _eos_ids(model, tokenizer)
-    model_type = model.config.model_type
-    programs = export_llm(model, prefill_len=prefill_len, ctx_len=ctx_len, cache="runner")
-    progress(
-        f"exported prefill ({prefill_len} tokens) and decode over ctx_len {ctx_len} in "
-        f"{time.monotonic() - started:.1f} s"
-    )
-    modules: tuple[torch.nn.Module, torch.nn.Module] = (programs.prefill.module, programs.decode.module)
-    encodings = None
-    if quant != "none":
-        prompts = calibration_prompts(tokenizer, programs.shape, calibration)
-        started = time.monotonic()
-        converted = quantize_llm(programs, quant, prompts, CALIBRATION_TOKENS, progress=progress)
-        modules = converted
-        progress(f"quantized {quant} in {time.monotonic() - started:.1f} s")
-        encodings = dict(zip(METHODS, (method_encodings(m) for m in converted)))
+    staged = _programs_to_lower(checkpoint, prefill_len, ctx_len, quant, calibration, target, progress)
     started = time.monotonic()
     progress(f"lowering {' and '.join(METHODS)} for {target} (the longest step: about a minute per few layers)")
     lowered = lower_methods(
-        dict(zip(METHODS, zip(modules, (programs.prefill.example_inputs, programs.decode.example_inputs)))),
+        staged.methods,
         llm_binding(),
         target,
         compile_spec=spec,
-        constant_methods=_runner_metadata(programs, model, tokenizer, quant, eos_ids),
+        constant_methods=staged.metadata,
         plan_outputs=False,
         codes_io=target == "qnn" and quant != "none",
     )
     progress(f"lowered in {time.monotonic() - started:.1f} s")
-    manifest = LlmManifest(
-        model_type,
-        programs.family.runner_version,
-        quant,
-        target,
-        programs.shape,
-        eos_ids,
-        encodings,
-    )
-    _write_export(out_dir, lowered.write_to, manifest, tokenizer)
+    _write_export(out_dir, lowered.write_to, staged.manifest, staged.tokenizer)
     size = (out_dir / PROGRAM).stat().st_size
     progress(f"wrote {out_dir}/{PROGRAM} ({size / 1e6:.1f} MB), {out_dir}/{TOKENIZER}/ and {out_dir}/{MANIFEST}")
-    return manifest
+    return staged.manifest
 
 
 def _write_export(out_dir: Path, program: Contents, manifest: LlmManifest, tokenizer: Any) -> None:

@@ -212,7 +212,57 @@ def quantize_llm(
             progress(f"calibration: {program.name} observed on {len(samples)} calls")
     if programs.shape.cache == "runner":
         share_cache_encodings(prepared, programs.shape)
-    return convert_pt2e(prepared[0]), convert_pt2e(prepared[1])
+    converted = (convert_pt2e(prepared[0]), convert_pt2e(prepared[1]))
+    for module in converted:
+        _drop_unused_tensors(module)
+    _share_equal_tensors(*converted)
+    return converted
+
+
+def _attribute(module: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
+    """The module holding the dotted attribute ``name``, and its last part."""
+    owner, _, attr = name.rpartition(".")
+    return (module.get_submodule(owner) if owner else module), attr
+
+
+def _graph_tensors(module: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
+    """The tensors the graph reads (``get_attr``), by name."""
+    found = {}
+    for node in module.graph.nodes:
+        if node.op == "get_attr":
+            value = getattr(*_attribute(module, str(node.target)), None)
+            if isinstance(value, torch.Tensor):
+                found[str(node.target)] = value
+    return found
+
+
+def _drop_unused_tensors(module: torch.fx.GraphModule) -> None:
+    """Forget the float weights ``convert_pt2e`` folded into codes but left on the module: a
+    converted model holds its codes, and the float model can be freed (a 3B model's float32
+    weights are 12 GB)."""
+    used = set(_graph_tensors(module))
+    for name, _ in [*module.named_parameters(), *module.named_buffers()]:
+        if name not in used:
+            delattr(*_attribute(module, name))
+
+
+def _share_equal_tensors(first: torch.fx.GraphModule, second: torch.fx.GraphModule) -> None:
+    """Give ``second`` ``first``'s tensor wherever the two hold equal ones (the codes of one
+    weight, quantized alike for prefill and decode): each weight's codes held once."""
+    candidates: dict[tuple, list[torch.Tensor]] = {}
+    for tensor in _graph_tensors(first).values():
+        candidates.setdefault((tensor.dtype, tuple(tensor.shape)), []).append(tensor)
+    for name, tensor in _graph_tensors(second).items():
+        for held in candidates.get((tensor.dtype, tuple(tensor.shape)), ()):
+            if held is not tensor and torch.equal(held, tensor):
+                shared = held.detach()
+                kept = (
+                    torch.nn.Parameter(shared, requires_grad=False)
+                    if isinstance(tensor, torch.nn.Parameter)
+                    else shared
+                )
+                setattr(*_attribute(second, name), kept)
+                break
 
 
 def _time_left(elapsed: float, done: int, total: int) -> str:

@@ -453,10 +453,14 @@ def _in_float32(model: HFModule) -> None:
     dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
     if dtypes <= {torch.float32}:
         return
-    names = ", ".join(sorted(str(d).replace("torch.", "") for d in dtypes))
-    message = f"export_llm: the weights are {names}; cast to float32 for the programs"
-    warnings.warn(LlmDtypeWarning(message), stacklevel=3)
+    warn_float32_cast("export_llm", dtypes)
     model.float()
+
+
+def warn_float32_cast(where: str, dtypes: set[torch.dtype]) -> None:
+    """The one ``LlmDtypeWarning`` of weights stored in ``dtypes`` and computed in float32."""
+    names = ", ".join(sorted(str(d).replace("torch.", "") for d in dtypes))
+    warnings.warn(LlmDtypeWarning(f"{where}: the weights are {names}; cast to float32 for the programs"), stacklevel=3)
 
 
 def _runner_window(family: Family, windows: Sequence[int | None], ctx_len: int, batch: int) -> int | None:
