@@ -73,7 +73,7 @@ def hf_model(arch: str, **overrides: object) -> torch.nn.Module:
     return model
 
 
-def lowered_steps(programs, runner: HostRunner, methods=METHODS, converted=None) -> tuple:
+def lowered_steps(programs, runner: HostRunner, methods=METHODS, converted=None, fold_weights=True) -> tuple:
     """The programs (or their PT2E-``converted`` modules) lowered for the host, as steps: for
     the runner's layout one program with ``methods`` (``prefill_forward``, ``kv_forward``), else
     two programs."""
@@ -81,6 +81,7 @@ def lowered_steps(programs, runner: HostRunner, methods=METHODS, converted=None)
     modules = dict(zip(METHODS, ((prefill, programs.prefill.example_inputs),
                                  (decode, programs.decode.example_inputs))))
     if programs.shape.cache == "runner":
-        buffer = lower_methods({m: modules[m] for m in methods}, llm_binding(), "host", plan_outputs=False).buffer
+        chosen = {m: modules[m] for m in methods}
+        buffer = lower_methods(chosen, llm_binding(), "host", plan_outputs=False, fold_weights=fold_weights).buffer
         return tuple(host_step(runner, buffer, method) for method in methods)
     return tuple(host_step(runner, qco.lower(m, i, llm_binding(), target="host").buffer) for m, i in modules.values())

@@ -12,6 +12,7 @@ and a quantized program's encodings), all of them or none. ``load_export`` and
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -294,6 +295,30 @@ def _release_float_weights(model: torch.nn.Module, converted: Sequence[torch.nn.
             parameter.data = torch.empty(0, dtype=parameter.dtype)
 
 
+def _folded_weights_fit(staged: _ToLower, progress: Progress) -> bool:
+    """Whether a quantized host program gets its weights folded into float32 (``lower``'s
+    ``fold_weights``: faster generation on the host, the same results): when their float32
+    copies, one a method while lowering and one the program's, fit three times in this
+    machine's memory. Said either way."""
+    storages = {
+        t.untyped_storage().data_ptr(): t.numel()
+        for module, _ in staged.methods.values()
+        for t in module.state_dict().values()
+        if not t.is_floating_point() and t.dim() >= 2
+    }
+    folded = 4 * sum(storages.values())
+    machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if 3 * folded <= machine:
+        progress(f"host program: weights dequantized once, when lowered ({folded / 1e9:.1f} GB in float32)")
+        return True
+    progress(
+        f"host program: weights kept as codes, dequantized on every call (slower, the same results): "
+        f"their float32 copies, {folded / 1e9:.1f} GB, do not fit three times in this machine's "
+        f"{machine / 1e9:.1f} GB"
+    )
+    return False
+
+
 def export_checkpoint(
     checkpoint: Path,
     out_dir: Path,
@@ -316,6 +341,7 @@ def export_checkpoint(
     _require_choice("--target", target, TARGETS)
     spec = _compile_spec(soc) if target == "qnn" else None
     staged = _programs_to_lower(checkpoint, prefill_len, ctx_len, quant, calibration, target, progress)
+    fold = target == "host" and quant != "none" and _folded_weights_fit(staged, progress)
     started = time.monotonic()
     progress(f"lowering {' and '.join(METHODS)} for {target} (the longest step: about a minute per few layers)")
     lowered = lower_methods(
@@ -326,6 +352,7 @@ def export_checkpoint(
         constant_methods=staged.metadata,
         plan_outputs=False,
         codes_io=target == "qnn" and quant != "none",
+        fold_weights=fold,
     )
     progress(f"lowered in {time.monotonic() - started:.1f} s")
     _write_export(out_dir, lowered.write_to, staged.manifest, staged.tokenizer)

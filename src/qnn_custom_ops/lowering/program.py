@@ -105,12 +105,19 @@ def _prepare_host(
     return [], emulate_quantized(exported, binding) if emulate == "quantized" else []
 
 
-def _host_passes(exported: torch.export.ExportedProgram) -> list:
-    """The edge passes of a host program: a quantized one's weights folded once
-    (``FoldQuantizedWeights``), its layout ops on codes without the dequantize/quantize pair
+def _host_passes(exported: torch.export.ExportedProgram, fold_weights: bool) -> list:
+    """The edge passes of a host program: a quantized one's weights folded once, if
+    ``fold_weights`` (``FoldQuantizedWeights``), its layout ops on codes without the dequantize/quantize pair
     around them (``LayoutOnCodes``), then its products and quantizes on the speed kernels of the
     same bits (``UseHostSpeedKernels``); a float one's ops are XNNPACK's."""
-    return [FoldQuantizedWeights(), LayoutOnCodes(), UseHostSpeedKernels()] if is_quantized(exported) else []
+    if not is_quantized(exported):
+        return []
+    if not fold_weights and any("dequantize_affine" in str(n.target) for n in exported.graph.nodes):
+        raise UsageError(
+            "fold_weights=False: block-wise weights (torchao's dequantize_affine, --quant 16a4w_block) run "
+            "on the host only dequantized when lowered; fold them, or quantize per channel (16a4w)"
+        )
+    return [*([FoldQuantizedWeights()] if fold_weights else []), LayoutOnCodes(), UseHostSpeedKernels()]
 
 
 def qnn_edge_passes(pass_manager: Any, program: torch.export.ExportedProgram, io: QuantizedIo | None) -> list:
@@ -164,13 +171,17 @@ def lower_methods(
     constant_methods: Mapping[str, Any] | None = None,
     plan_outputs: bool = True,
     codes_io: bool = False,
+    fold_weights: bool = True,
 ) -> LoweredProgram:
     """``lower`` for a program of several methods (``{name: (model, example_inputs)}``), with
     ``constant_methods`` (metadata a device runner reads, e.g. ``get_n_layers``). With
     ``plan_outputs=False`` outputs get no planned memory: a runner that hands each output its
     own buffer (``set_output``, as ExecuTorch's LLM runners do) needs that. ``codes_io=True``
     (QNN only): the inputs and outputs a converted model quantizes are passed as uint8/uint16
-    codes (``quantized_io``), as ExecuTorch's LLM runners pass caches, masks and logits."""
+    codes (``quantized_io``), as ExecuTorch's LLM runners pass caches, masks and logits.
+    ``fold_weights=False`` (host): a quantized program keeps its weights as codes, dequantized on
+    every call -- the same results, slower, and a quarter of the float32 weights' memory (what a
+    model whose float32 weights do not fit needs)."""
     _check_choices(target, emulate, compile_spec, codes_io)
     exported = {name: torch.export.export(m, tuple(inputs)) for name, (m, inputs) in methods.items()}
     encodings = {name: output_encodings(program) for name, program in exported.items()}
@@ -183,7 +194,7 @@ def lower_methods(
         with weights_held_once():
             edge = to_edge_transform_and_lower(
                 exported,
-                transform_passes={n: _host_passes(p) for n, p in exported.items()},
+                transform_passes={n: _host_passes(p, fold_weights) for n, p in exported.items()},
                 partitioner=partitioners,
                 constant_methods=dict(constant_methods or {}),
                 compile_config=EdgeCompileConfig(_check_ir_validity=False),
