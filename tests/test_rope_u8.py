@@ -12,7 +12,7 @@ import pytest
 from qnn_custom_ops.runtime.hexagon import hexagon_check
 
 from .conftest import OP_PACKAGES
-from .test_rope_u16 import S8, STYLES, U8, assert_change_is_caught, rope_case
+from .test_rope_u16 import LOST_CARRY, S8, STYLES, U8, assert_changes_are_caught, lost_carry_cases, rope_case
 
 #: (x dims, table dims): decode rows of 64, 32, 16, 8 and 2 sharing one table row (a vector holds
 #: 2 to 64 of them), three rows of 64 (a tail), rows of 128 (one per vector), one table row per
@@ -63,9 +63,11 @@ def test_the_u8_rope_hvx_path_is_bit_exact_at_the_edges_of_its_scheme():
 
 
 @pytest.mark.slow
-def test_a_zero_point_added_without_saturation_is_caught(tmp_path):
-    """The edge cases see the int16 pack saturate: a wrapping addition of y's zero point fails them."""
+def test_a_changed_step_of_either_rope_hvx_scheme_is_caught(tmp_path):
+    """One package copy for both schemes' changes (each scheme's cases run only its own code): y's
+    zero point added without saturation, which the 8-bit cases' saturating int16 pack wraps, and
+    the 16-bit scheme's lost carry."""
     generator = np.random.default_rng(3)
     cases = [rope_case(generator, (1, 8, 1, 64), (1, 32), style, U8, y_coarser=1e-6, dtype=U8)[0] for style in STYLES]
-    original = "Q6_Vh_vadd_VhVh_sat(packed, zero_point)"
-    assert_change_is_caught(tmp_path, "Rope.h", original, original.replace("_sat(", "("), cases)
+    wrapping = ("Rope.h", "Q6_Vh_vadd_VhVh_sat(packed, zero_point)", "Q6_Vh_vadd_VhVh(packed, zero_point)")
+    assert_changes_are_caught(tmp_path, [wrapping, LOST_CARRY], cases + lost_carry_cases())
