@@ -72,8 +72,8 @@ def without_speed_kernels():
 
     everything = program._host_passes
 
-    def passes(exported):
-        return [step for step in everything(exported) if not isinstance(step, program.UseHostSpeedKernels)]
+    def passes(*args):
+        return [step for step in everything(*args) if not isinstance(step, program.UseHostSpeedKernels)]
 
     return mock.patch.object(program, "_host_passes", passes)
 
@@ -83,11 +83,21 @@ def main() -> None:
     parser.add_argument("--quants", default="16a8w")
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=5, help="generations per row; the median is printed")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="threads for torch and ExecuTorch's threadpool (0: as they start); 1 keeps a shared "
+                             "machine's other load from stalling the threaded rows (HF, XNNPACK, torch's BLAS)")
     parser.add_argument("--before", action="store_true", help="also each quantization on ExecuTorch's kernels")
     args = parser.parse_args()
     with qco.quieted():
         from qnn_custom_ops.library import export_llm, llm_binding, package_dir, quantize_llm
         from qnn_custom_ops.runtime import HostRunner
+
+        if args.threads:
+            import torch
+            from executorch.extension.pybindings import portable_lib
+
+            torch.set_num_threads(args.threads)
+            portable_lib._unsafe_reset_threadpool(args.threads)
 
         checkpoint, _, model, held, calibration = load_trained(PREFILL)
         prompt = held[:PREFILL].tolist()
@@ -104,7 +114,9 @@ def main() -> None:
                 with without_speed_kernels():
                     loop = loop_for(programs, modules, runner)
                 rows.append((f"{quant} (ET kernels)", timed_loop(loop, prompt, args.new_tokens, args.repeats)))
-        print(f"{checkpoint.name}, prompt {len(prompt)} tokens, {args.new_tokens} new, median of {args.repeats}")
+        threads = args.threads or "default"
+        print(f"{checkpoint.name}, prompt {len(prompt)} tokens, {args.new_tokens} new, median of {args.repeats}, "
+              f"threads {threads}")
         print(f"{'':<20}{'prefill tok/s':>14}{'x HF':>7}{'x float':>8}{'decode tok/s':>14}{'x HF':>7}{'x float':>8}")
         flt = rows[1][1]
         for name, (prefill, decode) in rows:
