@@ -10,7 +10,6 @@ torch's BLAS instead, whose order differs: the speed kernel does not depend on w
 
 from __future__ import annotations
 
-import pytest
 import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
@@ -19,24 +18,30 @@ from qnn_custom_ops.lowering.host_speed import LayoutOnCodes, UseHostSpeedKernel
 from qnn_custom_ops.runtime import HostRunner
 from qnn_custom_ops.runtime.loading import program_operators
 
+#: (m, k, n) of the mm cases: a prefill's, an lm_head's, a decode step's, a decode step's with a
+#: column tail, row and column tails, a short k.
+MM_SHAPES = [(32, 128, 128), (32, 128, 1024), (1, 384, 128), (1, 128, 200), (13, 40, 37), (9, 7, 16)]
+#: (batch, m, k, n) of the bmm cases: attention's, a decode step's, tails.
+BMM_SHAPES = [(2, 64, 32, 96), (2, 1, 32, 160), (3, 5, 7, 20)]
+#: (shape, dims, dtype) of the permute cases: heads, the last dimension moved, rank 3, bytes.
+PERMUTES = [((1, 32, 4, 32), (0, 2, 1, 3), torch.float32), ((1, 2, 32, 32), (0, 1, 3, 2), torch.int32),
+            ((3, 5, 7), (2, 0, 1), torch.int16), ((6, 4), (1, 0), torch.uint8)]
+#: (quant_min, quant_max, dtype, zero_point) of the quantize cases: uint8, int8, int16, uint16 in int32.
+ENCODINGS = [(0, 255, torch.uint8, 128), (-128, 127, torch.int8, 0), (-32767, 32767, torch.int16, 0),
+             (0, 65535, torch.int32, 30870)]
 
-class Mm(torch.nn.Module):
-    def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return torch.mm(x, w)
+
+class Products(torch.nn.Module):
+    """Every mm case, then every bmm case, on pairs of inputs."""
+
+    def forward(self, *pairs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        products = zip(pairs[::2], pairs[1::2])
+        return tuple(torch.mm(x, w) if x.dim() == 2 else torch.bmm(x, w) for x, w in products)
 
 
-class Bmm(torch.nn.Module):
-    def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return torch.bmm(x, w)
-
-
-class Permute(torch.nn.Module):
-    def __init__(self, dims: tuple[int, ...]) -> None:
-        super().__init__()
-        self.dims = dims
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.permute(self.dims) + 0  # a copy: permute_copy in the edge graph
+class Permutes(torch.nn.Module):
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(x.permute(dims) + 0 for x, (_, dims, _) in zip(inputs, PERMUTES))  # + 0: permute_copy
 
 
 class Requantized(torch.nn.Module):
@@ -57,13 +62,18 @@ class Requantized(torch.nn.Module):
         return same + 1, other, kept
 
 
-class Quantize(torch.nn.Module):
-    def __init__(self, scale: float, zero_point: int, low: int, high: int, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.args = (scale, zero_point, low, high, dtype)
+class Quantizes(torch.nn.Module):
+    """``x`` quantized in each encoding of ``encodings`` (scale 0.0117)."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.quantized_decomposed.quantize_per_tensor(x, *self.args)
+    def __init__(self, encodings: list[tuple]) -> None:
+        super().__init__()
+        self.encodings = encodings
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(
+            torch.ops.quantized_decomposed.quantize_per_tensor(x, 0.0117, zero_point, low, high, dtype)
+            for low, high, dtype, zero_point in self.encodings
+        )
 
 
 def program(module: torch.nn.Module, inputs: tuple, speed: bool, passes: tuple = (UseHostSpeedKernels,)) -> bytes:
@@ -87,66 +97,43 @@ def sequential_mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize(
-    "m, k, n",
-    [(32, 128, 128), (32, 128, 1024), (1, 384, 128), (1, 128, 200), (13, 40, 37), (9, 7, 16)],
-    ids=["prefill", "lm-head", "decode", "decode-tails", "row-and-column-tails", "short-k"],
-)
-def test_mm_sums_in_order_without_fma(m, k, n):
-    x, w = torch.randn(m, k), torch.randn(k, n)
-    pte = program(Mm(), (x, w), speed=True)
-    assert "qco_host::mm.out" in program_operators(pte)
-    (out,) = HostRunner().run(pte, [(x, w)])[0]
-    assert torch.equal(out, sequential_mm(x, w))
+def test_mm_and_bmm_sum_in_order_without_fma():
+    shapes = [((m, k), (k, n)) for m, k, n in MM_SHAPES] + [((b, m, k), (b, k, n)) for b, m, k, n in BMM_SHAPES]
+    pairs = [(torch.randn(a), torch.randn(b)) for a, b in shapes]
+    inputs = tuple(t for pair in pairs for t in pair)
+    pte = program(Products(), inputs, speed=True)
+    assert {"qco_host::mm.out", "qco_host::bmm.out"} <= program_operators(pte)
+    assert not {"aten::mm.out", "aten::bmm.out"} & program_operators(pte)
+    outputs = HostRunner().run(pte, [inputs])[0]
+    for (x, w), out in zip(pairs, outputs):
+        assert torch.equal(out, sequential_mm(x, w)), f"{tuple(x.shape)} @ {tuple(w.shape)}"
 
 
-@pytest.mark.parametrize(
-    "batch, m, k, n", [(2, 64, 32, 96), (2, 1, 32, 160), (3, 5, 7, 20)], ids=["attention", "decode", "tails"]
-)
-def test_bmm_sums_in_order_without_fma(batch, m, k, n):
-    x, w = torch.randn(batch, m, k), torch.randn(batch, k, n)
-    pte = program(Bmm(), (x, w), speed=True)
-    assert "qco_host::bmm.out" in program_operators(pte)
-    (out,) = HostRunner().run(pte, [(x, w)])[0]
-    assert torch.equal(out, sequential_mm(x, w))
-
-
-@pytest.mark.parametrize(
-    "low, high, dtype, zero_point",
-    [(0, 255, torch.uint8, 128), (-128, 127, torch.int8, 0), (-32767, 32767, torch.int16, 0),
-     (0, 65535, torch.int32, 30870)],
-    ids=["uint8", "int8", "int16", "uint16-in-int32"],
-)
-def test_quantize_matches_executorch(low, high, dtype, zero_point):
+def test_quantize_matches_executorch():
     scale = 0.0117
     ties = (torch.arange(-600, 600, dtype=torch.float32) + 0.5) * scale  # every .5 rounds to even
     far = torch.tensor([1e6, -1e6, 3e9, -3e9, float("nan"), 0.0, -0.0])
-    x = torch.cat([torch.randn(4000) * scale * (high - low) / 4, ties, far])
-    module = Quantize(scale, zero_point, low, high, dtype)
-    ours, theirs = (HostRunner().run(program(module, (x,), speed), [(x,)])[0][0] for speed in (True, False))
-    assert ours.dtype == dtype
-    assert torch.equal(ours, theirs)
+    x = torch.cat([torch.randn(4000) * scale * 20000, ties, far])
+    module = Quantizes(ENCODINGS)
+    fast, slow = (program(module, (x,), speed) for speed in (True, False))
+    assert "quantized_decomposed::quantize_per_tensor.out" not in program_operators(fast)
+    ours, theirs = (HostRunner().run(pte, [(x,)])[0] for pte in (fast, slow))
+    for (_, _, dtype, _), a, b in zip(ENCODINGS, ours, theirs):
+        assert a.dtype == dtype and torch.equal(a, b), dtype
 
 
-@pytest.mark.parametrize(
-    "shape, dims, dtype",
-    [((1, 32, 4, 32), (0, 2, 1, 3), torch.float32), ((1, 2, 32, 32), (0, 1, 3, 2), torch.int32),
-     ((3, 5, 7), (2, 0, 1), torch.int16), ((6, 4), (1, 0), torch.uint8)],
-    ids=["heads", "transpose-last", "rank-3", "bytes"],
-)
-def test_permute_moves_the_same_elements(shape, dims, dtype):
-    x = (torch.randn(shape) * 100).to(dtype)
-    pte = program(Permute(dims), (x,), speed=True)
+def test_permute_moves_the_same_elements():
+    inputs = tuple((torch.randn(shape) * 100).to(dtype) for shape, _, dtype in PERMUTES)
+    pte = program(Permutes(), inputs, speed=True)
     assert "qco_host::permute_copy.out" in program_operators(pte)
-    (out,) = HostRunner().run(pte, [(x,)])[0]
-    assert torch.equal(out, x.permute(dims))
+    outputs = HostRunner().run(pte, [inputs])[0]
+    for x, (_, dims, _), out in zip(inputs, PERMUTES, outputs):
+        assert torch.equal(out, x.permute(dims)), (tuple(x.shape), dims)
 
 
 def test_layout_between_quantizations_of_one_encoding_runs_on_the_codes():
     x = torch.randn(1, 8, 4, 16)
     moved = program(Requantized(), (x,), speed=True, passes=(LayoutOnCodes,))
-    operators = program_operators(moved)
-    assert "quantized_decomposed::quantize_per_tensor.out" in operators  # the first and the other encoding's
     unmoved = program(Requantized(), (x,), speed=False)
     quantize = "quantized_decomposed::quantize_per_tensor.out"
     assert [sum(op == quantize for op in ops(pte)) for pte in (moved, unmoved)] == [3, 4]
@@ -167,8 +154,8 @@ def ops(pte: bytes) -> list[str]:
 
 def test_only_what_the_speed_kernels_compute_the_same_is_moved():
     """A 32-bit quantize (outside float's exact integers) and a float64 mm stay ExecuTorch's."""
-    wide = Quantize(0.01, 0, -(2**31), 2**31 - 1, torch.int32)
     x = torch.randn(8, 8)
-    assert "quantized_decomposed::quantize_per_tensor.out" in program_operators(program(wide, (x,), speed=True))
+    wide = program(Quantizes([(-(2**31), 2**31 - 1, torch.int32, 0)]), (x,), speed=True)
+    assert "quantized_decomposed::quantize_per_tensor.out" in program_operators(wide)
     doubles = (x.double(), x.double())
-    assert "aten::mm.out" in program_operators(program(Mm(), doubles, speed=True))
+    assert "aten::mm.out" in program_operators(program(Products(), doubles, speed=True))
