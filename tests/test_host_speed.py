@@ -10,6 +10,7 @@ torch's BLAS instead, whose order differs: the speed kernel does not depend on w
 
 from __future__ import annotations
 
+import pytest
 import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
@@ -17,6 +18,9 @@ import qnn_custom_ops.lowering.host_speed  # noqa: F401  (the qco_host ops)
 from qnn_custom_ops.lowering.host_speed import LayoutOnCodes, UseHostSpeedKernels
 from qnn_custom_ops.runtime import HostRunner
 from qnn_custom_ops.runtime.loading import program_operators
+
+#: Each test lowers a program or two (2-3 s), and the first builds the speed kernels.
+pytestmark = pytest.mark.slow
 
 #: (m, k, n) of the mm cases: a prefill's, an lm_head's, a decode step's, a decode step's with a
 #: column tail, row and column tails, a short k.
