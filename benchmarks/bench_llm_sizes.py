@@ -17,9 +17,10 @@ Each run is ``qnn-custom-ops llm export ... --progress`` in a child process (sho
 --ctx, so that the cost is the weights'); its progress lines are timestamped, its resident
 memory sampled every 0.2 s (the stage at the peak is the last progress line before it) and its
 peak read from ``wait4``'s rusage. A run past ``--limit-gb`` resident is killed. Weights'
-bytes: each parameter once (a tied embedding once), in float32, the dtype the host programs
-keep (a bf16 checkpoint is cast to float32 by ``export_llm``; a quantized host program keeps its
-weights dequantized, ``FoldQuantizedWeights``). Each run's log, with its memory timeline, is
+bytes: each parameter once (a tied embedding once), in float32, the dtype the float host
+programs keep (a bf16 checkpoint is read as float32), and the dtype the calibration computes in;
+a quantized host program keeps float32 weights when they fit (``FoldQuantizedWeights``), else
+their codes (``llm export`` says which). Each run's log, with its memory timeline, is
 ``export-SIZE-QUANT.log`` in the cache directory.
 
     .venv/bin/python benchmarks/bench_llm_sizes.py [--sizes 0.5b,1b] [--quant none,16a4w]
