@@ -14,22 +14,29 @@ from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPa
 from executorch.exir.passes.constant_prop_pass import constant_prop_pass
 from torch.export import ExportedProgram
 
-#: The ops a weight's constant chain may be folded through: a dequantize, and ops that only move
-#: values. Anything computing (a cos, an exp) is left to the kernels, whose bits may differ from torch's.
-FOLDABLE = frozenset(
+#: Ops that only move values (their output's elements are some of their input's): exact on a
+#: weight's codes as on its floats.
+VALUE_MOVING_OPS = frozenset(
     {
-        exir_ops.edge.quantized_decomposed.dequantize_per_tensor.default,
-        exir_ops.edge.quantized_decomposed.dequantize_per_channel.default,
-        exir_ops.edge.torchao.dequantize_affine.default,
-        exir_ops.edge.aten.permute_copy.default,
-        exir_ops.edge.aten.t_copy.default,
-        exir_ops.edge.aten.transpose_copy.int,
         exir_ops.edge.aten.view_copy.default,
+        exir_ops.edge.aten.permute_copy.default,
+        exir_ops.edge.aten.slice_copy.Tensor,
+        exir_ops.edge.aten.repeat.default,
         exir_ops.edge.aten.expand_copy.default,
         exir_ops.edge.aten.unsqueeze_copy.default,
         exir_ops.edge.aten.squeeze_copy.dims,
+        exir_ops.edge.aten.t_copy.default,
+        exir_ops.edge.aten.transpose_copy.int,
+        exir_ops.edge.dim_order_ops._clone_dim_order.default,
     }
 )
+#: The ops a weight's constant chain may be folded through: a dequantize, and ops that only move
+#: values. Anything computing (a cos, an exp) is left to the kernels, whose bits may differ from torch's.
+FOLDABLE = VALUE_MOVING_OPS | {
+    exir_ops.edge.quantized_decomposed.dequantize_per_tensor.default,
+    exir_ops.edge.quantized_decomposed.dequantize_per_channel.default,
+    exir_ops.edge.torchao.dequantize_affine.default,
+}
 
 
 class FoldQuantizedWeights(ExportedProgramPassBase):

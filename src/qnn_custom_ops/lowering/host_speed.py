@@ -19,6 +19,7 @@ from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPa
 from torch.export import ExportedProgram
 
 from ..torch_bridge.define import out_fake_of, out_kernel_of
+from .folding import VALUE_MOVING_OPS
 
 NAMESPACE = "qco_host"
 _LIBRARY = torch.library.Library(NAMESPACE, "DEF")
@@ -96,21 +97,6 @@ def _speed_target(node: torch.fx.Node):
     return None
 
 
-#: Ops that only move values (their output's elements are some of their input's).
-_LAYOUT = frozenset(
-    {
-        exir_ops.edge.aten.view_copy.default,
-        exir_ops.edge.aten.permute_copy.default,
-        exir_ops.edge.aten.slice_copy.Tensor,
-        exir_ops.edge.aten.repeat.default,
-        exir_ops.edge.aten.expand_copy.default,
-        exir_ops.edge.aten.unsqueeze_copy.default,
-        exir_ops.edge.aten.squeeze_copy.dims,
-        exir_ops.edge.aten.t_copy.default,
-        exir_ops.edge.aten.transpose_copy.int,
-        exir_ops.edge.dim_order_ops._clone_dim_order.default,
-    }
-)
 _QUANTIZE = exir_ops.edge.quantized_decomposed.quantize_per_tensor.default
 _DEQUANTIZE = exir_ops.edge.quantized_decomposed.dequantize_per_tensor.default
 
@@ -123,7 +109,7 @@ def _layout_chain(quantize: torch.fx.Node) -> list[torch.fx.Node] | None:
         return None
     chain: list[torch.fx.Node] = []
     node = quantize.args[0]
-    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in _LAYOUT:
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in VALUE_MOVING_OPS:
         if len(node.users) != 1:
             return None
         chain.insert(0, node)
