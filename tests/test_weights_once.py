@@ -14,7 +14,7 @@ from executorch.exir._serialize._named_data_store import NamedDataStore
 from executorch.exir.backend.canonical_partitioners import duplicate_constant_node_pass
 
 from qnn_custom_ops.atomic_files import write_atomic
-from qnn_custom_ops.lowering.weight_sharing import TensorBackedData, weights_held_once
+from qnn_custom_ops.lowering.weight_sharing import TensorBackedData, share_equal_constants, weights_held_once
 
 
 class TiedLm(torch.nn.Module):
@@ -84,3 +84,16 @@ def test_a_program_written_piece_by_piece_is_whole_or_not_there(tmp_path):
     assert list(tmp_path.iterdir()) == []
     write_atomic(target, lambda stream: (stream.write(b"pte "), stream.write(b"pieces")))
     assert target.read_bytes() == b"pte pieces"
+
+
+def test_methods_holding_equal_constants_share_one_tensor():
+    """A quantized program's weights folded once per method are equal tensors: held once."""
+    model = TiedLm().eval()
+    first, second = (torch.export.export(model, (torch.zeros(1, n, dtype=torch.long),)) for n in (4, 1))
+    second.state_dict["proj.weight"] = torch.nn.Parameter(model.proj.weight.detach().clone(), requires_grad=False)
+    second.state_dict["head.weight"] = torch.nn.Parameter(torch.zeros_like(model.head.weight), requires_grad=False)
+    share_equal_constants([first, second])
+    assert second.state_dict["proj.weight"].data_ptr() == first.state_dict["proj.weight"].data_ptr()
+    assert isinstance(second.state_dict["proj.weight"], torch.nn.Parameter)
+    assert second.state_dict["head.weight"].data_ptr() != first.state_dict["head.weight"].data_ptr()
+    assert torch.equal(second.state_dict["head.weight"], torch.zeros_like(model.head.weight))

@@ -35,7 +35,7 @@ from .op_builder import bound_visitors
 from .partitioner import QnnCustomOpPartitioner
 from .preflight import PreflightError, preflight
 from .quantized_io import QuantizedIo, quantized_io
-from .weight_sharing import weights_held_once
+from .weight_sharing import share_equal_constants, weights_held_once
 
 TARGETS = ("host", "qnn")
 EMULATIONS = ("quantized", "float")
@@ -199,6 +199,7 @@ def lower_methods(
                 constant_methods=dict(constant_methods or {}),
                 compile_config=EdgeCompileConfig(_check_ir_validity=False),
             )
+        share_equal_constants(edge.exported_program(name) for name in exported)
     else:
         assert compile_spec is not None  # refused above
         io = {name: quantized_io(program) if codes_io else None for name, program in exported.items()}

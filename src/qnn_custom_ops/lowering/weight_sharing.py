@@ -24,7 +24,7 @@ import contextlib
 import copy
 import hashlib
 import io
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -127,3 +127,26 @@ def weights_held_once() -> Iterator[None]:
             del XnnpackBackend.copy_exported_program_for_preprocess
         else:
             XnnpackBackend.copy_exported_program_for_preprocess = own_copy
+
+
+def share_equal_constants(programs: Iterable[torch.export.ExportedProgram]) -> None:
+    """Give each method the tensor an earlier method holds wherever their constants are equal --
+    a quantized program's weights, folded into float32 once per method -- so that each is held
+    once until the emitter, which stores equal constants once in the ``.pte`` anyway."""
+    held: dict[tuple, list[torch.Tensor]] = {}
+    for program in programs:
+        for table in (program.state_dict, program.constants):
+            for name, tensor in list(table.items()):
+                if not isinstance(tensor, torch.Tensor):
+                    continue
+                key = (tensor.dtype, tuple(tensor.shape))
+                same = next((t for t in held.get(key, ()) if t is tensor or torch.equal(t, tensor)), None)
+                if same is None:
+                    held.setdefault(key, []).append(tensor)
+                elif same is not tensor:
+                    shared = same.detach()
+                    table[name] = (
+                        torch.nn.Parameter(shared, requires_grad=False)
+                        if isinstance(tensor, torch.nn.Parameter)
+                        else shared
+                    )
