@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ..lowering.weight_sharing import EqualTensors
 from .hf import LlmExportError, LlmPrograms, LlmShape
 from .runner_loop import RunnerLoop, check_fits
 from .steps import Generation, Step, eager_step, snapshot, token_ids
@@ -215,7 +216,7 @@ def quantize_llm(
     converted = (convert_pt2e(prepared[0]), convert_pt2e(prepared[1]))
     for module in converted:
         _drop_unused_tensors(module)
-    _share_equal_tensors(*converted)
+    _share_equal_tensors(converted)
     return converted
 
 
@@ -246,23 +247,15 @@ def _drop_unused_tensors(module: torch.fx.GraphModule) -> None:
             delattr(*_attribute(module, name))
 
 
-def _share_equal_tensors(first: torch.fx.GraphModule, second: torch.fx.GraphModule) -> None:
-    """Give ``second`` ``first``'s tensor wherever the two hold equal ones (the codes of one
+def _share_equal_tensors(modules: Sequence[torch.fx.GraphModule]) -> None:
+    """Give a later module an earlier one's tensor wherever they hold equal ones (the codes of one
     weight, quantized alike for prefill and decode): each weight's codes held once."""
-    candidates: dict[tuple, list[torch.Tensor]] = {}
-    for tensor in _graph_tensors(first).values():
-        candidates.setdefault((tensor.dtype, tuple(tensor.shape)), []).append(tensor)
-    for name, tensor in _graph_tensors(second).items():
-        for held in candidates.get((tensor.dtype, tuple(tensor.shape)), ()):
-            if held is not tensor and torch.equal(held, tensor):
-                shared = held.detach()
-                kept = (
-                    torch.nn.Parameter(shared, requires_grad=False)
-                    if isinstance(tensor, torch.nn.Parameter)
-                    else shared
-                )
-                setattr(*_attribute(second, name), kept)
-                break
+    equal = EqualTensors()
+    for module in modules:
+        for name, tensor in _graph_tensors(module).items():
+            kept = equal.one_of(tensor)
+            if kept is not tensor:
+                setattr(*_attribute(module, name), kept)
 
 
 def _time_left(elapsed: float, done: int, total: int) -> str:

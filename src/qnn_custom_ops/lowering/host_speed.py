@@ -21,6 +21,7 @@ from torch.export import ExportedProgram
 from ..torch_bridge.define import out_fake_of, out_kernel_of
 from .folding import VALUE_MOVING_OPS
 
+#: The namespace of the speed ops: a program naming one needs the runtime's speed kernels.
 NAMESPACE = "qco_host"
 _LIBRARY = torch.library.Library(NAMESPACE, "DEF")
 _LIBRARY.define("mm(Tensor self, Tensor mat2) -> Tensor")
@@ -29,9 +30,9 @@ _LIBRARY.define("bmm(Tensor self, Tensor mat2) -> Tensor")
 _LIBRARY.define("bmm.out(Tensor self, Tensor mat2, *, Tensor(a!) out) -> Tensor(a!)")
 _LIBRARY.define("permute_copy(Tensor self, int[] dims) -> Tensor")
 _LIBRARY.define("permute_copy.out(Tensor self, int[] dims, *, Tensor(a!) out) -> Tensor(a!)")
-_QUANTIZE = "Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype"
-_LIBRARY.define(f"quantize_per_tensor({_QUANTIZE}) -> Tensor")
-_LIBRARY.define(f"quantize_per_tensor.out({_QUANTIZE}, *, Tensor(a!) out) -> Tensor(a!)")
+_QUANTIZE_ARGS = "Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype"
+_LIBRARY.define(f"quantize_per_tensor({_QUANTIZE_ARGS}) -> Tensor")
+_LIBRARY.define(f"quantize_per_tensor.out({_QUANTIZE_ARGS}, *, Tensor(a!) out) -> Tensor(a!)")
 
 
 def _mm(self: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:

@@ -71,7 +71,7 @@ class _Weights:
         self._by_size: dict[int, list[TensorBackedData]] = {}
         self._seen: set[int] = set()
 
-    def add(self, tensors: Iterator[Any]) -> None:
+    def add(self, tensors: Iterable[Any]) -> None:
         for tensor in tensors:
             if isinstance(tensor, torch.Tensor) and tensor.is_contiguous() and id(tensor) not in self._seen:
                 self._seen.add(id(tensor))
@@ -87,16 +87,20 @@ class _Weights:
         return data
 
 
+def alias(memory: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A tensor on ``memory``'s storage, a (frozen) ``Parameter`` where ``like`` is one."""
+    shared = memory.detach()
+    return (
+        torch.nn.Parameter(shared, requires_grad=like.requires_grad) if isinstance(like, torch.nn.Parameter) else shared
+    )
+
+
 class _CopySharingTensors:
     """``copy`` as ``duplicate_constant_node`` uses it, giving a tensor's copy the same memory."""
 
     @staticmethod
     def deepcopy(value: Any, memo: dict | None = None) -> Any:
-        if isinstance(value, torch.nn.Parameter):
-            return torch.nn.Parameter(value.detach(), requires_grad=value.requires_grad)
-        if isinstance(value, torch.Tensor):
-            return value.detach()
-        return copy.deepcopy(value, memo)
+        return alias(value, value) if isinstance(value, torch.Tensor) else copy.deepcopy(value, memo)
 
 
 @contextlib.contextmanager
@@ -109,7 +113,7 @@ def weights_held_once() -> Iterator[None]:
 
     def copy_sharing_weights(cls: type, program: torch.export.ExportedProgram, compile_specs: list) -> Any:
         tensors = [*program.state_dict.values(), *program.constants.values()]
-        weights.add(iter(tensors))
+        weights.add(tensors)
         return copy.deepcopy(program, {id(t): t for t in tensors})
 
     def add_as_view(self: NamedDataStore, key: str, data: Any, *args: Any, **kwargs: Any) -> None:
@@ -129,24 +133,30 @@ def weights_held_once() -> Iterator[None]:
             XnnpackBackend.copy_exported_program_for_preprocess = own_copy
 
 
+class EqualTensors:
+    """One tensor for each distinct value met: ``one_of`` gives an earlier tensor equal to the
+    one it is handed (on that tensor's memory), or remembers it -- the same weight, quantized or
+    folded once per method, held once."""
+
+    def __init__(self) -> None:
+        self._met: dict[tuple, list[torch.Tensor]] = {}
+
+    def one_of(self, tensor: torch.Tensor) -> torch.Tensor:
+        met = self._met.setdefault((tensor.dtype, tuple(tensor.shape)), [])
+        same = next((t for t in met if t is tensor or torch.equal(t, tensor)), None)
+        if same is None:
+            met.append(tensor)
+            return tensor
+        return tensor if same is tensor else alias(same, tensor)
+
+
 def share_equal_constants(programs: Iterable[torch.export.ExportedProgram]) -> None:
     """Give each method the tensor an earlier method holds wherever their constants are equal --
     a quantized program's weights, folded into float32 once per method -- so that each is held
     once until the emitter, which stores equal constants once in the ``.pte`` anyway."""
-    held: dict[tuple, list[torch.Tensor]] = {}
+    equal = EqualTensors()
     for program in programs:
         for table in (program.state_dict, program.constants):
             for name, tensor in list(table.items()):
-                if not isinstance(tensor, torch.Tensor):
-                    continue
-                key = (tensor.dtype, tuple(tensor.shape))
-                same = next((t for t in held.get(key, ()) if t is tensor or torch.equal(t, tensor)), None)
-                if same is None:
-                    held.setdefault(key, []).append(tensor)
-                elif same is not tensor:
-                    shared = same.detach()
-                    table[name] = (
-                        torch.nn.Parameter(shared, requires_grad=False)
-                        if isinstance(tensor, torch.nn.Parameter)
-                        else shared
-                    )
+                if isinstance(tensor, torch.Tensor):
+                    table[name] = equal.one_of(tensor)
