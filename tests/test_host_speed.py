@@ -66,6 +66,13 @@ class Requantized(torch.nn.Module):
         return same + 1, other, kept
 
 
+class Softmaxes(torch.nn.Module):
+    """Softmax over the last dimension (attention's rows) and over dimension 1 (strided)."""
+
+    def forward(self, rows: torch.Tensor, columns: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.softmax(rows, -1), torch.softmax(columns, 1)
+
+
 class Quantizes(torch.nn.Module):
     """``x`` quantized in each encoding of ``encodings`` (scale 0.0117)."""
 
@@ -124,6 +131,29 @@ def test_quantize_matches_executorch():
     ours, theirs = (HostRunner().run(pte, [(x,)])[0] for pte in (fast, slow))
     for (_, _, dtype, _), a, b in zip(ENCODINGS, ours, theirs):
         assert a.dtype == dtype and torch.equal(a, b), dtype
+
+
+def attention_rows() -> torch.Tensor:
+    """Rows as a quantized attention's softmax sees them: scores plus a -255 mask on most
+    columns; rows sweeping value - max across exp's underflow (-110 to 0, where glibc's expf goes
+    from denormals to 0); a row of -inf but one, a row with a NaN, a row of equal values."""
+    scores = torch.randn(4, 32, 128) * 3
+    scores[..., :96] -= 255
+    sweep = torch.linspace(-110, 0, 128 * 64).view(64, 128)
+    sweep[:, 0] = 0.0  # each row's max: its values are value - max
+    special = torch.full((3, 128), float("-inf"))
+    special[0, 5], special[1], special[1, 7], special[2] = 1.0, 0.5, float("nan"), 2.0
+    return torch.cat([scores.view(-1, 128), sweep, special])
+
+
+def test_softmax_matches_executorch():
+    inputs = (attention_rows(), torch.randn(3, 40, 5) * 50)
+    fast, slow = (program(Softmaxes(), inputs, speed) for speed in (True, False))
+    assert "qco_host::_softmax.out" in program_operators(fast)
+    assert "aten::_softmax.out" not in program_operators(fast)
+    ours, theirs = (HostRunner().run(pte, [inputs])[0] for pte in (fast, slow))
+    for a, b in zip(ours, theirs):
+        assert torch.equal(a.nan_to_num(-1.0), b.nan_to_num(-1.0))
 
 
 def test_permute_moves_the_same_elements():

@@ -4,11 +4,14 @@ A quantized program runs its standard ops on ExecuTorch's kernels between quanti
 dequantize nodes (XNNPACK would compute something else). Profiled (ETDump, perf) on a trained
 2-layer model's 32-token prefill, 16a8w: ``mm`` and ``bmm`` (one thread) and
 ``quantize_per_tensor`` (``std::nearbyint`` called per element) took 64% of the program, and
-``permute_copy`` (an index computed per element) 4%. ``UseHostSpeedKernels`` moves them to
-``qco_host::mm``, ``bmm``, ``permute_copy`` and ``quantize_per_tensor``, whose kernels
+``permute_copy`` (an index computed per element) 4%; then ``_softmax`` a third of what was left,
+most of it in glibc's ``expf`` underflow handler (a masked column's exp is 0) and the rest in
+calling ``expf`` twice per value. ``UseHostSpeedKernels`` moves them to ``qco_host::mm``, ``bmm``,
+``permute_copy``, ``_softmax`` and ``quantize_per_tensor``, whose kernels
 (``runtime/speed_kernels``) compute ExecuTorch's bits: each output summed over k in order, every
-product rounded, over register tiles; the rounding in vector lanes; the same elements moved, a
-row at a time. The runtime loads them when a program names them.
+product rounded, over register tiles; the same ``expf``, once per value and not below its
+underflow; the rounding in vector lanes; the same elements moved, a row at a time. The runtime
+loads them when a program names them.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ _LIBRARY.define("bmm(Tensor self, Tensor mat2) -> Tensor")
 _LIBRARY.define("bmm.out(Tensor self, Tensor mat2, *, Tensor(a!) out) -> Tensor(a!)")
 _LIBRARY.define("permute_copy(Tensor self, int[] dims) -> Tensor")
 _LIBRARY.define("permute_copy.out(Tensor self, int[] dims, *, Tensor(a!) out) -> Tensor(a!)")
+_LIBRARY.define("_softmax(Tensor self, int dim, bool half_to_float) -> Tensor")
+_LIBRARY.define("_softmax.out(Tensor self, int dim, bool half_to_float, *, Tensor(a!) out) -> Tensor(a!)")
 _QUANTIZE_ARGS = "Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype"
 _LIBRARY.define(f"quantize_per_tensor({_QUANTIZE_ARGS}) -> Tensor")
 _LIBRARY.define(f"quantize_per_tensor.out({_QUANTIZE_ARGS}, *, Tensor(a!) out) -> Tensor(a!)")
@@ -49,6 +54,10 @@ def _permute_copy(self: torch.Tensor, dims: list[int]) -> torch.Tensor:
     return torch.permute(self, dims).contiguous()
 
 
+def _softmax(self: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+    return torch.ops.aten._softmax(self, dim, half_to_float)
+
+
 def _quantize(
     input: torch.Tensor, scale: float, zero_point: int, quant_min: int, quant_max: int, dtype: torch.dtype
 ) -> torch.Tensor:
@@ -59,6 +68,7 @@ for _name, _reference in (
     ("mm", _mm),
     ("bmm", _bmm),
     ("permute_copy", _permute_copy),
+    ("_softmax", _softmax),
     ("quantize_per_tensor", _quantize),
 ):
     _LIBRARY.impl(_name, _reference, "CompositeExplicitAutograd")
@@ -90,6 +100,8 @@ def _speed_target(node: torch.fx.Node):
         return _PRODUCTS[node.target]
     if node.target == exir_ops.edge.aten.permute_copy.default:
         return exir_ops.edge.qco_host.permute_copy.default
+    if node.target == exir_ops.edge.aten._softmax.default and _float32(node.args[0]) and not node.args[2]:
+        return exir_ops.edge.qco_host._softmax.default if node.args[0].meta["val"].dim() > 0 else None
     if node.target == exir_ops.edge.quantized_decomposed.quantize_per_tensor.default:
         source, _, _, low, high, dtype = node.args
         in_range = isinstance(low, int) and isinstance(high, int) and -_CODE_RANGE <= low <= high <= _CODE_RANGE
@@ -147,9 +159,9 @@ class LayoutOnCodes(ExportedProgramPassBase):
 
 
 class UseHostSpeedKernels(ExportedProgramPassBase):
-    """Retarget every float32 ``mm`` and ``bmm``, every ``permute_copy`` and every 16-bit-range
-    ``quantize_per_tensor`` of float32 to the ``qco_host`` op of the same arguments (for the host's
-    portable kernels only: on a program nothing delegates)."""
+    """Retarget every float32 ``mm``, ``bmm`` and ``_softmax``, every ``permute_copy`` and every
+    16-bit-range ``quantize_per_tensor`` of float32 to the ``qco_host`` op of the same arguments (for
+    the host's portable kernels only: on a program nothing delegates)."""
 
     def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
         changed = False

@@ -1,5 +1,5 @@
-"""The host speed kernels (``speed_kernels/``): ``qco_host::mm.out``, ``qco_host::bmm.out`` and
-``qco_host::quantize_per_tensor.out``, bit-identical to the ExecuTorch kernels they stand in for
+"""The host speed kernels (``speed_kernels/``): ``qco_host::mm.out``, ``bmm.out``, ``permute_copy.out``,
+``_softmax.out`` and ``quantize_per_tensor.out``, bit-identical to the ExecuTorch kernels they stand in for
 in a quantized host program (``lowering.host_speed``), built once per machine and executorch
 version, loaded when a program names them."""
 

@@ -1,12 +1,15 @@
-// Host speed kernels: qco_host::mm.out, bmm.out, permute_copy.out and quantize_per_tensor.out.
+// Host speed kernels: qco_host::mm.out, bmm.out, permute_copy.out, _softmax.out and
+// quantize_per_tensor.out.
 //
 // A quantized program runs its standard ops on ExecuTorch's kernels on the host (XNNPACK would
-// compute something else); its prefill spent most of its time in three of them: mm and bmm (one
-// thread, the whole output updated once per k) and quantize_per_tensor (std::nearbyint called per
-// element). These compute the same bits, faster: mm and bmm sum each output over k in order from
+// compute something else); its prefill spent most of its time in four of them: mm and bmm (one
+// thread, the whole output updated once per k), quantize_per_tensor (std::nearbyint called per
+// element) and softmax (expf twice per value, through glibc's underflow handler on every masked
+// column). These compute the same bits, faster: mm and bmm sum each output over k in order from
 // 0, every product rounded before it is added (as ExecuTorch's gemm_notrans_ does; built without
-// FMA contraction), over register tiles; quantize rounds as ExecuTorch's quantize_val does, in
-// vector lanes; permute_copy moves the same elements, a row at a time.
+// FMA contraction), over register tiles; softmax calls the same expf once per value, and not
+// where it returns 0; quantize rounds as ExecuTorch's quantize_val does, in vector lanes;
+// permute_copy moves the same elements, a row at a time.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -194,6 +197,51 @@ void quantize_per_tensor_out(KernelRuntimeContext& ctx, const Tensor& input, dou
   }
 }
 
+// Below this, glibc's expf returns +0 (by way of its underflow handler, which sets errno and costs
+// five times an exp): an attention row's masked columns (score - 255 - max) are all here.
+constexpr float kExpUnderflow = -104.0f;
+
+float exp_of(float x) { return x < kExpUnderflow ? 0.0f : std::exp(x); }
+
+// ExecuTorch's portable softmax of one row (`size` values `stride` apart): the max from the first
+// value on (std::max(value, max), NaN as it does), the sum of exp(value - max) in order from the
+// first, each output exp(value - max) / sum. Its kernel calls exp twice per value; the first
+// result is kept in `out` instead (the same function of the same argument: the same bits).
+void softmax_row(const float* in, float* out, int64_t size, int64_t stride) {
+  float max = in[0];
+  for (int64_t i = 1; i < size; ++i) max = std::max(in[i * stride], max);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < size; ++i) {
+    out[i * stride] = exp_of(in[i * stride] - max);
+    sum = sum + out[i * stride];
+  }
+  for (int64_t i = 0; i < size; ++i) out[i * stride] = out[i * stride] / sum;
+}
+
+void softmax_out(KernelRuntimeContext& ctx, const Tensor& self, int64_t dim, bool half_to_float, Tensor& out) {
+  const int64_t rank = self.dim();
+  if (dim < 0) dim += rank;
+  if (!check(ctx, self.scalar_type() == ScalarType::Float && out.scalar_type() == ScalarType::Float &&
+                      !half_to_float && rank > 0 && dim >= 0 && dim < rank,
+             "qco_host::_softmax.out: float32 input of rank 1 or more, a dim within it, half_to_float false"))
+    return;
+  if (!check(ctx, executorch::runtime::resize_tensor(out, self.sizes()) == Error::Ok,
+             "qco_host::_softmax.out: cannot resize the output to the input's shape"))
+    return;
+  const int64_t size = self.size(dim);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= self.size(d);
+  for (int64_t d = dim + 1; d < rank; ++d) inner *= self.size(d);
+  if (size == 0) return;
+  const float* in = self.const_data_ptr<float>();
+  float* result = out.mutable_data_ptr<float>();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      const int64_t base = o * size * inner + i;
+      softmax_row(in + base, result + base, size, inner);
+    }
+}
+
 // Boxed entries: the runtime's stack holds the schema's arguments, the output, then the
 // returned value (the output again).
 void mm_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
@@ -219,14 +267,20 @@ void quantize_per_tensor_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stac
                           stack[4]->toInt(), stack[5]->toScalarType(), stack[6]->toTensor());
 }
 
+void softmax_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
+  if (!check(ctx, stack.size() >= 4, "qco_host::_softmax.out: too few arguments")) return;
+  softmax_out(ctx, stack[0]->toTensor(), stack[1]->toInt(), stack[2]->toBool(), stack[3]->toTensor());
+}
+
 const executorch::runtime::Kernel kKernels[] = {
     executorch::runtime::Kernel("qco_host::mm.out", mm_out_boxed),
     executorch::runtime::Kernel("qco_host::bmm.out", bmm_out_boxed),
     executorch::runtime::Kernel("qco_host::permute_copy.out", permute_copy_out_boxed),
     executorch::runtime::Kernel("qco_host::quantize_per_tensor.out", quantize_per_tensor_out_boxed),
+    executorch::runtime::Kernel("qco_host::_softmax.out", softmax_out_boxed),
 };
 
-const auto kRegistered = executorch::runtime::register_kernels({kKernels, 4});
+const auto kRegistered = executorch::runtime::register_kernels({kKernels, 5});
 
 }  // namespace
 
@@ -234,4 +288,4 @@ const auto kRegistered = executorch::runtime::register_kernels({kKernels, 4});
 // package libraries list theirs): registering a name twice aborts the interpreter.
 extern "C" __attribute__((used, visibility("default"))) const char qco_host_kernel_list[] =
     "qco-kernel-list:qco_host::mm.out;qco_host::bmm.out;qco_host::permute_copy.out;"
-    "qco_host::quantize_per_tensor.out;";
+    "qco_host::quantize_per_tensor.out;qco_host::_softmax.out;";
