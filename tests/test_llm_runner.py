@@ -235,8 +235,10 @@ def test_a_qnn_export_passes_as_codes_what_the_runner_holds_as_codes():
     programs = export_llm(hf_model("llama", num_hidden_layers=1), prefill_len=4, ctx_len=16, cache="runner")
     said: list[str] = []
     _, decode = quantize_llm(programs, "16a8w", [[5, 17, 42, 9], [3, 64, 21]], 4, progress=said.append)
-    assert re.fullmatch(r"calibration: prompt 1 of 2 generated in float, about \d+ s left", said[0]), said
-    assert said[1] == "calibration: prompt 2 of 2 generated in float", said
+    assert re.fullmatch(r"calibration: prompt 1 of 2 observed, about \d+ s left", said[0]), said
+    assert said[1] == "calibration: prompt 2 of 2 observed", said
+    # each prompt: a prefill chunk and 3 decode calls generating, then 2 chunks scoring its 7-8 tokens
+    assert said[2] == "calibration: prefill observed on 6 calls, decode on 6", said
     exported = torch.export.export(decode, tuple(programs.decode.example_inputs), strict=True)
     manager = get_qnn_pass_manager_cls(QnnExecuTorchBackendType.kHtpBackend)()
     ready = manager.transform_for_export_pipeline(exported)

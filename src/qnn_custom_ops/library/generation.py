@@ -7,6 +7,7 @@ device runner drives them (``runner_loop.RunnerLoop``).
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -165,59 +166,168 @@ def quantize_llm(
     progress: Callable[[str], None] | None = None,
 ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
     """The prefill and decode programs converted by PT2E (``make_quantizer``, min-max observers,
-    the KV-cache overrides), calibrated on the inputs float greedy generation from each prompt
-    gives them, so the caches they observe are the ones they will carry. With
-    ``cache="runner"`` each layer's K (and V) cache input and new rows share one encoding in
-    both programs (``share_cache_encodings``), so a runner copies codes. ``quant_dtype`` is a
-    ``QUANT_MODES`` name: 16a4w and 16a4w_block give the projections 4-bit weights and keep the
-    ``lm_head`` at 16a8w, as ExecuTorch's Llama recipes do. ``progress`` hears one line per
-    calibration prompt, with the time left at the pace so far."""
+    the KV-cache overrides), calibrated on float greedy generation from each prompt, run through
+    the prepared programs themselves: their observers pass values on unchanged, so each sees the
+    inputs it will be given, caches included, and nothing is recorded (a 3B model's calibration
+    calls held 4.5 GB of inputs). With ``cache="runner"`` each layer's K (and V) cache input and
+    new rows share one encoding in both programs (``share_cache_encodings``), so a runner copies
+    codes. ``quant_dtype`` is a ``QUANT_MODES`` name: 16a4w and 16a4w_block give the projections
+    4-bit weights and keep the ``lm_head`` at 16a8w, as ExecuTorch's Llama recipes do.
+    ``progress`` hears one line per calibration prompt, with the time left at the pace so far."""
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    prepared = [
+        prepare_pt2e(program.exported.module(), _llm_quantizer(quant_dtype))
+        for program in (programs.prefill, programs.decode)
+    ]
+    prefill, decode = (_CountedStep(eager_step(module)) for module in prepared)
+    batch = programs.shape.batch
+    groups = [list(prompts[i : i + batch]) for i in range(0, len(prompts), batch)]
+    groups[-1] += list(itertools.islice(itertools.cycle(prompts), batch - len(groups[-1])))  # filled by the first
+    started = time.monotonic()
+    for index, group in enumerate(groups):
+        if programs.shape.cache == "runner":
+            _runner_calibration(programs.shape, prefill, decode, group[0], new_tokens)
+        else:
+            greedy_batch(programs.shape, prefill, decode, group, new_tokens)
+        if progress is not None:
+            left = _time_left(time.monotonic() - started, index + 1, len(groups))
+            progress(f"calibration: prompt {index + 1} of {len(groups)} observed{left}")
+    if progress is not None:
+        progress(f"calibration: prefill observed on {prefill.calls} calls, decode on {decode.calls}")
+    if programs.shape.cache == "runner":
+        share_cache_encodings(prepared, programs.shape)
+    codes = _WeightCodes()
+    converted = (_convert(prepared[0], codes), _convert(prepared[1], codes))
+    _share_equal_tensors(converted)
+    return converted
+
+
+def _convert(prepared: torch.fx.GraphModule, codes: _WeightCodes) -> torch.fx.GraphModule:
+    """``convert_pt2e`` with the weights' quantization folded by ``codes``: each weight's codes
+    computed once for every program. torchao's folding would quantize them again per program,
+    and evaluates every constant subgraph on the way, dequantized weights included (with a 3B
+    model: two programs' codes and a float copy beside the float weights); it runs only where a
+    quantize of a constant is left that ``codes`` does not fold (a weight transposed first)."""
+    from torchao.quantization.pt2e.constant_fold import constant_fold
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
+
+    module = convert_pt2e(prepared, fold_quantize=False)
+    codes.fold(module)
+    if _constant_quantizes_left(module):
+        constant_fold(module, _is_quantize)
+    _drop_unused_tensors(module)
+    return module
+
+
+def _constant_quantizes_left(module: torch.fx.GraphModule) -> bool:
+    """Whether a quantize node computes on constants only (``get_attr`` and what derives from them)."""
+    constant: set[torch.fx.Node] = set()
+    for node in module.graph.nodes:
+        inputs = node.all_input_nodes
+        if node.op == "get_attr" or (node.op == "call_function" and inputs and all(i in constant for i in inputs)):
+            constant.add(node)
+    return any(_is_quantize(node) for node in constant)
+
+
+def _is_quantize(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target in _quantize_ops()
+
+
+@functools.cache
+def _quantize_ops() -> frozenset:
+    """The ops ``convert_pt2e`` folds on weights (torchao's own list; ``quantize_affine`` is
+    registered once torchao's primitives are imported)."""
+    import torchao.quantization.quant_primitives  # noqa: F401  (registers torch.ops.torchao.*)
+
+    return frozenset(
+        (
+            torch.ops.quantized_decomposed.quantize_per_tensor.default,
+            torch.ops.quantized_decomposed.quantize_per_tensor.tensor,
+            torch.ops.quantized_decomposed.quantize_per_channel.default,
+            torch.ops.torchao.quantize_affine,
+        )
+    )
+
+
+class _WeightCodes:
+    """The codes of each weight quantized so far, by the weight's memory and the quantization's
+    arguments: a program quantizing a weight as an earlier one did gets the earlier codes."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple, list[tuple[tuple, torch.Tensor]]] = {}
+
+    def fold(self, module: torch.fx.GraphModule) -> None:
+        """Replace each quantize of a weight (a ``get_attr``) by its codes."""
+        from torchao.quantization.pt2e.constant_fold import replace_node_with_constant
+
+        for node in list(module.graph.nodes):
+            arguments = _constant_arguments(module, node) if _is_quantize(node) else None
+            if arguments is not None and isinstance(arguments[0], torch.Tensor):
+                replace_node_with_constant(module, node, self._codes(node.target, arguments))
+        module.graph.eliminate_dead_code()  # the float weights' get_attr nodes, so they are dropped
+        module.recompile()
+
+    def _codes(self, op: Any, arguments: tuple) -> torch.Tensor:
+        weight = arguments[0]
+        key = (op, weight.untyped_storage().data_ptr(), weight.storage_offset(), weight.shape, weight.stride())
+        for known, codes in self._known.get(key, []):
+            if all(_same(a, b) for a, b in zip(known[1:], arguments[1:])):
+                return codes
+        codes = op(*arguments)
+        self._known.setdefault(key, []).append((arguments, codes))
+        return codes
+
+
+def _constant_arguments(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:
+    """The node's arguments with each ``get_attr`` read, or None if any is computed (or a
+    keyword is given: PT2E passes quantize's arguments by position)."""
+    if node.kwargs:
+        return None
+    values = []
+    for argument in node.args:
+        if isinstance(argument, torch.fx.Node):
+            if argument.op != "get_attr":
+                return None
+            argument = getattr(*_attribute(module, str(argument.target)))
+        values.append(argument)
+    return tuple(values)
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    return a == b
+
+
+def _llm_quantizer(quant_dtype: str) -> Any:
+    """The LlmOpPackage's quantizer for ``quant_dtype``: per-channel projections, min-max
+    observers, the library's overrides, the ``lm_head`` kept at 8-bit weights."""
     from torchao.quantization.pt2e import MinMaxObserver
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from ..quantizer import make_quantizer
     from .llm import llm_binding
 
-    float_step = eager_step(programs.prefill.module)  # one module computes both programs
-    batch = programs.shape.batch
-    groups = [list(prompts[i : i + batch]) for i in range(0, len(prompts), batch)]
-    groups[-1] += list(itertools.islice(itertools.cycle(prompts), batch - len(groups[-1])))  # filled by the first
-    runs = []
-    started = time.monotonic()
-    for index, group in enumerate(groups):
-        if programs.shape.cache == "runner":
-            runs.append(_runner_calibration(programs.shape, float_step, group[0], new_tokens))
-        else:
-            runs.append(greedy_batch(programs.shape, float_step, float_step, group, new_tokens, record=True)[0])
-        if progress is not None:
-            left = _time_left(time.monotonic() - started, index + 1, len(groups))
-            progress(f"calibration: prompt {index + 1} of {len(groups)} generated in float{left}")
-    prepared = []
-    for program, samples in (
-        (programs.prefill, [s for r in runs for s in r.prefill_inputs]),
-        (programs.decode, [s for r in runs for s in r.decode_inputs]),
-    ):
-        quantizer = make_quantizer(
-            llm_binding(),
-            quant_dtype,
-            min_max_overrides(quant_dtype),
-            per_channel_linear=True,
-            keep=_is_lm_head,
-            act_observer=MinMaxObserver,
-        )
-        module = prepare_pt2e(program.exported.module(), quantizer)
-        for sample in samples:
-            module(*sample)
-        prepared.append(module)
-        if progress is not None:
-            progress(f"calibration: {program.name} observed on {len(samples)} calls")
-    if programs.shape.cache == "runner":
-        share_cache_encodings(prepared, programs.shape)
-    converted = (convert_pt2e(prepared[0]), convert_pt2e(prepared[1]))
-    for module in converted:
-        _drop_unused_tensors(module)
-    _share_equal_tensors(converted)
-    return converted
+    return make_quantizer(
+        llm_binding(),
+        quant_dtype,
+        min_max_overrides(quant_dtype),
+        per_channel_linear=True,
+        keep=_is_lm_head,
+        act_observer=MinMaxObserver,
+    )
+
+
+@dataclass
+class _CountedStep:
+    """A step that counts its calls (calibration says how many each program observed)."""
+
+    step: Step
+    calls: int = 0
+
+    def __call__(self, inputs: tuple) -> Sequence[torch.Tensor]:
+        self.calls += 1
+        return self.step(inputs)
 
 
 def _attribute(module: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
@@ -270,20 +380,17 @@ def _is_lm_head(node: torch.fx.Node) -> bool:
     return bool(stack) and stack[-1][0] == "lm_head"
 
 
-def _runner_calibration(shape: LlmShape, step: Step, prompt: Sequence[int], new_tokens: int) -> Generation:
+def _runner_calibration(shape: LlmShape, prefill: Step, decode: Step, prompt: Sequence[int], new_tokens: int) -> None:
     """The calls float generation from ``prompt`` makes as the device runner runs it, then
     those of the prompt processor over the prompt and what it generated: a prefill chunk past
     the first attends to a filled cache, which a prompt of one chunk never shows the prefill
     program (calibrated without it, its cache scores clip: 85% top-1 agreement in 16a8w on a
     trained model, at the chunks' first rows)."""
-    loop = RunnerLoop(shape, step, step)
-    run = loop.generate(token_ids(prompt, shape.vocab, "quantize_llm: a prompt"), new_tokens, record=True)
+    loop = RunnerLoop(shape, prefill, decode)
+    run = loop.generate(token_ids(prompt, shape.vocab, "quantize_llm: a prompt"), new_tokens)
     continued = [*prompt, *run.tokens][: shape.ctx_len - shape.prefill_len]
     if len(continued) > shape.prefill_len:
-        loop.score(continued, record=True)
-        assert loop.record is not None
-        run.prefill_inputs.extend(loop.record[0])
-    return run
+        loop.score(continued)
 
 
 def _input_observer(module: torch.fx.GraphModule, node: torch.fx.Node) -> torch.fx.Node:

@@ -122,20 +122,19 @@ class QcoRMSNorm(torch.nn.Module):
 
 
 def _fused(gate_proj: torch.nn.Linear, up_proj: torch.nn.Linear) -> torch.nn.Linear:
-    """``gate_proj`` and ``up_proj`` as one ``gate_up_proj`` (vLLM's merged projection), gate first."""
+    """``gate_proj`` and ``up_proj`` as one ``gate_up_proj`` (vLLM's merged projection), gate
+    first: built on the meta device and given the concatenation, so no other copy is made."""
     bias = gate_proj.bias is not None
-    fused = torch.nn.Linear(
-        gate_proj.in_features,
-        2 * gate_proj.out_features,
-        bias=bias,
-        dtype=gate_proj.weight.dtype,
-        device=gate_proj.weight.device,
-    )
+    fused = torch.nn.Linear(gate_proj.in_features, 2 * gate_proj.out_features, bias=bias, device="meta")
     with torch.no_grad():
-        fused.weight.copy_(torch.cat((gate_proj.weight, up_proj.weight)))
+        fused.weight = _parameter_like(gate_proj.weight, torch.cat((gate_proj.weight, up_proj.weight)))
         if bias:
-            fused.bias.copy_(torch.cat((gate_proj.bias, up_proj.bias)))
+            fused.bias = _parameter_like(gate_proj.bias, torch.cat((gate_proj.bias, up_proj.bias)))
     return fused
+
+
+def _parameter_like(original: torch.Tensor, data: torch.Tensor) -> torch.nn.Parameter:
+    return torch.nn.Parameter(data, requires_grad=original.requires_grad)
 
 
 class QcoGatedMLP(torch.nn.Module):
@@ -293,9 +292,10 @@ def swap_modules(model: torch.nn.Module, select: str = "all") -> list[Swap]:
     enabled = parse_select(select)
     _require_cpu(model)
     swaps: list[Swap] = []
-    for path, module in list(model.named_modules()):
+    for path in [name for name, _ in model.named_modules()]:  # names only: a replaced module is freed
         if not path or any(path.startswith(s.path + ".") for s in swaps):
             continue
+        module = model.get_submodule(path)
         candidates = _candidates(module, enabled)
         if not candidates:
             continue
