@@ -66,6 +66,17 @@ class Requantized(torch.nn.Module):
         return same + 1, other, kept
 
 
+#: (shape, size, dtype) of the expand cases: grouped-query attention's heads repeated, a new
+#: leading dimension with -1, every dimension repeated, bytes.
+EXPANDS = [((1, 2, 1, 96, 32), (1, 2, 2, 96, 32), torch.float32), ((2, 1, 3), (4, 2, -1, 3), torch.int32),
+           ((1, 1), (3, 5), torch.int16), ((5, 1, 4), (5, 3, 4), torch.uint8)]
+
+
+class Expands(torch.nn.Module):
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(x.expand(size) + 0 for x, (_, size, _) in zip(inputs, EXPANDS))  # + 0: expand_copy
+
+
 class Softmaxes(torch.nn.Module):
     """Softmax over the last dimension (attention's rows) and over dimension 1 (strided)."""
 
@@ -163,6 +174,16 @@ def test_permute_moves_the_same_elements():
     outputs = HostRunner().run(pte, [inputs])[0]
     for x, (_, dims, _), out in zip(inputs, PERMUTES, outputs):
         assert torch.equal(out, x.permute(dims)), (tuple(x.shape), dims)
+
+
+def test_expand_repeats_the_same_elements():
+    inputs = tuple((torch.randn(shape) * 100).to(dtype) for shape, _, dtype in EXPANDS)
+    pte = program(Expands(), inputs, speed=True)
+    assert "qco_host::expand_copy.out" in program_operators(pte)
+    assert "aten::expand_copy.out" not in program_operators(pte)
+    outputs = HostRunner().run(pte, [inputs])[0]
+    for x, (_, size, _), out in zip(inputs, EXPANDS, outputs):
+        assert torch.equal(out, x.expand(size)), (tuple(x.shape), size)
 
 
 def test_layout_between_quantizations_of_one_encoding_runs_on_the_codes():

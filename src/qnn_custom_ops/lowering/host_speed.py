@@ -33,6 +33,8 @@ _LIBRARY.define("bmm(Tensor self, Tensor mat2) -> Tensor")
 _LIBRARY.define("bmm.out(Tensor self, Tensor mat2, *, Tensor(a!) out) -> Tensor(a!)")
 _LIBRARY.define("permute_copy(Tensor self, int[] dims) -> Tensor")
 _LIBRARY.define("permute_copy.out(Tensor self, int[] dims, *, Tensor(a!) out) -> Tensor(a!)")
+_LIBRARY.define("expand_copy(Tensor self, int[] size) -> Tensor")
+_LIBRARY.define("expand_copy.out(Tensor self, int[] size, *, Tensor(a!) out) -> Tensor(a!)")
 _LIBRARY.define("_softmax(Tensor self, int dim, bool half_to_float) -> Tensor")
 _LIBRARY.define("_softmax.out(Tensor self, int dim, bool half_to_float, *, Tensor(a!) out) -> Tensor(a!)")
 _QUANTIZE_ARGS = "Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype"
@@ -54,6 +56,10 @@ def _permute_copy(self: torch.Tensor, dims: list[int]) -> torch.Tensor:
     return torch.permute(self, dims).contiguous()
 
 
+def _expand_copy(self: torch.Tensor, size: list[int]) -> torch.Tensor:
+    return self.expand(size).clone()
+
+
 def _softmax(self: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
     return torch.ops.aten._softmax(self, dim, half_to_float)
 
@@ -68,6 +74,7 @@ for _name, _reference in (
     ("mm", _mm),
     ("bmm", _bmm),
     ("permute_copy", _permute_copy),
+    ("expand_copy", _expand_copy),
     ("_softmax", _softmax),
     ("quantize_per_tensor", _quantize),
 ):
@@ -100,6 +107,8 @@ def _speed_target(node: torch.fx.Node):
         return _PRODUCTS[node.target]
     if node.target == exir_ops.edge.aten.permute_copy.default:
         return exir_ops.edge.qco_host.permute_copy.default
+    if node.target == exir_ops.edge.aten.expand_copy.default:
+        return exir_ops.edge.qco_host.expand_copy.default
     if node.target == exir_ops.edge.aten._softmax.default and _float32(node.args[0]) and not node.args[2]:
         return exir_ops.edge.qco_host._softmax.default if node.args[0].meta["val"].dim() > 0 else None
     if node.target == exir_ops.edge.quantized_decomposed.quantize_per_tensor.default:
@@ -169,6 +178,7 @@ class UseHostSpeedKernels(ExportedProgramPassBase):
             target = _speed_target(node)
             if target is not None:
                 node.target = target
+                node.kwargs = {}  # expand_copy's implicit: how the expansion was asked for, not what it computes
                 changed = True
         exported_program.graph_module.recompile()
         return ExportedProgramPassResult(exported_program, changed)

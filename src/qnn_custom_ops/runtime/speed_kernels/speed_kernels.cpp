@@ -124,30 +124,16 @@ void matmul_out(KernelRuntimeContext& ctx, const Tensor& self, const Tensor& mat
   for (int64_t i = 0; i < batch; ++i) mm(a + i * m * k, b + i * k * n, c + i * m * n, m, k, n);
 }
 
-// out = self permuted by `dims`, any dtype: the elements moved as they are, a contiguous run of
-// the last dimension at a time when it stays last (ExecuTorch's permute_copy computes every
-// element's index).
-void permute_copy_out(KernelRuntimeContext& ctx, const Tensor& self, executorch::aten::ArrayRef<int64_t> dims,
-                      Tensor& out) {
-  const int64_t rank = self.dim();
-  constexpr int64_t kMaxRank = 16;
-  bool ok = rank == static_cast<int64_t>(dims.size()) && rank <= kMaxRank && rank > 0 &&
-            out.scalar_type() == self.scalar_type() && out.dim() == rank;
-  int64_t strides[kMaxRank], sizes[kMaxRank];  // in self's elements, in out's dimension order
-  for (int64_t d = 0; ok && d < rank; ++d) {
-    const int64_t from = dims[d] < 0 ? dims[d] + rank : dims[d];
-    ok = from >= 0 && from < rank && out.size(d) == self.size(from);
-    if (ok) {
-      sizes[d] = self.size(from);
-      strides[d] = 1;
-      for (int64_t e = from + 1; e < rank; ++e) strides[d] *= self.size(e);
-    }
-  }
-  if (!check(ctx, ok, "qco_host::permute_copy.out: dims must be a permutation of the input's, the output its shape"))
-    return;
+constexpr int64_t kMaxRank = 16;
+
+// Copies out's elements, any dtype, from self at `strides` (in self's elements, per output
+// dimension, 0 where it broadcasts), a contiguous run of the innermost dimensions at a time where
+// self's layout allows (ExecuTorch's permute_copy and expand_copy compute every element's index).
+void strided_copy(const Tensor& self, Tensor& out, const int64_t* strides) {
+  const int64_t rank = out.dim();
+  int64_t run = 1, outer = rank;  // elements copied at once; output dimensions walked
+  while (outer > 0 && strides[outer - 1] == run) run *= out.size(--outer);
   const int64_t width = static_cast<int64_t>(self.element_size());
-  const int64_t run = strides[rank - 1] == 1 ? sizes[rank - 1] : 1;  // elements copied at once
-  const int64_t outer = rank - (run > 1 ? 1 : 0);                     // dimensions walked
   const auto* source = static_cast<const char*>(self.const_data_ptr());
   auto* target = static_cast<char*>(out.mutable_data_ptr());
   int64_t index[kMaxRank] = {};
@@ -156,11 +142,58 @@ void permute_copy_out(KernelRuntimeContext& ctx, const Tensor& self, executorch:
     std::memcpy(target + done * width, source + offset * width, static_cast<size_t>(run * width));
     for (int64_t d = outer - 1; d >= 0; --d) {  // the next index, last dimension fastest
       offset += strides[d];
-      if (++index[d] < sizes[d]) break;
-      offset -= strides[d] * sizes[d];
+      if (++index[d] < out.size(d)) break;
+      offset -= strides[d] * out.size(d);
       index[d] = 0;
     }
   }
+}
+
+// self's contiguous stride of dimension d, in elements.
+int64_t stride_of(const Tensor& self, int64_t d) {
+  int64_t stride = 1;
+  for (int64_t e = d + 1; e < self.dim(); ++e) stride *= self.size(e);
+  return stride;
+}
+
+// out = self permuted by `dims`: the elements moved as they are.
+void permute_copy_out(KernelRuntimeContext& ctx, const Tensor& self, executorch::aten::ArrayRef<int64_t> dims,
+                      Tensor& out) {
+  const int64_t rank = self.dim();
+  bool ok = rank == static_cast<int64_t>(dims.size()) && rank <= kMaxRank && rank > 0 &&
+            out.scalar_type() == self.scalar_type() && out.dim() == rank;
+  int64_t strides[kMaxRank];  // in self's elements, in out's dimension order
+  for (int64_t d = 0; ok && d < rank; ++d) {
+    const int64_t from = dims[d] < 0 ? dims[d] + rank : dims[d];
+    ok = from >= 0 && from < rank && out.size(d) == self.size(from);
+    if (ok) strides[d] = stride_of(self, from);
+  }
+  if (!check(ctx, ok, "qco_host::permute_copy.out: dims must be a permutation of the input's, the output its shape"))
+    return;
+  strided_copy(self, out, strides);
+}
+
+// out = self expanded to `sizes` (-1 keeps a dimension; new dimensions lead): each element
+// repeated where self's dimension is 1.
+void expand_copy_out(KernelRuntimeContext& ctx, const Tensor& self, executorch::aten::ArrayRef<int64_t> sizes,
+                     Tensor& out) {
+  const int64_t rank = static_cast<int64_t>(sizes.size()), lead = rank - self.dim();
+  bool ok = lead >= 0 && rank <= kMaxRank && out.scalar_type() == self.scalar_type();
+  executorch::aten::SizesType expanded[kMaxRank];
+  int64_t strides[kMaxRank];  // in self's elements, 0 where the dimension repeats
+  for (int64_t d = 0; ok && d < rank; ++d) {
+    const int64_t own = d < lead ? 1 : self.size(d - lead);
+    const int64_t size = sizes[d] == -1 && d >= lead ? own : sizes[d];
+    ok = size >= 0 && (own == size || own == 1);
+    expanded[d] = static_cast<executorch::aten::SizesType>(size);
+    strides[d] = d < lead || own != size ? 0 : stride_of(self, d - lead);
+  }
+  if (!check(ctx, ok, "qco_host::expand_copy.out: sizes must keep or repeat each dimension of size 1"))
+    return;
+  if (!check(ctx, executorch::runtime::resize_tensor(out, {expanded, static_cast<size_t>(rank)}) == Error::Ok,
+             "qco_host::expand_copy.out: cannot resize the output to the expanded shape"))
+    return;
+  strided_copy(self, out, strides);
 }
 
 // ExecuTorch's quantize_val: zero_point + nearbyint(value * (1.0f / float(scale))) in float,
@@ -261,6 +294,11 @@ void permute_copy_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
   permute_copy_out(ctx, stack[0]->toTensor(), stack[1]->toIntList(), stack[2]->toTensor());
 }
 
+void expand_copy_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
+  if (!check(ctx, stack.size() >= 3, "qco_host::expand_copy.out: too few arguments")) return;
+  expand_copy_out(ctx, stack[0]->toTensor(), stack[1]->toIntList(), stack[2]->toTensor());
+}
+
 void quantize_per_tensor_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
   if (!check(ctx, stack.size() >= 7, "qco_host::quantize_per_tensor.out: too few arguments")) return;
   quantize_per_tensor_out(ctx, stack[0]->toTensor(), stack[1]->toDouble(), stack[2]->toInt(), stack[3]->toInt(),
@@ -276,16 +314,17 @@ const executorch::runtime::Kernel kKernels[] = {
     executorch::runtime::Kernel("qco_host::mm.out", mm_out_boxed),
     executorch::runtime::Kernel("qco_host::bmm.out", bmm_out_boxed),
     executorch::runtime::Kernel("qco_host::permute_copy.out", permute_copy_out_boxed),
+    executorch::runtime::Kernel("qco_host::expand_copy.out", expand_copy_out_boxed),
     executorch::runtime::Kernel("qco_host::quantize_per_tensor.out", quantize_per_tensor_out_boxed),
     executorch::runtime::Kernel("qco_host::_softmax.out", softmax_out_boxed),
 };
 
-const auto kRegistered = executorch::runtime::register_kernels({kKernels, 5});
+const auto kRegistered = executorch::runtime::register_kernels({kKernels, 6});
 
 }  // namespace
 
 // The kernels this library registers, readable from the file without loading it (as the
 // package libraries list theirs): registering a name twice aborts the interpreter.
 extern "C" __attribute__((used, visibility("default"))) const char qco_host_kernel_list[] =
-    "qco-kernel-list:qco_host::mm.out;qco_host::bmm.out;qco_host::permute_copy.out;"
+    "qco-kernel-list:qco_host::mm.out;qco_host::bmm.out;qco_host::permute_copy.out;qco_host::expand_copy.out;"
     "qco_host::quantize_per_tensor.out;qco_host::_softmax.out;";
