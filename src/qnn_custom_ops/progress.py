@@ -19,3 +19,8 @@ def progress(text: str) -> None:
     """Say ``text``, one line on stderr, when progress lines are on."""
     if _shown:
         print(text, file=sys.stderr, flush=True)
+
+
+def time_left(elapsed: float, done: int, total: int) -> str:
+    """``, about N s left`` at the pace so far (the steps take alike), or nothing when all are done."""
+    return "" if done >= total else f", about {elapsed / done * (total - done):.0f} s left"

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..lowering.weight_sharing import EqualTensors
+from ..progress import time_left
 from .hf import LlmExportError, LlmPrograms, LlmShape
 from .runner_loop import RunnerLoop, check_fits
 from .steps import Generation, Step, eager_step, snapshot, token_ids
@@ -191,7 +192,7 @@ def quantize_llm(
         else:
             greedy_batch(programs.shape, prefill, decode, group, new_tokens)
         if progress is not None:
-            left = _time_left(time.monotonic() - started, index + 1, len(groups))
+            left = time_left(time.monotonic() - started, index + 1, len(groups))
             progress(f"calibration: prompt {index + 1} of {len(groups)} observed{left}")
     if progress is not None:
         progress(f"calibration: prefill observed on {prefill.calls} calls, decode on {decode.calls}")
@@ -366,11 +367,6 @@ def _share_equal_tensors(modules: Sequence[torch.fx.GraphModule]) -> None:
             kept = equal.one_of(tensor)
             if kept is not tensor:
                 setattr(*_attribute(module, name), kept)
-
-
-def _time_left(elapsed: float, done: int, total: int) -> str:
-    """``, about N s left`` at the pace so far (prompts take alike), or nothing when all are done."""
-    return "" if done >= total else f", about {elapsed / done * (total - done):.0f} s left"
 
 
 def _is_lm_head(node: torch.fx.Node) -> bool:

@@ -1,0 +1,67 @@
+"""Progress of a host lowering, the longest step of a large model's export: XNNPACK compiles
+each delegated partition on its own (about a second each here, hundreds of them for a 3B
+model's two methods), so the partitions done are what the time left is told from."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
+
+from ..progress import time_left
+
+#: Seconds between two progress lines (the first and last partition are always said).
+EVERY_SECONDS = 15.0
+
+
+class _Pace:
+    """Partitions done out of the total, and when the last line was said."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.total = 0
+        self.done = 0
+        self.started = time.monotonic()
+        self.said_at = float("-inf")
+
+    def one_done(self) -> None:
+        self.done += 1
+        now = time.monotonic()
+        if self.done in (1, self.total) or now - self.said_at >= EVERY_SECONDS:
+            self.said_at = now
+            left = time_left(now - self.started, self.done, self.total)
+            self.say(f"lowering: {self.done} of {self.total} partitions compiled by XNNPACK{left}")
+
+
+@contextlib.contextmanager
+def partitions_reported(say: Callable[[str], None]) -> Iterator[None]:
+    """Within the block, each partition XNNPACK compiles is counted, and ``say`` hears how many
+    of how many are done and the time left at the pace so far, every ``EVERY_SECONDS``."""
+    pace = _Pace(say)
+    preprocess = XnnpackBackend.__dict__["preprocess"].__func__  # a staticmethod
+    multimethod = XnnpackBackend.preprocess_multimethod.__func__
+    own = {name: XnnpackBackend.__dict__.get(name) for name in ("preprocess", "preprocess_multimethod")}  # None: inherited
+
+    def counted_multimethod(cls: type, programs: dict[str, list], compile_specs: dict[str, list]) -> Any:
+        pace.total += sum(len(partitions) for partitions in programs.values())
+        pace.started = time.monotonic()
+        return multimethod(cls, programs, compile_specs)
+
+    def counted_preprocess(*args: Any, **kwargs: Any) -> Any:
+        result = preprocess(*args, **kwargs)
+        pace.one_done()
+        return result
+
+    XnnpackBackend.preprocess_multimethod = classmethod(counted_multimethod)
+    XnnpackBackend.preprocess = staticmethod(counted_preprocess)
+    try:
+        yield
+    finally:
+        for name, value in own.items():
+            if value is None:
+                delattr(XnnpackBackend, name)
+            else:
+                setattr(XnnpackBackend, name, value)
