@@ -8,6 +8,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -28,9 +29,10 @@ def eager_step(module: torch.nn.Module) -> Step:
     return step
 
 
-def host_step(runner: HostRunner, program: bytes, method: str = "forward") -> Step:
-    """A lowered program's method (``qco.lower(...).buffer``) run by ExecuTorch on the host."""
-    return lambda inputs: runner.run(program, [inputs], method=method)[0]
+def host_step(runner: HostRunner, program: bytes, method: str = "forward", data: Path | None = None) -> Step:
+    """A lowered program's method (``qco.lower(...).buffer``) run by ExecuTorch on the host;
+    ``data``: the data file its weights are in, for a program lowered with ``external_weights=True``."""
+    return lambda inputs: runner.run(program, [inputs], method=method, data=data)[0]
 
 
 @dataclass

@@ -29,6 +29,7 @@ from ..opdef import Datatype
 from ..torch_bridge import OpPackageBinding
 from ..torch_bridge.quantized import Encoding, encoding_of, is_dequantize
 from .emulation import EmulatedOp, cast_int64_inputs, emulate_quantized
+from .external_weights import name_constants_apart, tag_weights_external, weights_tag
 from .folding import FoldQuantizedWeights
 from .host_speed import LayoutOnCodes, UseHostSpeedKernels
 from .op_builder import bound_visitors
@@ -60,6 +61,22 @@ class LoweredProgram:
     def write_to(self, stream: BinaryIO) -> None:
         """The .pte written piece by piece: no copy of the program joined in memory."""
         self.manager.write_to_file(stream)
+
+    @property
+    def has_data_file(self) -> bool:
+        """Whether the weights are in a data file beside the .pte (``external_weights=True``):
+        the runtime then loads the .pte with it (``data_path``)."""
+        return bool(self.manager._tensor_data)
+
+    def write_data_to(self, stream: BinaryIO) -> None:
+        """The data file (.ptd) of a program lowered with ``external_weights=True``, written
+        piece by piece. ExecuTorch's manager writes it only straight into a directory
+        (``write_tensor_data_to_file``), not staged as ``write_all_atomic`` needs, so its
+        serialized form is read here."""
+        if not self.has_data_file:
+            raise UsageError("this program keeps its weights in its .pte: lower it with external_weights=True")
+        (data,) = self.manager._tensor_data.values()  # one tag, WEIGHTS_TAG
+        data.write_to_file(stream)
 
     @property
     def output_encodings(self) -> tuple[Encoding | None, ...]:
@@ -150,9 +167,15 @@ def _lower_qnn(
         )
 
 
-def _check_choices(target: str, emulate: str, compile_spec: list | None, codes_io: bool = False) -> None:
+def _check_choices(
+    target: str, emulate: str, compile_spec: list | None, codes_io: bool = False, external_weights: bool = False
+) -> None:
     if codes_io and target != "qnn":
         raise UsageError("codes_io=True is for target='qnn' (a device runner's codes); host programs take reals")
+    if external_weights and target != "host":
+        raise UsageError(
+            "external_weights=True is for target='host': a QNN program's weights are in its context binary"
+        )
     if target not in TARGETS:
         raise UsageError(f"unknown target {target!r}: use one of {', '.join(TARGETS)}")
     if emulate not in EMULATIONS:
@@ -172,6 +195,7 @@ def lower_methods(
     plan_outputs: bool = True,
     codes_io: bool = False,
     fold_weights: bool = True,
+    external_weights: bool = False,
 ) -> LoweredProgram:
     """``lower`` for a program of several methods (``{name: (model, example_inputs)}``), with
     ``constant_methods`` (metadata a device runner reads, e.g. ``get_n_layers``). With
@@ -181,8 +205,10 @@ def lower_methods(
     codes (``quantized_io``), as ExecuTorch's LLM runners pass caches, masks and logits.
     ``fold_weights=False`` (host): a quantized program keeps its weights as codes, dequantized on
     every call -- the same results, slower, and a quarter of the float32 weights' memory (what a
-    model whose float32 weights do not fit needs)."""
-    _check_choices(target, emulate, compile_spec, codes_io)
+    model whose float32 weights do not fit needs). ``external_weights=True`` (host): every weight
+    goes to one data file beside the .pte (``write_data_to``), where equal bytes are stored once --
+    a tied embedding's gather and the delegated ``lm_head`` read the same bytes."""
+    _check_choices(target, emulate, compile_spec, codes_io, external_weights)
     exported = {name: torch.export.export(m, tuple(inputs)) for name, (m, inputs) in methods.items()}
     encodings = {name: output_encodings(program) for name, program in exported.items()}
     emulated: list[EmulatedOp] = []
@@ -191,6 +217,8 @@ def lower_methods(
         for name, program in exported.items():
             partitioners[name], ops = _prepare_host(program, binding, emulate)
             emulated += ops
+            if external_weights:
+                tag_weights_external(program)
         with weights_held_once():
             edge = to_edge_transform_and_lower(
                 exported,
@@ -200,6 +228,8 @@ def lower_methods(
                 compile_config=EdgeCompileConfig(_check_ir_validity=False),
             )
         share_equal_constants(edge.exported_program(name) for name in exported)
+        if external_weights:
+            name_constants_apart({name: edge.exported_program(name) for name in exported})
     else:
         assert compile_spec is not None  # refused above
         io = {name: quantized_io(program) if codes_io else None for name, program in exported.items()}
@@ -207,6 +237,7 @@ def lower_methods(
     config = ExecutorchBackendConfig(
         memory_planning_pass=MemoryPlanningPass(alloc_graph_output=plan_outputs),
         passes=[BuildQuantIo()] if codes_io else [],
+        external_constants=weights_tag if external_weights else False,
     )
     return LoweredProgram(edge.to_executorch(config), tuple(emulated), encodings)
 

@@ -120,6 +120,20 @@ def program_backends(pte: bytes) -> set[str]:
     return {delegate.id for plan in _program(pte).execution_plan for delegate in plan.delegates}
 
 
+def program_needs_data(pte: bytes) -> bool:
+    """Whether the .pte keeps tensors in a data file beside it (a ``.ptd``: ``lower_methods(...,
+    external_weights=True)``), which the runtime must be given to load its methods."""
+    from executorch.exir.schema import Tensor, TensorDataLocation
+
+    return any(
+        isinstance(value.val, Tensor)
+        and value.val.extra_tensor_info is not None
+        and value.val.extra_tensor_info.location == TensorDataLocation.EXTERNAL
+        for plan in _program(pte).execution_plan
+        for value in plan.values
+    )
+
+
 def check_program_kernels(pte: bytes, where: str = "program") -> None:
     """Raise ``MissingKernelError`` naming every kernel the program needs that is not registered."""
     missing = sorted(program_operators(pte) - registered_operators())

@@ -33,6 +33,7 @@ from .loading import (
     load_host_library,
     load_quantized_kernels,
     program_backends,
+    program_needs_data,
     program_operators,
     trace_kernels,
 )
@@ -121,13 +122,13 @@ def _refused_as_program_error(where: str) -> Iterator[None]:
         ) from None
 
 
-def _verified(pte: bytes, where: str) -> Any:
+def _verified(pte: bytes, where: str, data: Path | None = None) -> Any:
     """The runtime's program, its internal consistency verified (every offset and index in range)
-    and its planned memory within this machine's."""
+    and its planned memory within this machine's; with ``data``, the data file its weights are in."""
     from executorch.runtime import Runtime, Verification
 
     _check_planned_memory(pte, where)
-    return Runtime.get().load_program(pte, verification=Verification.InternalConsistency)
+    return Runtime.get().load_program(pte, verification=Verification.InternalConsistency, data_path=data)
 
 
 def _check_planned_memory(pte: bytes, where: str) -> None:
@@ -205,16 +206,19 @@ class HostRunner:
 
     ``isolated=True`` runs the program in a child process (a fresh interpreter importing torch
     and executorch: a few seconds per ``run``): a kernel that crashes raises ``KernelCrashError``
-    naming it, and this interpreter never loads the libraries.
+    naming it, and this interpreter never loads the libraries. ``run``'s ``data`` is the data
+    file (``.ptd``) of a program whose weights are kept beside it.
     """
 
     libraries: Sequence[Path] = ()
     isolated: bool = False
-    #: Methods loaded so far, by program and name: a program is checked and loaded once, not
-    #: on every call (a generation loop calls the same two methods hundreds of times).
-    _loaded: dict[tuple[bytes, str], Any] = field(default_factory=dict, repr=False, compare=False)
+    #: Methods loaded so far, by program, data file and name: a program is checked and loaded
+    #: once, not on every call (a generation loop calls the same two methods hundreds of times).
+    _loaded: dict[tuple[bytes, Path | None, str], Any] = field(default_factory=dict, repr=False, compare=False)
 
-    def run(self, pte: bytes, inferences: Sequence[Inference], method: str = "forward") -> list[list[torch.Tensor]]:
+    def run(
+        self, pte: bytes, inferences: Sequence[Inference], method: str = "forward", data: Path | None = None
+    ) -> list[list[torch.Tensor]]:
         if self.isolated:
             return call_isolated(
                 _run_on_host,
@@ -222,18 +226,20 @@ class HostRunner:
                 pte,
                 [list(i) for i in inferences],
                 method,
+                data,
                 what="the program",
             )
-        loaded = self._loaded.get((pte, method))
+        loaded = self._loaded.get((pte, data, method))
         if loaded is None:
-            loaded = self._loaded[(pte, method)] = self._load(pte, method)
+            loaded = self._loaded[(pte, data, method)] = self._load(pte, method, data)
         return [self._execute(loaded, inputs) for inputs in inferences]
 
-    def _load(self, pte: bytes, method: str) -> Any:
+    def _load(self, pte: bytes, method: str, data: Path | None) -> Any:
         """The program's method, after every check: a file the runtime cannot load, a kernel no
-        library registers, each one error."""
+        library registers, a data file missing, each one error."""
         method_specs(pte, method)  # a file the runtime cannot load is one error, before any library is loaded
         operators = _host_operators(pte, "program")
+        _check_data_file(pte, data)
         for library in self.libraries:
             load_host_library(library)
         trace_kernels(self.libraries)
@@ -242,8 +248,8 @@ class HostRunner:
         if any(op.startswith(SPEED_NAMESPACE) for op in operators):
             load_speed_kernels()
         check_program_kernels(pte)
-        with _refused_as_program_error("program"):
-            return _verified(pte, "program").load_method(method)
+        with _refused_as_program_error("program" if data is None else f"program with data file {data}"):
+            return _verified(pte, "program", data).load_method(method)
 
     def _execute(self, method, inputs: Inference) -> list[torch.Tensor]:
         """One inference; a kernel's failure is raised with its op and status, not a bare code."""
@@ -259,11 +265,23 @@ class HostRunner:
             raise RunnerError(f"the program failed while running: {said} (ExecuTorch: {exc})") from None
 
 
+def _check_data_file(pte: bytes, data: Path | None) -> None:
+    """A program whose weights are in a data file is given one that exists (the runtime's own
+    word for its absence is "external_data_map is null")."""
+    if data is None and program_needs_data(pte):
+        raise ProgramError(
+            "program: its weights are in a data file (.ptd) beside the .pte; pass that file "
+            "(HostRunner.run(..., data=PATH))"
+        )
+    if data is not None and not data.is_file():
+        raise ProgramError(f"{data}: no such data file; pass the .ptd written with the .pte")
+
+
 def _run_on_host(
-    libraries: list[Path], pte: bytes, inferences: list[list[torch.Tensor]], method: str
+    libraries: list[Path], pte: bytes, inferences: list[list[torch.Tensor]], method: str, data: Path | None
 ) -> list[list[torch.Tensor]]:
     """``HostRunner.run`` in an isolated child."""
-    return HostRunner(libraries).run(pte, inferences, method)
+    return HostRunner(libraries).run(pte, inferences, method, data)
 
 
 @dataclass
