@@ -1,16 +1,20 @@
 """A host program's weights in one data file beside its ``.pte`` (``external_weights=True``), each
 stored once: a tied embedding, read by the embedding's gather (a program constant) and by the
-delegated ``lm_head`` (an XNNPACK blob), was in the ``.pte`` twice."""
+delegated ``lm_head`` (an XNNPACK blob), was in the ``.pte`` twice. ``llm export`` writes the data
+file, ``llm generate`` runs with it, and an export directory without one still loads."""
 
 from __future__ import annotations
 
 import io
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
 from qnn_custom_ops.atomic_files import write_atomic
+from qnn_custom_ops.cli import main
 from qnn_custom_ops.errors import UsageError
 from qnn_custom_ops.library import llm_binding
 from qnn_custom_ops.lowering.program import lower_methods
@@ -81,3 +85,71 @@ def test_methods_naming_different_constants_alike_each_read_their_own(tmp_path):
         tokens = torch.randint(0, 64, (1, LENGTHS[method]))
         (got,) = runner.run(pte.read_bytes(), [(tokens,)], method, data=ptd)[0]
         torch.testing.assert_close(got, model(tokens), rtol=1e-5, atol=1e-5)
+
+
+transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
+
+
+def _tied_checkpoint(directory: Path) -> Path:
+    """A Qwen3 with a tied embedding (Qwen2.5-0.5B and Llama-3.2-1B tie theirs), saved with a tokenizer."""
+    from .hf_models import COMMON
+    from .test_llm_runner import trained_tokenizer
+
+    tokenizer = trained_tokenizer()
+    config = transformers.Qwen3Config(**{**COMMON, "vocab_size": len(tokenizer)}, head_dim=16, num_hidden_layers=1,
+                                      bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=True)
+    config.eos_token_id = tokenizer.eos_token_id
+    torch.manual_seed(0)
+    transformers.Qwen3ForCausalLM(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def _generated(capsys, export: Path, prompt: str, tokens: int) -> str:
+    capsys.readouterr()
+    assert main(["llm", "generate", str(export), "--prompt", prompt, "--max-new-tokens", str(tokens)]) == 0
+    return capsys.readouterr().out.strip()
+
+
+@pytest.mark.slow
+def test_llm_export_stores_a_tied_embedding_once_and_llm_generate_runs_it(tmp_path, capsys, monkeypatch):
+    checkpoint = _tied_checkpoint(tmp_path / "checkpoint")
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, attn_implementation="eager").eval()
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    out = tmp_path / "out"
+    assert main(["llm", "export", str(checkpoint), "-o", str(out), "--prefill", "8", "--ctx", "64"]) == 0
+    assert json.loads((out / "manifest.json").read_text())["program_data"] == "model.ptd"
+    pte, ptd = (out / "model.pte").read_bytes(), (out / "model.ptd").read_bytes()
+    matrices = {name: _bytes_of(p) for name, p in model.named_parameters() if p.dim() == 2}  # the tied one once
+    assert "model.embed_tokens.weight" in matrices and "lm_head.weight" not in matrices
+    assert {name: (pte + ptd).count(data) for name, data in matrices.items()} == dict.fromkeys(matrices, 1)
+    assert not any(data in pte for data in matrices.values())  # the .pte is the program alone
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    assert weights < len(ptd) < 1.05 * weights, (len(ptd), weights)  # and the RoPE tables
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    ids = tokenizer("The host runtime")["input_ids"]
+    with torch.no_grad():
+        want = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0, len(ids):].tolist()
+    text = tokenizer.decode(want, skip_special_tokens=True).strip()
+    assert _generated(capsys, out, "The host runtime", 12) == text
+
+    # An export written before the data file: one .pte, a manifest that names no data file.
+    import qnn_custom_ops.lowering.program as program
+
+    single_pte = program.lower_methods
+    monkeypatch.setattr(program, "lower_methods", lambda *a, **k: single_pte(*a, **{**k, "external_weights": False}))
+    old = tmp_path / "old"
+    assert main(["llm", "export", str(checkpoint), "-o", str(old), "--prefill", "8", "--ctx", "64"]) == 0
+    manifest = json.loads((old / "manifest.json").read_text())
+    assert manifest.pop("program_data") is None and not (old / "model.ptd").exists()
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    assert _generated(capsys, old, "The host runtime", 12) == text
+
+    # An export whose data file is gone: one line saying to export again.
+    shutil.copytree(out, tmp_path / "lost")
+    (tmp_path / "lost" / "model.ptd").unlink()
+    capsys.readouterr()
+    assert main(["llm", "generate", str(tmp_path / "lost"), "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"{tmp_path / 'lost'}: no model.ptd; export again") and len(err.splitlines()) == 1, err

@@ -116,7 +116,7 @@ def test_the_exported_program_follows_qnn_llama_runners_contract(checkpoint, flo
     value = {name: program.load_method(name).execute([])[0] for name in METADATA}
     assert (value["get_n_layers"], value["get_n_kv_heads"], value["get_head_dim"]) == (1, 2, 16)
     assert (value["get_max_context_len"], value["get_vocab_size"], value["get_kv_io_bit_width"]) == (CTX, 300, 32)
-    pte = (float_export / "model.pte").read_bytes()
+    pte, ptd = (float_export / "model.pte").read_bytes(), (float_export / "model.ptd").read_bytes()
     for method, ar in (("prefill_forward", PREFILL), ("kv_forward", 1)):
         inputs, outputs = method_specs(pte, method)
         cached = CTX - ar
@@ -130,7 +130,7 @@ def test_the_exported_program_follows_qnn_llama_runners_contract(checkpoint, flo
     manifest = LlmManifest.read(float_export)
     assert (manifest.decoder_model_version, manifest.quant, manifest.shape.cache) == ("qwen3", "none", "runner")
     weights = sum(p.numel() * 4 for p in transformers.AutoModelForCausalLM.from_pretrained(checkpoint).parameters())
-    assert weights < len(pte) < 1.25 * weights  # the two methods share one copy of every weight
+    assert weights < len(pte) + len(ptd) < 1.25 * weights  # the two methods share one copy of every weight
     assert (float_export / "tokenizer" / "tokenizer.json").is_file()  # the runner's --tokenizer_path
 
 
@@ -167,7 +167,7 @@ def test_a_runner_copying_16a8w_codes_generates_exactly_what_a_loop_on_reals_doe
     runner's raw code copies (update_cache) are copies of values."""
     import qnn_custom_ops as qco
     from qnn_custom_ops.library import host_step, llm_binding, package_dir
-    from qnn_custom_ops.library.checkpoint import METHODS
+    from qnn_custom_ops.library.checkpoint import METHODS, load_export
     from qnn_custom_ops.runtime import HostRunner
 
     manifest = LlmManifest.read(quantized_export)
@@ -178,9 +178,9 @@ def test_a_runner_copying_16a8w_codes_generates_exactly_what_a_loop_on_reals_doe
         assert len(shared) == 1 and next(iter(shared)).is_quantized, i
     assert prefill.inputs[1] == decode.inputs[1] and prefill.inputs[1].datatype.short_name == "UFIXED_POINT_16"
     assert prefill.inputs[1].scale * 65535 == pytest.approx(255)  # code 65535 is 0, code 0 is -255
-    program = (quantized_export / "model.pte").read_bytes()
+    export = load_export(quantized_export)
     runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
-    steps = [host_step(runner, program, method) for method in METHODS]
+    steps = [host_step(runner, export.program, method, export.data) for method in METHODS]
     prompt = list(range(40, 53))  # 13 tokens: two prefill chunks
     reals = RunnerLoop(manifest.shape, *steps).generate(prompt, NEW_TOKENS)
     codes = RunnerLoop(manifest.shape, *steps, encodings=(prefill, decode)).generate(prompt, NEW_TOKENS)
@@ -200,14 +200,14 @@ MIN_16A8W_SQNR_DB, MEDIAN_16A8W_SQNR_DB = 12.0, 24.0
 def test_the_16a8w_export_stays_within_the_stated_sqnr_of_the_float_export(float_export, quantized_export):
     import qnn_custom_ops as qco
     from qnn_custom_ops.library import host_step, llm_binding, package_dir
-    from qnn_custom_ops.library.checkpoint import METHODS
+    from qnn_custom_ops.library.checkpoint import METHODS, load_export
     from qnn_custom_ops.runtime import HostRunner
 
     runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
     prompt = list(range(40, 53))
     reference, quantized = (
-        RunnerLoop(LlmManifest.read(d).shape, *(host_step(runner, (d / "model.pte").read_bytes(), m) for m in METHODS))
-        for d in (float_export, quantized_export))
+        RunnerLoop(e.manifest.shape, *(host_step(runner, e.program, m, e.data) for m in METHODS))
+        for e in (load_export(d) for d in (float_export, quantized_export)))
     want = reference.generate(prompt, NEW_TOKENS)
     got = quantized.generate(prompt, NEW_TOKENS, forced=want.tokens)
     sqnr = torch.tensor([sqnr_db(f, q) for f, q in zip(want.logits, got.logits)])

@@ -2,10 +2,11 @@
 the one ``.pte`` ExecuTorch's device runner runs, and from that back to text on the host.
 
 ``export_checkpoint`` writes ``OUT_DIR/model.pte`` (methods ``prefill_forward`` and
-``kv_forward``, the runner's metadata methods), ``OUT_DIR/tokenizer/`` (the checkpoint's
-tokenizer, ``tokenizer.json`` being what ``qnn_llama_runner --tokenizer_path`` reads) and
+``kv_forward``, the runner's metadata methods), for the host ``OUT_DIR/model.ptd`` (the
+program's weights, each once), ``OUT_DIR/tokenizer/`` (the checkpoint's tokenizer,
+``tokenizer.json`` being what ``qnn_llama_runner --tokenizer_path`` reads) and
 ``OUT_DIR/manifest.json`` (``LlmManifest``: the shapes, the runner's ``--decoder_model_version``,
-and a quantized program's encodings), all of them or none. ``load_export`` and
+a quantized program's encodings, the data file), all of them or none. ``load_export`` and
 ``generate_text`` read them back and run them in ``RunnerLoop`` on the host.
 """
 
@@ -16,7 +17,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from .steps import host_step
 
 TARGETS = ("host", "qnn")
 METHODS = ("prefill_forward", "kv_forward")
-MANIFEST, PROGRAM, TOKENIZER = "manifest.json", "model.pte", "tokenizer"
+MANIFEST, PROGRAM, PROGRAM_DATA, TOKENIZER = "manifest.json", "model.pte", "model.ptd", "tokenizer"
 #: Calibration text when the user gives none: varied English, one prompt a line.
 DEFAULT_CALIBRATION = (
     "The quick brown fox jumps over the lazy dog near the river bank.",
@@ -71,6 +72,9 @@ class LlmManifest:
     eos_ids: tuple[int, ...]
     #: Per method, its inputs' and outputs' encodings (a quantized program's; None for float).
     encodings: dict[str, MethodEncodings] | None
+    #: The data file beside the program holding its weights (a host export's), None when the
+    #: .pte holds them (a QNN export's, or a host export written before the data file).
+    program_data: str | None = None
 
     def to_json(self) -> str:
         def encoding(e: Encoding | None) -> dict | None:
@@ -117,6 +121,7 @@ class LlmManifest:
                     )
                     for name, m in encodings.items()
                 },
+                body.get("program_data"),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise LlmCheckpointError(
@@ -353,34 +358,46 @@ def export_checkpoint(
         plan_outputs=False,
         codes_io=target == "qnn" and quant != "none",
         fold_weights=fold,
+        external_weights=target == "host",
     )
     progress(f"lowered in {time.monotonic() - started:.1f} s")
-    _write_export(out_dir, lowered.write_to, staged.manifest, staged.tokenizer)
-    size = (out_dir / PROGRAM).stat().st_size
-    progress(f"wrote {out_dir}/{PROGRAM} ({size / 1e6:.1f} MB), {out_dir}/{TOKENIZER}/ and {out_dir}/{MANIFEST}")
-    return staged.manifest
+    data = lowered.write_data_to if lowered.has_data_file else None
+    manifest = replace(staged.manifest, program_data=PROGRAM_DATA if data is not None else None)
+    _write_export(out_dir, lowered.write_to, data, manifest, staged.tokenizer)
+    progress(f"wrote {', '.join(_written(out_dir, manifest))}, {out_dir}/{TOKENIZER}/ and {out_dir}/{MANIFEST}")
+    return manifest
 
 
-def _write_export(out_dir: Path, program: Contents, manifest: LlmManifest, tokenizer: Any) -> None:
-    """Every file of the export, or none (a full disk leaves the directory as it was)."""
+def _written(out_dir: Path, manifest: LlmManifest) -> list[str]:
+    """The program's files and their sizes, as ``llm export`` reports them."""
+    names = [PROGRAM] if manifest.program_data is None else [PROGRAM, manifest.program_data]
+    return [f"{out_dir}/{name} ({(out_dir / name).stat().st_size / 1e6:.1f} MB)" for name in names]
+
+
+def _write_export(
+    out_dir: Path, program: Contents, data: Contents | None, manifest: LlmManifest, tokenizer: Any
+) -> None:
+    """Every file of the export, or none (a full disk leaves the directory as it was):
+    ``data`` is the program's data file, for a program that keeps its weights in one."""
     if out_dir.exists() and not out_dir.is_dir():
         raise LlmCheckpointError(f"-o {out_dir}: exists and is not a directory; choose another")
     with tempfile.TemporaryDirectory(prefix="qco-tokenizer-") as saved:
         tokenizer.save_pretrained(saved)
         tokenizer_files = [(out_dir / TOKENIZER / p.name, p.read_bytes()) for p in sorted(Path(saved).iterdir())]
-    write_all_atomic(
-        [(out_dir / PROGRAM, program), *tokenizer_files, (out_dir / MANIFEST, manifest.to_json().encode())]
-    )
+    program_files = [(out_dir / PROGRAM, program), *([] if data is None else [(out_dir / PROGRAM_DATA, data)])]
+    write_all_atomic([*program_files, *tokenizer_files, (out_dir / MANIFEST, manifest.to_json().encode())])
 
 
 @dataclass
 class LlmExport:
-    """An export directory read back: its manifest, program and tokenizer."""
+    """An export directory read back: its manifest, program, the program's data file (None
+    when the .pte holds its weights) and tokenizer."""
 
     directory: Path
     manifest: LlmManifest
     program: bytes
     tokenizer: Any
+    data: Path | None = None
 
 
 def load_export(directory: Path) -> LlmExport:
@@ -394,13 +411,15 @@ def load_export(directory: Path) -> LlmExport:
             "(qnn_llama_runner, see the README), not on the host: export with --target host to run it here"
         )
     program = directory / PROGRAM
-    if not program.is_file():
-        raise LlmCheckpointError(f"{directory}: no {PROGRAM}; export again")
+    data = None if manifest.program_data is None else directory / manifest.program_data
+    for needed in (program, data):
+        if needed is not None and not needed.is_file():
+            raise LlmCheckpointError(f"{directory}: no {needed.name}; export again")
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(directory / TOKENIZER, local_files_only=True)
     except (OSError, ValueError, TypeError) as exc:
         raise LlmCheckpointError(f"{directory / TOKENIZER}: cannot load the tokenizer ({exc}); export again") from None
-    return LlmExport(directory, manifest, program.read_bytes(), tokenizer)
+    return LlmExport(directory, manifest, program.read_bytes(), tokenizer, data)
 
 
 def prompt_ids(tokenizer: Any, text: str, chat: bool) -> list[int]:
@@ -443,7 +462,7 @@ def generate_text(
     encodings = None
     if manifest.encodings is not None:
         encodings = (manifest.encodings[METHODS[0]], manifest.encodings[METHODS[1]])
-    prefill, decode = (host_step(runner, export.program, method) for method in METHODS)
+    prefill, decode = (host_step(runner, export.program, method, export.data) for method in METHODS)
     loop = RunnerLoop(manifest.shape, prefill, decode, encodings=encodings)
     shown = ""
     times: list[float] = []
