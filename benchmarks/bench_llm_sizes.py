@@ -1,5 +1,6 @@
 """Models of the size people ship through ``llm export``: per stage time, the child's peak
-resident memory, and the ``.pte`` size, against the bytes of the weights (issue 32, item 4).
+resident memory, and the program's size (``model.pte`` and, for the host, the ``model.ptd`` its
+weights are in), against the bytes of the weights (issue 32, item 4).
 
 Checkpoints are Llama-3.2-shaped with random weights, made once in the cache directory
 (``~/.cache/qnn_custom_ops/llm-bench/``) in the checkpoint's dtype (bf16 by default): the model
@@ -198,6 +199,13 @@ def stage_seconds(lines: list[tuple[float, str]]) -> dict[str, float]:
     return found
 
 
+def program_bytes(out: Path) -> int | None:
+    """The program's bytes: its ``.pte`` and the data file beside it (a host export's weights),
+    or None when the export wrote none."""
+    files = [out / "model.pte", out / "model.ptd"]
+    return sum(f.stat().st_size for f in files if f.is_file()) if files[0].is_file() else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="0.5b,1b", help=f"of {', '.join(SHAPES)}")
@@ -254,8 +262,7 @@ def main() -> None:
                 limit,
                 log,
             )
-            pte = out / "model.pte"
-            size_bytes = pte.stat().st_size if pte.is_file() else None
+            size_bytes = program_bytes(out)
             stages = stage_seconds(run["lines"])
             verdict = (
                 "ok"
@@ -271,7 +278,7 @@ def main() -> None:
                 + (
                     ""
                     if size_bytes is None
-                    else f"; .pte {size_bytes / 2**30:.2f} GiB = {size_bytes / weights:.2f}x the weights"
+                    else f"; .pte + .ptd {size_bytes / 2**30:.2f} GiB = {size_bytes / weights:.2f}x the weights"
                 ),
                 flush=True,
             )
@@ -287,8 +294,8 @@ def main() -> None:
         "total",
         "peak RSS",
         "peak / weights",
-        ".pte",
-        ".pte / weights",
+        ".pte + .ptd",
+        "/ weights",
     )
     print("\n| " + " | ".join(header) + " |")
     print("|" + " --- |" * len(header))
