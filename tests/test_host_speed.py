@@ -77,6 +77,16 @@ class Expands(torch.nn.Module):
         return tuple(x.expand(size) + 0 for x, (_, size, _) in zip(inputs, EXPANDS))  # + 0: expand_copy
 
 
+#: (shape, shape) of the add cases: attention's scores and mask, equal shapes, a row added to
+#: each row, a column and a row to a matrix.
+ADDS = [((1, 2, 64, 128), (1, 1, 64, 128)), ((2, 3), (2, 3)), ((3, 4, 5), (5,)), ((4, 1), (1, 5))]
+
+
+class Adds(torch.nn.Module):
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(x + y for x, y in zip(inputs[::2], inputs[1::2]))
+
+
 class Softmaxes(torch.nn.Module):
     """Softmax over the last dimension (attention's rows) and over dimension 1 (strided)."""
 
@@ -184,6 +194,18 @@ def test_expand_repeats_the_same_elements():
     outputs = HostRunner().run(pte, [inputs])[0]
     for x, (_, size, _), out in zip(inputs, EXPANDS, outputs):
         assert torch.equal(out, x.expand(size)), (tuple(x.shape), size)
+
+
+def test_add_matches_executorch():
+    inputs = tuple(torch.randn(shape) * 1e3 for pair in ADDS for shape in pair)
+    inputs[0].view(-1)[:4] = torch.tensor([float("inf"), float("nan"), -0.0, 3e38])
+    inputs[1].view(-1)[:4] = torch.tensor([float("-inf"), 1.0, -0.0, 3e38])
+    fast, slow = (program(Adds(), inputs, speed) for speed in (True, False))
+    assert "qco_host::add.out" in program_operators(fast)
+    assert "aten::add.out" not in program_operators(fast)
+    ours, theirs = (HostRunner().run(pte, [inputs])[0] for pte in (fast, slow))
+    for a, b in zip(ours, theirs):
+        assert torch.equal(a.nan_to_num(0.5), b.nan_to_num(0.5)) and torch.equal(a.signbit(), b.signbit())
 
 
 def test_layout_between_quantizations_of_one_encoding_runs_on_the_codes():

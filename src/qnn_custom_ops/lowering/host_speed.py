@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+from executorch.exir.passes.constant_prop_pass import constant_prop_pass
 from torch.export import ExportedProgram
 
 from ..torch_bridge.define import out_fake_of, out_kernel_of
@@ -29,12 +30,18 @@ NAMESPACE = "qco_host"
 _LIBRARY = torch.library.Library(NAMESPACE, "DEF")
 _LIBRARY.define("mm(Tensor self, Tensor mat2) -> Tensor")
 _LIBRARY.define("mm.out(Tensor self, Tensor mat2, *, Tensor(a!) out) -> Tensor(a!)")
+_LIBRARY.define("panels(Tensor weight) -> Tensor")
+_LIBRARY.define("panels.out(Tensor weight, *, Tensor(a!) out) -> Tensor(a!)")
+_LIBRARY.define("mm_panels(Tensor self, Tensor panels) -> Tensor")
+_LIBRARY.define("mm_panels.out(Tensor self, Tensor panels, *, Tensor(a!) out) -> Tensor(a!)")
 _LIBRARY.define("bmm(Tensor self, Tensor mat2) -> Tensor")
 _LIBRARY.define("bmm.out(Tensor self, Tensor mat2, *, Tensor(a!) out) -> Tensor(a!)")
 _LIBRARY.define("permute_copy(Tensor self, int[] dims) -> Tensor")
 _LIBRARY.define("permute_copy.out(Tensor self, int[] dims, *, Tensor(a!) out) -> Tensor(a!)")
 _LIBRARY.define("expand_copy(Tensor self, int[] size) -> Tensor")
 _LIBRARY.define("expand_copy.out(Tensor self, int[] size, *, Tensor(a!) out) -> Tensor(a!)")
+_LIBRARY.define("add(Tensor self, Tensor other) -> Tensor")
+_LIBRARY.define("add.out(Tensor self, Tensor other, *, Tensor(a!) out) -> Tensor(a!)")
 _LIBRARY.define("_softmax(Tensor self, int dim, bool half_to_float) -> Tensor")
 _LIBRARY.define("_softmax.out(Tensor self, int dim, bool half_to_float, *, Tensor(a!) out) -> Tensor(a!)")
 _QUANTIZE_ARGS = "Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype"
@@ -45,6 +52,21 @@ _LIBRARY.define(f"quantize_per_tensor.out({_QUANTIZE_ARGS}, *, Tensor(a!) out) -
 def _mm(self: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
     """Eagerly, torch's mm (the same sums, in torch's order)."""
     return torch.mm(self, mat2)
+
+
+#: Columns per panel: the speed kernels' vector of float32 (``kLanes``).
+PANEL = 16
+
+
+def _panels(weight: torch.Tensor) -> torch.Tensor:
+    """``[k, n]`` -> ``[n / PANEL, k, PANEL]``: each block of PANEL columns, row after row."""
+    k, n = weight.shape
+    return weight.reshape(k, n // PANEL, PANEL).permute(1, 0, 2).contiguous()
+
+
+def _mm_panels(self: torch.Tensor, panels: torch.Tensor) -> torch.Tensor:
+    """Eagerly, torch's mm of the weight the panels hold."""
+    return torch.mm(self, panels.permute(1, 0, 2).reshape(panels.shape[1], -1))
 
 
 def _bmm(self: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
@@ -60,6 +82,10 @@ def _expand_copy(self: torch.Tensor, size: list[int]) -> torch.Tensor:
     return self.expand(size).clone()
 
 
+def _add(self: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    return torch.add(self, other)
+
+
 def _softmax(self: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
     return torch.ops.aten._softmax(self, dim, half_to_float)
 
@@ -72,9 +98,12 @@ def _quantize(
 
 for _name, _reference in (
     ("mm", _mm),
+    ("panels", _panels),
+    ("mm_panels", _mm_panels),
     ("bmm", _bmm),
     ("permute_copy", _permute_copy),
     ("expand_copy", _expand_copy),
+    ("add", _add),
     ("_softmax", _softmax),
     ("quantize_per_tensor", _quantize),
 ):
@@ -109,6 +138,8 @@ def _speed_target(node: torch.fx.Node):
         return exir_ops.edge.qco_host.permute_copy.default
     if node.target == exir_ops.edge.aten.expand_copy.default:
         return exir_ops.edge.qco_host.expand_copy.default
+    if node.target == exir_ops.edge.aten.add.Tensor and node.kwargs.get("alpha", 1) == 1:
+        return exir_ops.edge.qco_host.add.default if all(_float32(a) for a in (*node.args, node)) else None
     if node.target == exir_ops.edge.aten._softmax.default and _float32(node.args[0]) and not node.args[2]:
         return exir_ops.edge.qco_host._softmax.default if node.args[0].meta["val"].dim() > 0 else None
     if node.target == exir_ops.edge.quantized_decomposed.quantize_per_tensor.default:
@@ -167,6 +198,42 @@ class LayoutOnCodes(ExportedProgramPassBase):
         return ExportedProgramPassResult(exported_program, changed)
 
 
+def _constant(exported: ExportedProgram, node: object) -> bool:
+    """A placeholder holding one of the program's constants (a parameter, buffer or lifted tensor)."""
+    from torch._export.utils import is_buffer, is_lifted_tensor_constant, is_param
+
+    return (
+        isinstance(node, torch.fx.Node)
+        and node.op == "placeholder"
+        and any(test(exported, node) for test in (is_param, is_buffer, is_lifted_tensor_constant))
+    )
+
+
+def _weights_as_panels(exported: ExportedProgram) -> ExportedProgram:
+    """Each speed ``mm`` of a constant ``[k, n]`` (n a multiple of PANEL: a folded weight) ->
+    ``mm_panels`` of that constant laid out as panels, the layout computed now (constant
+    propagation), once: the same sums, each tile's weights read from one contiguous block."""
+    graph = exported.graph
+    products = [
+        node
+        for node in graph.nodes
+        if node.target == exir_ops.edge.qco_host.mm.default
+        and _constant(exported, node.args[1])
+        and node.args[1].meta["val"].shape[1] % PANEL == 0
+    ]
+    for node in products:
+        with graph.inserting_before(node):
+            panels = graph.call_function(exir_ops.edge.qco_host.panels.default, (node.args[1],))
+        panels.meta["val"] = _panels(node.args[1].meta["val"])
+        node.target = exir_ops.edge.qco_host.mm_panels.default
+        node.args = (node.args[0], panels)
+    if not products:
+        return exported
+    exported.graph_module.recompile()
+    others = {n.target for n in graph.nodes if n.op == "call_function"} - {exir_ops.edge.qco_host.panels.default}
+    return constant_prop_pass(exported, custom_skip_targets=others)
+
+
 class UseHostSpeedKernels(ExportedProgramPassBase):
     """Retarget every float32 ``mm``, ``bmm`` and ``_softmax``, every ``permute_copy`` and every
     16-bit-range ``quantize_per_tensor`` of float32 to the ``qco_host`` op of the same arguments (for
@@ -178,7 +245,7 @@ class UseHostSpeedKernels(ExportedProgramPassBase):
             target = _speed_target(node)
             if target is not None:
                 node.target = target
-                node.kwargs = {}  # expand_copy's implicit: how the expansion was asked for, not what it computes
+                node.kwargs = {}  # expand_copy's implicit (how it was asked for), add's alpha (1)
                 changed = True
         exported_program.graph_module.recompile()
-        return ExportedProgramPassResult(exported_program, changed)
+        return ExportedProgramPassResult(_weights_as_panels(exported_program), changed)

@@ -44,20 +44,32 @@ bool check(KernelRuntimeContext& ctx, bool ok, const char* what) {
   return ok;
 }
 
-// Rows x (Vecs * kLanes) outputs at c: row r of a (k values) times those columns of b (row stride n).
+// Where b's values are: element (l, j) at b[l * row + (j / kLanes) * panel + j % kLanes]. A
+// row-major [k, n] b has row n and panel kLanes; panels ([n / kLanes, k, kLanes], a weight laid out
+// once when lowered: qco_host::mm_panels) row kLanes and panel k * kLanes, so that a tile reads
+// each of its vectors' k rows from one contiguous block instead of k rows n apart.
+struct Layout {
+  int64_t row, panel;
+};
+
+// b from column j on (j a multiple of kLanes).
+const float* columns_from(const float* b, int64_t j, Layout layout) { return b + j / kLanes * layout.panel; }
+
+// Rows x (Vecs * kLanes) outputs at c (row stride n): row r of a (k values) times those columns of b.
 template <int64_t Rows, int64_t Vecs>
-void mm_tile(const float* a, const float* b, float* c, int64_t k, int64_t n) {
+void mm_tile(const float* a, const float* b, float* c, int64_t k, int64_t n, Layout layout) {
   Vec acc[Rows][Vecs] = {};
   for (int64_t l = 0; l < k; ++l) {
     Vec w[Vecs];
-    __builtin_memcpy(&w, b + l * n, sizeof(w));
+    for (int64_t v = 0; v < Vecs; ++v) __builtin_memcpy(&w[v], b + l * layout.row + v * layout.panel, sizeof(Vec));
     for (int64_t r = 0; r < Rows; ++r)
       for (int64_t v = 0; v < Vecs; ++v) acc[r][v] = acc[r][v] + a[r * k + l] * w[v];
   }
   for (int64_t r = 0; r < Rows; ++r) __builtin_memcpy(c + r * n, &acc[r], sizeof(acc[r]));
 }
 
-// The same sums, one output at a time: the columns past the last whole vector.
+// The same sums, one output at a time: the columns past the last whole vector (row-major b only:
+// panels hold whole vectors).
 void mm_edge(const float* a, const float* b, float* c, int64_t k, int64_t n, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < cols; ++j) {
@@ -69,33 +81,45 @@ void mm_edge(const float* a, const float* b, float* c, int64_t k, int64_t n, int
 
 // `rows` (< kRows) rows of the n columns: kWide vectors at a time, then one, then the edge.
 template <int64_t Rows>
-void mm_few_rows(const float* a, const float* b, float* c, int64_t k, int64_t n) {
+void mm_few_rows(const float* a, const float* b, float* c, int64_t k, int64_t n, Layout layout) {
   int64_t j = 0;
-  for (; j + kWide * kLanes <= n; j += kWide * kLanes) mm_tile<Rows, kWide>(a, b + j, c + j, k, n);
-  for (; j + kLanes <= n; j += kLanes) mm_tile<Rows, 1>(a, b + j, c + j, k, n);
+  for (; j + kWide * kLanes <= n; j += kWide * kLanes)
+    mm_tile<Rows, kWide>(a, columns_from(b, j, layout), c + j, k, n, layout);
+  for (; j + kLanes <= n; j += kLanes) mm_tile<Rows, 1>(a, columns_from(b, j, layout), c + j, k, n, layout);
   mm_edge(a, b + j, c + j, k, n, Rows, n - j);
 }
 
 // c = a @ b, [m, k] @ [k, n]: blocks of kRows rows one vector wide (b's column block reused
 // from cache by every block of rows), then the last rows.
-void mm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
+void mm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n, Layout layout) {
   const int64_t whole = m - m % kRows;
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
-    for (int64_t i = 0; i < whole; i += kRows) mm_tile<kRows, 1>(a + i * k, b + j, c + i * n + j, k, n);
+    for (int64_t i = 0; i < whole; i += kRows)
+      mm_tile<kRows, 1>(a + i * k, columns_from(b, j, layout), c + i * n + j, k, n, layout);
   mm_edge(a, b + j, c + j, k, n, whole, n - j);
   a += whole * k;
   c += whole * n;
   switch (m - whole) {
     case 0: return;
-    case 1: return mm_few_rows<1>(a, b, c, k, n);
-    case 2: return mm_few_rows<2>(a, b, c, k, n);
-    case 3: return mm_few_rows<3>(a, b, c, k, n);
-    case 4: return mm_few_rows<4>(a, b, c, k, n);
-    case 5: return mm_few_rows<5>(a, b, c, k, n);
-    case 6: return mm_few_rows<6>(a, b, c, k, n);
-    default: return mm_few_rows<7>(a, b, c, k, n);
+    case 1: return mm_few_rows<1>(a, b, c, k, n, layout);
+    case 2: return mm_few_rows<2>(a, b, c, k, n, layout);
+    case 3: return mm_few_rows<3>(a, b, c, k, n, layout);
+    case 4: return mm_few_rows<4>(a, b, c, k, n, layout);
+    case 5: return mm_few_rows<5>(a, b, c, k, n, layout);
+    case 6: return mm_few_rows<6>(a, b, c, k, n, layout);
+    default: return mm_few_rows<7>(a, b, c, k, n, layout);
   }
+}
+
+// out resized to [m, n], or [batch, m, n] when batch is not 0.
+bool resize_product(KernelRuntimeContext& ctx, Tensor& out, int64_t batch, int64_t m, int64_t n) {
+  executorch::aten::SizesType sizes[3] = {static_cast<executorch::aten::SizesType>(batch),
+                                          static_cast<executorch::aten::SizesType>(m),
+                                          static_cast<executorch::aten::SizesType>(n)};
+  const size_t rank = batch ? 3 : 2;
+  return check(ctx, executorch::runtime::resize_tensor(out, {sizes + (3 - rank), rank}) == Error::Ok,
+               "qco_host: cannot resize the output to the product's shape");
 }
 
 // [m, k] @ [k, n] (rank 2, mm) or [batch, m, k] @ [batch, k, n] (rank 3, bmm), float32, on the
@@ -112,16 +136,25 @@ void matmul_out(KernelRuntimeContext& ctx, const Tensor& self, const Tensor& mat
     return;
   const int64_t batch = rank == 2 ? 1 : self.size(0);
   const int64_t m = self.size(d), k = self.size(d + 1), n = mat2.size(d + 1);
-  executorch::aten::SizesType sizes[3] = {static_cast<executorch::aten::SizesType>(batch),
-                                          static_cast<executorch::aten::SizesType>(m),
-                                          static_cast<executorch::aten::SizesType>(n)};
-  if (!check(ctx, executorch::runtime::resize_tensor(out, {sizes + (3 - rank), static_cast<size_t>(rank)}) == Error::Ok,
-             "qco_host: cannot resize the output to the product's shape"))
-    return;
+  if (!resize_product(ctx, out, rank == 2 ? 0 : batch, m, n)) return;
   const float* a = self.const_data_ptr<float>();
   const float* b = mat2.const_data_ptr<float>();
   float* c = out.mutable_data_ptr<float>();
-  for (int64_t i = 0; i < batch; ++i) mm(a + i * m * k, b + i * k * n, c + i * m * n, m, k, n);
+  for (int64_t i = 0; i < batch; ++i) mm(a + i * m * k, b + i * k * n, c + i * m * n, m, k, n, {n, kLanes});
+}
+
+// [m, k] @ a weight laid out as panels [n / kLanes, k, kLanes] (qco_host::panels): mm's sums.
+void mm_panels_out(KernelRuntimeContext& ctx, const Tensor& self, const Tensor& panels, Tensor& out) {
+  if (!check(ctx,
+             self.scalar_type() == ScalarType::Float && panels.scalar_type() == ScalarType::Float &&
+                 out.scalar_type() == ScalarType::Float && self.dim() == 2 && panels.dim() == 3 &&
+                 panels.size(2) == kLanes && self.size(1) == panels.size(1),
+             "qco_host::mm_panels.out: float32 [m, k] @ panels [n / 16, k, 16] only"))
+    return;
+  const int64_t m = self.size(0), k = self.size(1), n = panels.size(0) * kLanes;
+  if (!resize_product(ctx, out, 0, m, n)) return;
+  mm(self.const_data_ptr<float>(), panels.const_data_ptr<float>(), out.mutable_data_ptr<float>(), m, k, n,
+     {kLanes, k * kLanes});
 }
 
 constexpr int64_t kMaxRank = 16;
@@ -194,6 +227,61 @@ void expand_copy_out(KernelRuntimeContext& ctx, const Tensor& self, executorch::
              "qco_host::expand_copy.out: cannot resize the output to the expanded shape"))
     return;
   strided_copy(self, out, strides);
+}
+
+// out = self + other, float32, broadcast to their common shape (ExecuTorch's add with alpha 1:
+// each sum rounded once, the same bits), the last dimension in one loop per pair of rows, which
+// vectorizes where neither repeats along it.
+void add_out(KernelRuntimeContext& ctx, const Tensor& self, const Tensor& other, Tensor& out) {
+  const int64_t rank = std::max<int64_t>(self.dim(), other.dim());
+  bool ok = self.scalar_type() == ScalarType::Float && other.scalar_type() == ScalarType::Float &&
+            out.scalar_type() == ScalarType::Float && rank <= kMaxRank;
+  executorch::aten::SizesType sizes[kMaxRank];
+  int64_t strides[2][kMaxRank];  // in each input's elements, 0 where it repeats
+  for (int64_t d = 0; ok && d < rank; ++d) {
+    int64_t size = 1;
+    for (const Tensor* input : {&self, &other}) {
+      const int64_t e = d - (rank - input->dim());
+      const int64_t own = e < 0 ? 1 : input->size(e);
+      ok = ok && (own == 1 || size == 1 || own == size);
+      size = own == 1 ? size : own;
+    }
+    sizes[d] = static_cast<executorch::aten::SizesType>(size);
+    for (int64_t i = 0; i < 2; ++i) {
+      const Tensor& input = i == 0 ? self : other;
+      const int64_t e = d - (rank - input.dim());
+      strides[i][d] = e < 0 || input.size(e) != size ? 0 : stride_of(input, e);
+    }
+  }
+  if (!check(ctx, ok, "qco_host::add.out: float32 tensors of shapes that broadcast together only")) return;
+  if (!check(ctx, executorch::runtime::resize_tensor(out, {sizes, static_cast<size_t>(rank)}) == Error::Ok,
+             "qco_host::add.out: cannot resize the output to the broadcast shape"))
+    return;
+  const float* a = self.const_data_ptr<float>();
+  const float* b = other.const_data_ptr<float>();
+  float* c = out.mutable_data_ptr<float>();
+  const int64_t width = rank == 0 ? 1 : sizes[rank - 1], outer = rank - 1;
+  const int64_t step_a = rank == 0 ? 0 : strides[0][rank - 1], step_b = rank == 0 ? 0 : strides[1][rank - 1];
+  int64_t index[kMaxRank] = {};
+  int64_t offset_a = 0, offset_b = 0;
+  for (int64_t done = 0, total = out.numel(); done < total; done += width) {
+    const float* x = a + offset_a;
+    const float* y = b + offset_b;
+    float* z = c + done;
+    if (step_a == 1 && step_b == 1) {
+      for (int64_t j = 0; j < width; ++j) z[j] = x[j] + y[j];
+    } else {
+      for (int64_t j = 0; j < width; ++j) z[j] = x[j * step_a] + y[j * step_b];
+    }
+    for (int64_t d = outer - 1; d >= 0; --d) {  // the next row, last dimension fastest
+      offset_a += strides[0][d];
+      offset_b += strides[1][d];
+      if (++index[d] < sizes[d]) break;
+      offset_a -= strides[0][d] * sizes[d];
+      offset_b -= strides[1][d] * sizes[d];
+      index[d] = 0;
+    }
+  }
 }
 
 // ExecuTorch's quantize_val: zero_point + nearbyint(value * (1.0f / float(scale))) in float,
@@ -283,6 +371,11 @@ void mm_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
              "qco_host::mm.out: float32 [m, k] @ [k, n] only");
 }
 
+void mm_panels_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
+  if (!check(ctx, stack.size() >= 3, "qco_host::mm_panels.out: too few arguments")) return;
+  mm_panels_out(ctx, stack[0]->toTensor(), stack[1]->toTensor(), stack[2]->toTensor());
+}
+
 void bmm_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
   if (!check(ctx, stack.size() >= 3, "qco_host::bmm.out: too few arguments")) return;
   matmul_out(ctx, stack[0]->toTensor(), stack[1]->toTensor(), stack[2]->toTensor(), 3,
@@ -299,6 +392,11 @@ void expand_copy_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
   expand_copy_out(ctx, stack[0]->toTensor(), stack[1]->toIntList(), stack[2]->toTensor());
 }
 
+void add_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
+  if (!check(ctx, stack.size() >= 3, "qco_host::add.out: too few arguments")) return;
+  add_out(ctx, stack[0]->toTensor(), stack[1]->toTensor(), stack[2]->toTensor());
+}
+
 void quantize_per_tensor_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
   if (!check(ctx, stack.size() >= 7, "qco_host::quantize_per_tensor.out: too few arguments")) return;
   quantize_per_tensor_out(ctx, stack[0]->toTensor(), stack[1]->toDouble(), stack[2]->toInt(), stack[3]->toInt(),
@@ -312,19 +410,21 @@ void softmax_out_boxed(KernelRuntimeContext& ctx, Span<EValue*> stack) {
 
 const executorch::runtime::Kernel kKernels[] = {
     executorch::runtime::Kernel("qco_host::mm.out", mm_out_boxed),
+    executorch::runtime::Kernel("qco_host::mm_panels.out", mm_panels_out_boxed),
     executorch::runtime::Kernel("qco_host::bmm.out", bmm_out_boxed),
     executorch::runtime::Kernel("qco_host::permute_copy.out", permute_copy_out_boxed),
     executorch::runtime::Kernel("qco_host::expand_copy.out", expand_copy_out_boxed),
+    executorch::runtime::Kernel("qco_host::add.out", add_out_boxed),
     executorch::runtime::Kernel("qco_host::quantize_per_tensor.out", quantize_per_tensor_out_boxed),
     executorch::runtime::Kernel("qco_host::_softmax.out", softmax_out_boxed),
 };
 
-const auto kRegistered = executorch::runtime::register_kernels({kKernels, 6});
+const auto kRegistered = executorch::runtime::register_kernels({kKernels, 8});
 
 }  // namespace
 
 // The kernels this library registers, readable from the file without loading it (as the
 // package libraries list theirs): registering a name twice aborts the interpreter.
 extern "C" __attribute__((used, visibility("default"))) const char qco_host_kernel_list[] =
-    "qco-kernel-list:qco_host::mm.out;qco_host::bmm.out;qco_host::permute_copy.out;qco_host::expand_copy.out;"
+    "qco-kernel-list:qco_host::mm.out;qco_host::mm_panels.out;qco_host::bmm.out;qco_host::permute_copy.out;qco_host::expand_copy.out;qco_host::add.out;"
     "qco_host::quantize_per_tensor.out;qco_host::_softmax.out;";
