@@ -43,6 +43,17 @@ class Products(torch.nn.Module):
         return tuple(torch.mm(x, w) if x.dim() == 2 else torch.bmm(x, w) for x, w in products)
 
 
+class Weighted(torch.nn.Module):
+    """Inputs times constant weights (a folded program's products): mm of a constant, as panels."""
+
+    def __init__(self, weights: list[torch.Tensor]) -> None:
+        super().__init__()
+        self.weights = torch.nn.ParameterList(weights)
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.mm(x, w) for x, w in zip(inputs, self.weights))
+
+
 class Permutes(torch.nn.Module):
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return tuple(x.permute(dims) + 0 for x, (_, dims, _) in zip(inputs, PERMUTES))  # + 0: permute_copy
@@ -138,6 +149,19 @@ def test_mm_and_bmm_sum_in_order_without_fma():
     assert not {"aten::mm.out", "aten::bmm.out"} & program_operators(pte)
     outputs = HostRunner().run(pte, [inputs])[0]
     for (x, w), out in zip(pairs, outputs):
+        assert torch.equal(out, sequential_mm(x, w)), f"{tuple(x.shape)} @ {tuple(w.shape)}"
+
+
+def test_products_of_constant_weights_read_panels_and_sum_in_order():
+    """A prefill's rows (whole tiles), a decode step's one row, rows short of a tile; a weight of
+    columns that are not whole panels stays a plain mm."""
+    shapes = [(32, 128, 768), (1, 128, 64), (13, 40, 32), (3, 16, 20)]
+    weights = [torch.randn(k, n) for _, k, n in shapes]
+    inputs = tuple(torch.randn(m, k) for m, k, _ in shapes)
+    pte = program(Weighted(weights), inputs, speed=True)
+    assert [op for op in ops(pte) if "mm" in op] == ["qco_host::mm_panels.out"] * 3 + ["qco_host::mm.out"]
+    outputs = HostRunner().run(pte, [inputs])[0]
+    for x, w, out in zip(inputs, weights, outputs):
         assert torch.equal(out, sequential_mm(x, w)), f"{tuple(x.shape)} @ {tuple(w.shape)}"
 
 
