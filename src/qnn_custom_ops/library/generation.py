@@ -6,11 +6,12 @@ device runner drives them (``runner_loop.RunnerLoop``).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,14 +187,15 @@ def quantize_llm(
     groups = [list(prompts[i : i + batch]) for i in range(0, len(prompts), batch)]
     groups[-1] += list(itertools.islice(itertools.cycle(prompts), batch - len(groups[-1])))  # filled by the first
     started = time.monotonic()
-    for index, group in enumerate(groups):
-        if programs.shape.cache == "runner":
-            _runner_calibration(programs.shape, prefill, decode, group[0], new_tokens)
-        else:
-            greedy_batch(programs.shape, prefill, decode, group, new_tokens)
-        if progress is not None:
-            left = time_left(time.monotonic() - started, index + 1, len(groups))
-            progress(f"calibration: prompt {index + 1} of {len(groups)} observed{left}")
+    with _weights_observed_once(prepared):
+        for index, group in enumerate(groups):
+            if programs.shape.cache == "runner":
+                _runner_calibration(programs.shape, prefill, decode, group[0], new_tokens)
+            else:
+                greedy_batch(programs.shape, prefill, decode, group, new_tokens)
+            if progress is not None:
+                left = time_left(time.monotonic() - started, index + 1, len(groups))
+                progress(f"calibration: prompt {index + 1} of {len(groups)} observed{left}")
     if progress is not None:
         progress(f"calibration: prefill observed on {prefill.calls} calls, decode on {decode.calls}")
     if programs.shape.cache == "runner":
@@ -299,6 +301,31 @@ def _same(a: object, b: object) -> bool:
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
     return a == b
+
+
+@contextlib.contextmanager
+def _weights_observed_once(modules: Sequence[torch.fx.GraphModule]) -> Iterator[None]:
+    """Each observer of a constant (a weight) observes it now, and passes values on unobserved
+    within the block: a weight is the same on every calibration call, and its min and max,
+    taken again per call, were a quarter of calibration's time."""
+    observed = []
+    for module in modules:
+        for node in module.graph.nodes:
+            source = node.args[0] if node.op == "call_module" and len(node.args) == 1 else None
+            if isinstance(source, torch.fx.Node) and source.op == "get_attr":
+                observer = module.get_submodule(str(node.target))
+                observer(getattr(*_attribute(module, str(source.target))))
+                observer.forward = _passed_on
+                observed.append(observer)
+    try:
+        yield
+    finally:
+        for observer in observed:
+            del observer.forward  # the class's own again, for convert_pt2e
+
+
+def _passed_on(value: torch.Tensor) -> torch.Tensor:
+    return value
 
 
 def _llm_quantizer(quant_dtype: str) -> Any:
