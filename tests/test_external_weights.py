@@ -44,47 +44,49 @@ def _bytes_of(tensor: torch.Tensor) -> bytes:
     return tensor.detach().contiguous().numpy().tobytes()
 
 
-def test_a_tied_embedding_is_stored_once_and_the_program_runs_as_the_single_pte_does(tmp_path):
+def test_each_weight_is_stored_once_and_each_method_reads_its_own(tmp_path):
+    """Two tied models as two methods: their projections are equal (stored once for both), their
+    embeddings differ under one name, ``embed.weight`` -- the data file keeps one value a name,
+    and each method must read its own."""
+    first, second = TiedLm().eval(), TiedLm().eval()
+    with torch.no_grad():
+        second.embed.weight.mul_(-2.0)
+    lowered = _lower({"prefill": first, "decode": second}, external_weights=True)
+    pte, ptd = _write(lowered, tmp_path)
+    files = pte.read_bytes() + ptd.read_bytes()
+    for weight in (first.embed.weight, second.embed.weight, first.proj.weight):
+        assert files.count(_bytes_of(weight)) == 1 and _bytes_of(weight) not in pte.read_bytes()
+    # written from the weights' own memory: the delegated projection is not copied into bytes
+    pieces = lowered.manager._tensor_data["weights"]._buffers
+    assert first.proj.weight.data_ptr() in {p._tensor.data_ptr() for p in pieces if isinstance(p, TensorBackedData)}
+    runner = HostRunner()
+    for method, model in (("prefill", first), ("decode", second)):
+        tokens = torch.randint(0, 64, (1, LENGTHS[method]))
+        (got,) = runner.run(pte.read_bytes(), [(tokens,)], method, data=ptd)[0]
+        torch.testing.assert_close(got, model(tokens), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ProgramError, match=r"^program: its weights are in a data file \(\.ptd\) beside the \.pte"):
+        HostRunner().run(pte.read_bytes(), [(torch.zeros(1, 1, dtype=torch.long),)], "decode")
+    with pytest.raises(UsageError, match="is for target='host'"):
+        lower_methods({"forward": (first, (torch.zeros(1, 1, dtype=torch.long),))}, llm_binding(), "qnn",
+                      compile_spec=[], external_weights=True)
+
+
+@pytest.mark.slow
+def test_a_tied_embedding_twice_in_the_single_pte_is_once_beside_it_and_computes_the_same(tmp_path):
     model = TiedLm().eval()
     single = _lower({"prefill": model, "decode": model}, external_weights=False)
-    external = _lower({"prefill": model, "decode": model}, external_weights=True)
-    pte, ptd = _write(external, tmp_path)
-    files = pte.read_bytes() + ptd.read_bytes()
-    embedding, projection = _bytes_of(model.embed.weight), _bytes_of(model.proj.weight)
+    pte, ptd = _write(_lower({"prefill": model, "decode": model}, external_weights=True), tmp_path)
+    embedding = _bytes_of(model.embed.weight)
     assert single.buffer.count(embedding) == 2  # the gather's constant and lm_head's XNNPACK blob
-    assert files.count(embedding) == 1 and pte.read_bytes().count(embedding) == 0
-    assert files.count(projection) == 1
-    # written from the weights' own memory: the delegated projection is not copied into bytes
-    pieces = external.manager._tensor_data["weights"]._buffers
-    assert model.proj.weight.data_ptr() in {p._tensor.data_ptr() for p in pieces if isinstance(p, TensorBackedData)}
+    assert (pte.read_bytes() + ptd.read_bytes()).count(embedding) == 1
     runner = HostRunner()
     for method, length in LENGTHS.items():
         tokens = torch.randint(0, 64, (1, length))
         (got,) = runner.run(pte.read_bytes(), [(tokens,)], method, data=ptd)[0]
         (want,) = runner.run(single.buffer, [(tokens,)], method)[0]
         assert torch.equal(got, want), method
-        torch.testing.assert_close(got, model(tokens), rtol=1e-5, atol=1e-5)
-    with pytest.raises(ProgramError, match=r"^program: its weights are in a data file \(\.ptd\) beside the \.pte"):
-        HostRunner().run(pte.read_bytes(), [(torch.zeros(1, 1, dtype=torch.long),)], "decode")
     with pytest.raises(UsageError, match="keeps its weights in its .pte"):
         single.write_data_to(io.BytesIO())
-    with pytest.raises(UsageError, match="is for target='host'"):
-        lower_methods({"forward": (model, (torch.zeros(1, 1, dtype=torch.long),))}, llm_binding(), "qnn",
-                      compile_spec=[], external_weights=True)
-
-
-def test_methods_naming_different_constants_alike_each_read_their_own(tmp_path):
-    """The data file keeps one value a name; two methods holding different embeddings under one
-    name (``embed.weight``) must each read their own."""
-    first, second = TiedLm().eval(), TiedLm().eval()
-    with torch.no_grad():
-        second.embed.weight.mul_(-2.0)
-    pte, ptd = _write(_lower({"prefill": first, "decode": second}, external_weights=True), tmp_path)
-    runner = HostRunner()
-    for method, model in (("prefill", first), ("decode", second)):
-        tokens = torch.randint(0, 64, (1, LENGTHS[method]))
-        (got,) = runner.run(pte.read_bytes(), [(tokens,)], method, data=ptd)[0]
-        torch.testing.assert_close(got, model(tokens), rtol=1e-5, atol=1e-5)
 
 
 transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
