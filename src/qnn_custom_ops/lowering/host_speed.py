@@ -19,7 +19,6 @@ from __future__ import annotations
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
-from executorch.exir.passes.constant_prop_pass import constant_prop_pass
 from torch.export import ExportedProgram
 
 from ..torch_bridge.define import out_fake_of, out_kernel_of
@@ -30,8 +29,6 @@ NAMESPACE = "qco_host"
 _LIBRARY = torch.library.Library(NAMESPACE, "DEF")
 _LIBRARY.define("mm(Tensor self, Tensor mat2) -> Tensor")
 _LIBRARY.define("mm.out(Tensor self, Tensor mat2, *, Tensor(a!) out) -> Tensor(a!)")
-_LIBRARY.define("panels(Tensor weight) -> Tensor")
-_LIBRARY.define("panels.out(Tensor weight, *, Tensor(a!) out) -> Tensor(a!)")
 _LIBRARY.define("mm_panels(Tensor self, Tensor panels) -> Tensor")
 _LIBRARY.define("mm_panels.out(Tensor self, Tensor panels, *, Tensor(a!) out) -> Tensor(a!)")
 _LIBRARY.define("bmm(Tensor self, Tensor mat2) -> Tensor")
@@ -98,7 +95,6 @@ def _quantize(
 
 for _name, _reference in (
     ("mm", _mm),
-    ("panels", _panels),
     ("mm_panels", _mm_panels),
     ("bmm", _bmm),
     ("permute_copy", _permute_copy),
@@ -198,40 +194,50 @@ class LayoutOnCodes(ExportedProgramPassBase):
         return ExportedProgramPassResult(exported_program, changed)
 
 
-def _constant(exported: ExportedProgram, node: object) -> bool:
-    """A placeholder holding one of the program's constants (a parameter, buffer or lifted tensor)."""
-    from torch._export.utils import is_buffer, is_lifted_tensor_constant, is_param
+def _constant_entry(exported: ExportedProgram, node: torch.fx.Node) -> tuple[dict, str] | None:
+    """The table and key of the constant a placeholder reads (a parameter, buffer or lifted
+    tensor), or None."""
+    signature = exported.graph_signature
+    for names in (
+        signature.inputs_to_parameters,
+        signature.inputs_to_buffers,
+        signature.inputs_to_lifted_tensor_constants,
+    ):
+        if node.op == "placeholder" and node.name in names:
+            key = names[node.name]
+            return (exported.state_dict if key in exported.state_dict else exported.constants), key
+    return None
 
-    return (
-        isinstance(node, torch.fx.Node)
-        and node.op == "placeholder"
-        and any(test(exported, node) for test in (is_param, is_buffer, is_lifted_tensor_constant))
-    )
+
+def _panel_weight(exported: ExportedProgram, node: torch.fx.Node) -> tuple[dict, str] | None:
+    """Where the constant ``[k, n]`` float32 weight ``node`` reads is held, if every use of it is
+    a speed ``mm``'s weight and n is whole panels; else None."""
+    value = node.meta.get("val")
+    if not (isinstance(value, torch.Tensor) and value.dim() == 2 and value.dtype == torch.float32):
+        return None
+    if value.shape[1] % PANEL or not node.users:
+        return None
+    mm = exir_ops.edge.qco_host.mm.default
+    if any(user.target != mm or user.args[1] is not node or user.args[0] is node for user in node.users):
+        return None
+    return _constant_entry(exported, node)
 
 
-def _weights_as_panels(exported: ExportedProgram) -> ExportedProgram:
-    """Each speed ``mm`` of a constant ``[k, n]`` (n a multiple of PANEL: a folded weight) ->
-    ``mm_panels`` of that constant laid out as panels, the layout computed now (constant
-    propagation), once: the same sums, each tile's weights read from one contiguous block."""
-    graph = exported.graph
-    products = [
-        node
-        for node in graph.nodes
-        if node.target == exir_ops.edge.qco_host.mm.default
-        and _constant(exported, node.args[1])
-        and node.args[1].meta["val"].shape[1] % PANEL == 0
-    ]
-    for node in products:
-        with graph.inserting_before(node):
-            panels = graph.call_function(exir_ops.edge.qco_host.panels.default, (node.args[1],))
-        panels.meta["val"] = _panels(node.args[1].meta["val"])
-        node.target = exir_ops.edge.qco_host.mm_panels.default
-        node.args = (node.args[0], panels)
-    if not products:
-        return exported
-    exported.graph_module.recompile()
-    others = {n.target for n in graph.nodes if n.op == "call_function"} - {exir_ops.edge.qco_host.panels.default}
-    return constant_prop_pass(exported, custom_skip_targets=others)
+def _weights_as_panels(exported: ExportedProgram) -> None:
+    """Each constant weight ``[k, n]`` that only speed ``mm``s read -> the same values laid out as
+    panels, read by ``mm_panels``: the same sums, each tile's weights from one contiguous block.
+    Laid out now, once, in place: one weight at a time has a second copy."""
+    for node in exported.graph.nodes:
+        entry = _panel_weight(exported, node)
+        if entry is None:
+            continue
+        table, key = entry
+        old = table[key]
+        panels = _panels(old.detach())
+        table[key] = torch.nn.Parameter(panels, requires_grad=False) if isinstance(old, torch.nn.Parameter) else panels
+        node.meta["val"] = _panels(node.meta["val"])
+        for user in node.users:
+            user.target = exir_ops.edge.qco_host.mm_panels.default
 
 
 class UseHostSpeedKernels(ExportedProgramPassBase):
@@ -247,5 +253,6 @@ class UseHostSpeedKernels(ExportedProgramPassBase):
                 node.target = target
                 node.kwargs = {}  # expand_copy's implicit (how it was asked for), add's alpha (1)
                 changed = True
+        _weights_as_panels(exported_program)
         exported_program.graph_module.recompile()
-        return ExportedProgramPassResult(_weights_as_panels(exported_program), changed)
+        return ExportedProgramPassResult(exported_program, changed)

@@ -143,7 +143,7 @@ void matmul_out(KernelRuntimeContext& ctx, const Tensor& self, const Tensor& mat
   for (int64_t i = 0; i < batch; ++i) mm(a + i * m * k, b + i * k * n, c + i * m * n, m, k, n, {n, kLanes});
 }
 
-// [m, k] @ a weight laid out as panels [n / kLanes, k, kLanes] (qco_host::panels): mm's sums.
+// [m, k] @ a weight laid out as panels [n / kLanes, k, kLanes] (lowering/host_speed.py): mm's sums.
 void mm_panels_out(KernelRuntimeContext& ctx, const Tensor& self, const Tensor& panels, Tensor& out) {
   if (!check(ctx,
              self.scalar_type() == ScalarType::Float && panels.scalar_type() == ScalarType::Float &&
