@@ -20,19 +20,12 @@ from unittest import mock
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import qnn_custom_ops as qco  # noqa: E402
-from bench_llm_accuracy import CTX, PREFILL, loop_for  # noqa: E402
+from bench_llm_accuracy import CTX, PREFILL  # noqa: E402
 from tiny_trained_llm import load_trained  # noqa: E402
 
 
-def median_rates(measure, repeats: int) -> tuple[float, float]:
-    """The median (prefill, decode) tokens/s of ``repeats`` calls of ``measure``: one generation
-    is a few milliseconds, which a busy machine's scheduler can double."""
-    rates = [measure() for _ in range(repeats)]
-    return statistics.median(r[0] for r in rates), statistics.median(r[1] for r in rates)
-
-
-def timed_loop(loop, prompt: list[int], new_tokens: int, repeats: int) -> tuple[float, float]:
-    """(prefill tokens/s, decode tokens/s) of a generation, after one warm-up."""
+def generation_rates(loop, prompt: list[int], new_tokens: int):
+    """A call measuring one generation of ``loop``: (prefill tokens/s, decode tokens/s), after one warm-up."""
     loop.generate(prompt, 2)
 
     def once() -> tuple[float, float]:
@@ -41,11 +34,12 @@ def timed_loop(loop, prompt: list[int], new_tokens: int, repeats: int) -> tuple[
         loop.generate(prompt, new_tokens, on_token=lambda tokens: times.append(time.monotonic()))
         return len(prompt) / (times[0] - started), (len(times) - 1) / (times[-1] - times[0])
 
-    return median_rates(once, repeats)
+    return once
 
 
-def timed_hf(model, prompt: list[int], new_tokens: int, repeats: int) -> tuple[float, float]:
-    """HF eager: the prompt's forward alone, then ``generate`` of ``new_tokens`` less it."""
+def hf_rates(model, prompt: list[int], new_tokens: int):
+    """A call measuring HF eager: the prompt's forward alone, then ``generate`` of ``new_tokens``
+    less it; after one warm-up."""
     import torch
 
     ids = torch.tensor([prompt])
@@ -61,8 +55,64 @@ def timed_hf(model, prompt: list[int], new_tokens: int, repeats: int) -> tuple[f
         return len(prompt) / prefill, (new_tokens - 1) / max(total - prefill, 1e-9)
 
     with torch.no_grad():
-        model(ids)  # warm-up
-    return median_rates(once, repeats)
+        model(ids)
+    return once
+
+
+def interleaved_medians(measures: dict, repeats: int) -> dict[str, tuple[float, float]]:
+    """Each row's median (prefill, decode) tokens/s over ``repeats`` rounds, every round measuring
+    each row once in turn: a generation is a few milliseconds, which a shared machine's load can
+    double, and load that comes and goes then slows every row alike instead of the rows it meets."""
+    rates: dict[str, list[tuple[float, float]]] = {name: [] for name in measures}
+    for _ in range(repeats):
+        for name, measure in measures.items():
+            rates[name].append(measure())
+    return {
+        name: (statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows))
+        for name, rows in rates.items()
+    }
+
+
+def lowered(programs, modules) -> bytes:
+    """``modules`` (prefill, decode) lowered into one program for the host, as ``bench_llm_accuracy`` does."""
+    from qnn_custom_ops.library import llm_binding
+    from qnn_custom_ops.library.checkpoint import METHODS
+    from qnn_custom_ops.lowering.program import lower_methods
+
+    inputs = (programs.prefill.example_inputs, programs.decode.example_inputs)
+    return lower_methods(dict(zip(METHODS, zip(modules, inputs))), llm_binding(), "host", plan_outputs=False).buffer
+
+
+def runner_loop(programs, pte: bytes, runner):
+    """The device runner's loop over the program's two methods, run by ``runner``."""
+    from qnn_custom_ops.library import RunnerLoop, host_step
+    from qnn_custom_ops.library.checkpoint import METHODS
+
+    return RunnerLoop(programs.shape, *(host_step(runner, pte, m) for m in METHODS))
+
+
+def prefill_call_times(loop, pte: bytes, prompt: list[int]) -> dict:
+    """Calls timing one prefill three ways: through the runner loop (``RunnerLoop.score``, the
+    prompt processor), its program call alone (``HostRunner.run``, the loop's step) and the
+    method alone (the runtime's ``execute``, no copies): what each layer adds, per program."""
+    from executorch.runtime import Runtime
+
+    inputs = loop.generate(prompt, 1, record=True).prefill_inputs[0]
+    method = Runtime.get().load_program(pte).load_method("prefill_forward")
+
+    def timed(call):
+        def once() -> float:
+            started = time.perf_counter()
+            call()
+            return time.perf_counter() - started
+
+        return once
+
+    return {
+        "runner loop": timed(lambda: loop.score(prompt)),
+        "HostRunner.run": timed(lambda: loop.steps[0](inputs)),
+        "program": timed(lambda: method.execute(list(inputs))),
+    }
 
 
 def without_speed_kernels():
@@ -82,11 +132,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quants", default="16a8w")
     parser.add_argument("--new-tokens", type=int, default=48)
-    parser.add_argument("--repeats", type=int, default=5, help="generations per row; the median is printed")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="rounds of one generation per row, in turn; each row's median is printed")
     parser.add_argument("--threads", type=int, default=0,
                         help="threads for torch and ExecuTorch's threadpool (0: as they start); 1 keeps a shared "
                              "machine's other load from stalling the threaded rows (HF, XNNPACK, torch's BLAS)")
     parser.add_argument("--before", action="store_true", help="also each quantization on ExecuTorch's kernels")
+    parser.add_argument("--calls", type=int, default=0,
+                        help="also time one prefill call this many interleaved rounds: through the runner loop, "
+                             "HostRunner.run and the program's method alone")
     args = parser.parse_args()
     with qco.quieted():
         from qnn_custom_ops.library import export_llm, llm_binding, package_dir, quantize_llm
@@ -101,27 +155,49 @@ def main() -> None:
 
         checkpoint, _, model, held, calibration = load_trained(PREFILL)
         prompt = held[:PREFILL].tolist()
-        hf = timed_hf(model, prompt, args.new_tokens, args.repeats)
         programs = export_llm(model, prefill_len=PREFILL, ctx_len=CTX, cache="runner")
         runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
-        rows = [("HF eager", hf)]
-        float_loop = loop_for(programs, (programs.prefill.module, programs.decode.module), runner)
-        rows.append(("float", timed_loop(float_loop, prompt, args.new_tokens, args.repeats)))
+        ptes = {"float": lowered(programs, (programs.prefill.module, programs.decode.module))}
         for quant in args.quants.split(","):
             modules = quantize_llm(programs, quant, calibration, 16)
-            rows.append((quant, timed_loop(loop_for(programs, modules, runner), prompt, args.new_tokens, args.repeats)))
+            ptes[quant] = lowered(programs, modules)
             if args.before:
                 with without_speed_kernels():
-                    loop = loop_for(programs, modules, runner)
-                rows.append((f"{quant} (ET kernels)", timed_loop(loop, prompt, args.new_tokens, args.repeats)))
+                    ptes[f"{quant} (ET kernels)"] = lowered(programs, modules)
+        loops = {name: runner_loop(programs, pte, runner) for name, pte in ptes.items()}
+        measures = {"HF eager": hf_rates(model, prompt, args.new_tokens)}
+        measures.update((name, generation_rates(loop, prompt, args.new_tokens)) for name, loop in loops.items())
+        rows = list(interleaved_medians(measures, args.repeats).items())
+        hf = rows[0][1]
         threads = args.threads or "default"
-        print(f"{checkpoint.name}, prompt {len(prompt)} tokens, {args.new_tokens} new, median of {args.repeats}, "
+        print(f"{checkpoint.name}, prompt {len(prompt)} tokens, {args.new_tokens} new, median of {args.repeats} "
+              "interleaved rounds, "
               f"threads {threads}")
         print(f"{'':<20}{'prefill tok/s':>14}{'x HF':>7}{'x float':>8}{'decode tok/s':>14}{'x HF':>7}{'x float':>8}")
         flt = rows[1][1]
         for name, (prefill, decode) in rows:
             print(f"{name:<20}{prefill:>14.1f}{prefill / hf[0]:>7.2f}{prefill / flt[0]:>8.2f}"
                   f"{decode:>14.1f}{decode / hf[1]:>7.2f}{decode / flt[1]:>8.2f}")
+        if args.calls:
+            print_call_times(loops, ptes, prompt, args.calls)
+
+
+def print_call_times(loops: dict, ptes: dict, prompt: list[int], rounds: int) -> None:
+    """One prefill call's median milliseconds, each way and each row's ratio to float's, over
+    ``rounds`` interleaved rounds (every call of every row once a round)."""
+    calls = {name: prefill_call_times(loop, ptes[name], prompt) for name, loop in loops.items()}
+    timers = {(name, way): once for name, ways in calls.items() for way, once in ways.items()}
+    times: dict = {key: [] for key in timers}
+    for _ in range(rounds):
+        for key, once in timers.items():
+            times[key].append(once())
+    medians = {key: 1000 * statistics.median(samples) for key, samples in times.items()}
+    ways = list(calls["float"])
+    print(f"one {len(prompt)}-token prefill call, median ms of {rounds} interleaved rounds (x float)")
+    print(f"{'':<20}" + "".join(f"{way:>24}" for way in ways))
+    for name in calls:
+        cells = (f"{medians[(name, w)]:.3f} ({medians[(name, w)] / medians[('float', w)]:.2f}x)" for w in ways)
+        print(f"{name:<20}" + "".join(f"{cell:>24}" for cell in cells))
 
 
 if __name__ == "__main__":
