@@ -15,7 +15,10 @@ to one lowering:
   being lowered is kept as a view of that weight (``TensorBackedData``), not as the bytes: the
   backend's own bytes are dropped at once, and the ``.pte`` is written from the weight.
 
-The ``.pte`` is byte for byte what ExecuTorch writes without them.
+The ``.pte`` is byte for byte what ExecuTorch writes without them. A program lowered with
+``external_weights=True`` writes its data file from the same views: the named data XNNPACK adds
+under a tag goes through the same ``add_named_data``, and ExecuTorch's merge of the emitter's
+constants with it (``serialize_for_executorch``) moves references, never bytes.
 """
 
 from __future__ import annotations
