@@ -181,13 +181,16 @@ def test_quantize_matches_executorch():
 def attention_rows() -> torch.Tensor:
     """Rows as a quantized attention's softmax sees them: scores plus a -255 mask on most
     columns; rows sweeping value - max across exp's underflow (-110 to 0, where glibc's expf goes
-    from denormals to 0); a row of -inf but one, a row with a NaN, a row of equal values."""
+    from denormals to 0); a row of -inf but one, a row with a NaN, a row of equal values, a row
+    starting with a NaN, a row whose max is zeros of both signs."""
     scores = torch.randn(4, 32, 128) * 3
     scores[..., :96] -= 255
     sweep = torch.linspace(-110, 0, 128 * 64).view(64, 128)
     sweep[:, 0] = 0.0  # each row's max: its values are value - max
-    special = torch.full((3, 128), float("-inf"))
+    special = torch.full((5, 128), float("-inf"))
     special[0, 5], special[1], special[1, 7], special[2] = 1.0, 0.5, float("nan"), 2.0
+    special[3], special[3, 0] = torch.randn(128), float("nan")
+    special[4], special[4, 3], special[4, 90] = -torch.rand(128) - 0.5, -0.0, 0.0
     return torch.cat([scores.view(-1, 128), sweep, special])
 
 

@@ -324,19 +324,61 @@ constexpr float kExpUnderflow = -104.0f;
 
 float exp_of(float x) { return x < kExpUnderflow ? 0.0f : std::exp(x); }
 
-// ExecuTorch's portable softmax of one row (`size` values `stride` apart): the max from the first
-// value on (std::max(value, max), NaN as it does), the sum of exp(value - max) in order from the
-// first, each output exp(value - max) / sum. Its kernel calls exp twice per value; the first
-// result is kept in `out` instead (the same function of the same argument: the same bits).
-void softmax_row(const float* in, float* out, int64_t size, int64_t stride) {
+typedef int32_t Lanes __attribute__((vector_size(kLanes * sizeof(int32_t))));
+
+// The largest of a contiguous row of at least kLanes values, kLanes at a time; false (and `max`
+// unset) if the row holds a NaN, whose place in the fold decides what ExecuTorch's max is.
+bool contiguous_max(const float* in, int64_t size, float& max) {
+  Vec best, v;
+  __builtin_memcpy(&best, in, sizeof(Vec));
+  Lanes nan = best != best;
+  int64_t i = kLanes;
+  for (; i + kLanes <= size; i += kLanes) {
+    __builtin_memcpy(&v, in + i, sizeof(Vec));
+    nan |= v != v;
+    best = v > best ? v : best;
+  }
+  max = best[0];
+  for (int64_t l = 1; l < kLanes; ++l) max = best[l] > max ? best[l] : max;
+  bool found_nan = false;
+  for (int64_t l = 0; l < kLanes; ++l) found_nan |= nan[l] != 0;
+  for (; i < size; ++i) {
+    found_nan |= in[i] != in[i];
+    max = in[i] > max ? in[i] : max;
+  }
+  return !found_nan;
+}
+
+// The max ExecuTorch's softmax subtracts: std::max(value, max) folded from the first value on.
+// Without a NaN that is the row's largest value, found kLanes at a time where the row is
+// contiguous (a zero's sign may differ, which no exp(value - max) tells apart).
+float row_max(const float* in, int64_t size, int64_t stride) {
   float max = in[0];
+  if (stride == 1 && size >= kLanes && contiguous_max(in, size, max)) return max;
+  max = in[0];
   for (int64_t i = 1; i < size; ++i) max = std::max(in[i * stride], max);
+  return max;
+}
+
+// ExecuTorch's portable softmax of one row (`size` values `stride` apart): the max (row_max),
+// the sum of exp(value - max) in order from the first, each output exp(value - max) / sum. Its
+// kernel calls exp twice per value; the first result is kept in `out` instead (the same function
+// of the same argument: the same bits). An exp of +0 is not added (sum + 0 is sum, NaN and
+// infinity included), and the divisions of a contiguous row go kLanes at a time (each rounded
+// once, as alone).
+void softmax_row(const float* in, float* out, int64_t size, int64_t stride) {
+  const float max = row_max(in, size, stride);
   float sum = 0.0f;
   for (int64_t i = 0; i < size; ++i) {
-    out[i * stride] = exp_of(in[i * stride] - max);
-    sum = sum + out[i * stride];
+    const float e = exp_of(in[i * stride] - max);
+    out[i * stride] = e;
+    if (e != 0.0f) sum = sum + e;
   }
-  for (int64_t i = 0; i < size; ++i) out[i * stride] = out[i * stride] / sum;
+  if (stride == 1) {
+    for (int64_t i = 0; i < size; ++i) out[i] = out[i] / sum;
+  } else {
+    for (int64_t i = 0; i < size; ++i) out[i * stride] = out[i * stride] / sum;
+  }
 }
 
 void softmax_out(KernelRuntimeContext& ctx, const Tensor& self, int64_t dim, bool half_to_float, Tensor& out) {
