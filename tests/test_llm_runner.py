@@ -5,7 +5,9 @@ from its source), and run on the host by ``RunnerLoop``, a loop written from tha
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import json
 import re
 import warnings
@@ -77,8 +79,11 @@ def export(checkpoint: Path, name: str, *options: str) -> Path:
     """``llm export`` of the checkpoint, once per run (read-only)."""
 
     def run(root: Path) -> None:
-        assert main(["llm", "export", str(checkpoint), "-o", str(root / "out"), "--prefill", str(PREFILL),
-                     "--ctx", str(CTX), "--progress", *options]) == 0
+        said = io.StringIO()
+        with contextlib.redirect_stderr(said):
+            assert main(["llm", "export", str(checkpoint), "-o", str(root / "out"), "--prefill", str(PREFILL),
+                         "--ctx", str(CTX), "--progress", *options]) == 0
+        (root / "progress.txt").write_text(said.getvalue())
 
     return shared_build(name, run) / "out"
 
@@ -132,6 +137,26 @@ def test_the_exported_program_follows_qnn_llama_runners_contract(checkpoint, flo
     weights = sum(p.numel() * 4 for p in transformers.AutoModelForCausalLM.from_pretrained(checkpoint).parameters())
     assert weights < len(pte) + len(ptd) < 1.25 * weights  # the two methods share one copy of every weight
     assert (float_export / "tokenizer" / "tokenizer.json").is_file()  # the runner's --tokenizer_path
+
+
+def progress_of(export_dir: Path) -> list[str]:
+    """The progress lines ``llm export --progress`` printed, without their times."""
+    lines = (export_dir.parent / "progress.txt").read_text().splitlines()
+    return [re.sub(r"^\[ *[\d.]+s\] ", "", line) for line in lines]
+
+
+@pytest.mark.slow
+def test_llm_export_says_how_far_calibration_and_float_lowering_are_with_the_time_left(float_export, quantized_export):
+    said = progress_of(float_export)
+    compiled = [line for line in said if line.startswith("lowering: ")]
+    assert re.fullmatch(r"lowering: 1 of (\d+) partitions compiled by XNNPACK, about \d+ s left", compiled[0]), said
+    total = compiled[0].split()[3]
+    assert compiled[-1] == f"lowering: {total} of {total} partitions compiled by XNNPACK", said
+    assert said.index(compiled[-1]) < [i for i, line in enumerate(said) if line.startswith("lowered in")][0]
+    calibration = [line for line in progress_of(quantized_export) if line.startswith("calibration: ")]
+    assert re.fullmatch(r"calibration: prompt 1 of 3 observed, about \d+ s left", calibration[0]), calibration
+    assert calibration[2:] == ["calibration: prompt 3 of 3 observed", calibration[-1]], calibration
+    assert re.fullmatch(r"calibration: prefill observed on \d+ calls, decode on \d+", calibration[-1]), calibration
 
 
 @pytest.mark.slow
