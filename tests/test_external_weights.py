@@ -145,6 +145,7 @@ def test_llm_export_stores_a_tied_embedding_once_and_llm_generate_runs_it(tmp_pa
     assert main(["llm", "export", str(checkpoint), "-o", str(old), "--prefill", "8", "--ctx", "64"]) == 0
     manifest = json.loads((old / "manifest.json").read_text())
     assert manifest.pop("program_data") is None and not (old / "model.ptd").exists()
+    assert (old / "model.pte").read_bytes().count(matrices["model.embed_tokens.weight"]) == 2  # as it was
     (old / "manifest.json").write_text(json.dumps(manifest))
     assert _generated(capsys, old, "The host runtime", 12) == text
 
