@@ -256,10 +256,80 @@ def ops(pte: bytes) -> list[str]:
     return [names[call.op_index] for call in calls if hasattr(call, "op_index")]
 
 
+class ScaledAdd(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.add(x, y, alpha=2)
+
+
 def test_only_what_the_speed_kernels_compute_the_same_is_moved():
-    """A 32-bit quantize (outside float's exact integers) and a float64 mm stay ExecuTorch's."""
+    """A 32-bit quantize (outside float's exact integers), a float64 mm and softmax, and an add
+    with alpha stay ExecuTorch's."""
     x = torch.randn(8, 8)
     wide = program(Quantizes([(-(2**31), 2**31 - 1, torch.int32, 0)]), (x,), speed=True)
     assert "quantized_decomposed::quantize_per_tensor.out" in program_operators(wide)
     doubles = (x.double(), x.double())
     assert "aten::mm.out" in program_operators(program(Products(), doubles, speed=True))
+    assert "aten::_softmax.out" in program_operators(program(Softmaxes(), doubles, speed=True))
+    assert "aten::add.out" in program_operators(program(ScaledAdd(), (x, x), speed=True))
+
+
+def method_ops(pte: bytes, method: str) -> list[str]:
+    """The operator calls of one method of the program, in order."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(pte)
+    (plan,) = [p for p in getattr(program, "program", program).execution_plan if p.name == method]
+    names = [f"{op.name}.{op.overload}" for op in plan.operators]
+    calls = [i.instr_args for chain in plan.chains for i in chain.instructions]
+    return [names[call.op_index] for call in calls if hasattr(call, "op_index")]
+
+
+#: The speed ops ExecuTorch's own kernels' bits are compared through in an LLM: products on
+#: ``qco_host::mm``/``bmm`` either way, since a process that imported ``executorch.kernels.quantized``
+#: (lowering does) may route ExecuTorch's ``mm`` to torch's BLAS, another order of sums.
+REFERENCE_SPEED_OPS = {"mm", "bmm", "permute_copy", "quantize_per_tensor"}
+
+
+def test_a_16a8w_llm_on_the_speed_kernels_computes_executorchs_logits():
+    """A grouped-query Qwen3 (random weights), 16a8w, through the device runner's loop, lowered
+    with the speed kernels and with ExecuTorch's softmax, add and expand_copy and plain products
+    (REFERENCE_SPEED_OPS): the prompt's logits are the same bits, and the speed program's prefill
+    runs every product of a weight as panels, every softmax, add and head repeat on the speed
+    kernels."""
+    from unittest import mock
+
+    import transformers
+
+    from qnn_custom_ops.library import RunnerLoop, export_llm, host_step, llm_binding, package_dir, quantize_llm
+    from qnn_custom_ops.library.checkpoint import METHODS
+    from qnn_custom_ops.lowering import host_speed
+    from qnn_custom_ops.lowering.program import lower_methods
+    from qnn_custom_ops.runtime.host_library import build_host_library
+
+    from .hf_models import COMMON
+
+    torch.manual_seed(0)
+    config = transformers.Qwen3Config(**{**COMMON, "initializer_range": 0.05}, head_dim=16, num_hidden_layers=1)
+    programs = export_llm(transformers.Qwen3ForCausalLM(config).eval(), prefill_len=16, ctx_len=48, cache="runner")
+    prompts = torch.randint(0, COMMON["vocab_size"], (3, 16)).tolist()
+    modules = quantize_llm(programs, "16a8w", prompts, 4)
+    methods = dict(zip(METHODS, zip(modules, (programs.prefill.example_inputs, programs.decode.example_inputs))))
+    speed = lower_methods(methods, llm_binding(), "host", plan_outputs=False).buffer
+    moved = host_speed._speed_target
+
+    def reference_target(node: torch.fx.Node):
+        target = moved(node)
+        return target if target is not None and target.__name__.split(".")[1] in REFERENCE_SPEED_OPS else None
+
+    with mock.patch.object(host_speed, "_speed_target", reference_target), \
+            mock.patch.object(host_speed, "_weights_as_panels", lambda exported: None):
+        reference = lower_methods(methods, llm_binding(), "host", plan_outputs=False).buffer
+    runner = HostRunner([build_host_library(package_dir(), llm_binding())])
+    ours, theirs = (RunnerLoop(programs.shape, *(host_step(runner, pte, m) for m in METHODS)).score(prompts[0])
+                    for pte in (speed, reference))
+    assert torch.equal(ours, theirs)
+    prefill, before = method_ops(speed, METHODS[0]), method_ops(reference, METHODS[0])
+    assert {"qco_host::mm_panels.out", "qco_host::_softmax.out", "qco_host::add.out",
+            "qco_host::expand_copy.out"} <= set(prefill)
+    assert not {"aten::_softmax.out", "aten::add.out", "aten::expand_copy.out", "qco_host::mm.out"} & set(prefill)
+    assert {"aten::_softmax.out", "aten::add.out", "aten::expand_copy.out", "qco_host::mm.out"} <= set(before)
