@@ -1,11 +1,14 @@
 """Host generation speed, side by side in one run: HF eager ``generate`` and our programs (float
 and each quantization) on ExecuTorch's host runtime, driven as the device runner drives them
-(``RunnerLoop``), on the tiny trained model of ``tiny_trained_llm.py``. Prints prefill and
-decode tokens per second and each ratio to HF eager and to float. ``--before`` adds each
-quantization lowered without the host speed kernels (``UseHostSpeedKernels`` left out: ExecuTorch's
-own ``mm`` and ``quantize_per_tensor``), timed in the same run.
+(``RunnerLoop``), on the tiny trained model of ``tiny_trained_llm.py``. Prints prefill (time to
+the first token) and decode tokens per second and each ratio to HF eager and to float, every row
+measured once a round in turn. ``--before`` adds each quantization lowered without the host speed
+kernels (``UseHostSpeedKernels`` left out: ExecuTorch's own kernels), timed in the same run.
+``--calls N`` adds one prefill call's milliseconds through the runner loop, ``HostRunner.run`` and
+the program's method alone, the steadier figures on a shared machine.
 
     .venv/bin/python benchmarks/bench_llm_speed.py [--quants 8a8w,16a8w,16a16w] [--new-tokens 48] [--before]
+        [--threads 1] [--repeats 21] [--calls 200]
 """
 
 from __future__ import annotations

@@ -4,14 +4,16 @@ A quantized program runs its standard ops on ExecuTorch's kernels between quanti
 dequantize nodes (XNNPACK would compute something else). Profiled (ETDump, perf) on a trained
 2-layer model's 32-token prefill, 16a8w: ``mm`` and ``bmm`` (one thread) and
 ``quantize_per_tensor`` (``std::nearbyint`` called per element) took 64% of the program, and
-``permute_copy`` (an index computed per element) 4%; then ``_softmax`` a third of what was left,
-most of it in glibc's ``expf`` underflow handler (a masked column's exp is 0) and the rest in
-calling ``expf`` twice per value. ``UseHostSpeedKernels`` moves them to ``qco_host::mm``, ``bmm``,
-``permute_copy``, ``_softmax`` and ``quantize_per_tensor``, whose kernels
-(``runtime/speed_kernels``) compute ExecuTorch's bits: each output summed over k in order, every
-product rounded, over register tiles; the same ``expf``, once per value and not below its
-underflow; the rounding in vector lanes; the same elements moved, a row at a time. The runtime
-loads them when a program names them.
+``permute_copy`` (an index computed per element) 4%; then, on the runner's inputs (masks hiding
+most columns), ``_softmax`` a third of what was left, mostly glibc's ``expf`` underflow handler
+(a masked column's exp is 0), and the attention mask's broadcast ``add`` and the grouped heads'
+``expand_copy`` (an index per element) 0.05 and 0.03 ms of 0.65. ``UseHostSpeedKernels`` moves
+them to ``qco_host`` ops of the same arguments, whose kernels (``runtime/speed_kernels``) compute
+ExecuTorch's bits: each product summed over k in order, every product rounded, over register
+tiles, a constant weight read as panels laid out once here (``mm_panels``); the same ``expf``,
+once per value and not below its underflow; a sum per element, a row at a time; the rounding in
+vector lanes; the same elements moved, a contiguous run at a time. The runtime loads them when a
+program names them.
 """
 
 from __future__ import annotations
@@ -241,9 +243,11 @@ def _weights_as_panels(exported: ExportedProgram) -> None:
 
 
 class UseHostSpeedKernels(ExportedProgramPassBase):
-    """Retarget every float32 ``mm``, ``bmm`` and ``_softmax``, every ``permute_copy`` and every
-    16-bit-range ``quantize_per_tensor`` of float32 to the ``qco_host`` op of the same arguments (for
-    the host's portable kernels only: on a program nothing delegates)."""
+    """Retarget every float32 ``mm``, ``bmm``, ``_softmax`` and ``add`` (alpha 1), every
+    ``permute_copy`` and ``expand_copy`` and every 16-bit-range ``quantize_per_tensor`` of float32
+    to the ``qco_host`` op of the same arguments, and each constant weight only ``mm`` reads to
+    panels for ``mm_panels`` (for the host's portable kernels only: on a program nothing
+    delegates)."""
 
     def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
         changed = False

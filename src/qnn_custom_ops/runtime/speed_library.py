@@ -1,5 +1,6 @@
-"""The host speed kernels (``speed_kernels/``): ``qco_host::mm.out``, ``bmm.out``, ``permute_copy.out``,
-``_softmax.out`` and ``quantize_per_tensor.out``, bit-identical to the ExecuTorch kernels they stand in for
+"""The host speed kernels (``speed_kernels/``): ``qco_host::mm.out``, ``mm_panels.out``, ``bmm.out``,
+``permute_copy.out``, ``expand_copy.out``, ``add.out``, ``_softmax.out`` and ``quantize_per_tensor.out``,
+bit-identical to the ExecuTorch kernels they stand in for
 in a quantized host program (``lowering.host_speed``), built once per machine and executorch
 version, loaded when a program names them."""
 

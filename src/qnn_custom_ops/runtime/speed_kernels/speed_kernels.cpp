@@ -1,15 +1,17 @@
-// Host speed kernels: qco_host::mm.out, bmm.out, permute_copy.out, _softmax.out and
-// quantize_per_tensor.out.
+// Host speed kernels: qco_host::mm.out, mm_panels.out, bmm.out, permute_copy.out,
+// expand_copy.out, add.out, _softmax.out and quantize_per_tensor.out.
 //
 // A quantized program runs its standard ops on ExecuTorch's kernels on the host (XNNPACK would
-// compute something else); its prefill spent most of its time in four of them: mm and bmm (one
+// compute something else); its prefill spent most of its time in a few of them: mm and bmm (one
 // thread, the whole output updated once per k), quantize_per_tensor (std::nearbyint called per
-// element) and softmax (expf twice per value, through glibc's underflow handler on every masked
-// column). These compute the same bits, faster: mm and bmm sum each output over k in order from
-// 0, every product rounded before it is added (as ExecuTorch's gemm_notrans_ does; built without
-// FMA contraction), over register tiles; softmax calls the same expf once per value, and not
-// where it returns 0; quantize rounds as ExecuTorch's quantize_val does, in vector lanes;
-// permute_copy moves the same elements, a row at a time.
+// element), softmax (expf twice per value, through glibc's underflow handler on every masked
+// column), add's broadcast path and permute_copy and expand_copy (an index computed per element).
+// These compute the same bits, faster: mm and bmm sum each output over k in order from 0, every
+// product rounded before it is added (as ExecuTorch's gemm_notrans_ does; built without FMA
+// contraction), over register tiles, a constant weight read as panels (mm_panels); softmax calls
+// the same expf once per value, and not where it returns 0; add rounds each sum once, a row at a
+// time; quantize rounds as ExecuTorch's quantize_val does, in vector lanes; permute_copy and
+// expand_copy move the same elements, a contiguous run at a time.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
