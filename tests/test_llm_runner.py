@@ -147,8 +147,13 @@ def progress_of(export_dir: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_llm_export_says_how_far_calibration_and_float_lowering_are_with_the_time_left(float_export, quantized_export):
+    for said in progress_of(float_export), progress_of(quantized_export):
+        stages = [re.sub(r"\d+\.\d", "N", line) for line in said if line.startswith("lowering: ") and " in " in line]
+        assert stages == ["lowering: prefill_forward and kv_forward exported in N s",
+                          "lowering: edge dialect, passes and delegation in N s; emitting the program",
+                          "lowering: program emitted in N s"], said
     said = progress_of(float_export)
-    compiled = [line for line in said if line.startswith("lowering: ")]
+    compiled = [line for line in said if "partitions compiled" in line]
     assert re.fullmatch(r"lowering: 1 of (\d+) partitions compiled by XNNPACK, about \d+ s left", compiled[0]), said
     total = compiled[0].split()[3]
     assert compiled[-1] == f"lowering: {total} of {total} partitions compiled by XNNPACK", said

@@ -338,7 +338,7 @@ def export_checkpoint(
     """``llm export``: the checkpoint's programs in the runner's layout, quantized on the
     calibration text (one prompt a line; a built-in text by default), lowered for ``target``,
     written to ``out_dir`` whole or not at all."""
-    from ..lowering.partition_progress import partitions_reported
+    from ..lowering.lowering_progress import partitions_reported
     from ..lowering.program import lower_methods
     from ..quantizer import QUANT_MODES
     from .llm import llm_binding
@@ -363,6 +363,7 @@ def export_checkpoint(
             codes_io=target == "qnn" and quant != "none",
             fold_weights=fold,
             external_weights=target == "host",
+            progress=progress,
         )
     progress(f"lowered in {time.monotonic() - started:.1f} s")
     data = lowered.write_data_to if lowered.has_data_file else None

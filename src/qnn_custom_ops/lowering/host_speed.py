@@ -120,10 +120,16 @@ _CODES = (torch.uint8, torch.int8, torch.int16, torch.int32)
 _CODE_RANGE = 1 << 16
 
 
+def _value(node: object) -> torch.Tensor | None:
+    """The (fake) tensor a graph node produces, or None."""
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return value if isinstance(value, torch.Tensor) else None
+
+
 def _float32(node: object) -> bool:
     """A graph node producing a float32 tensor."""
-    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return isinstance(value, torch.Tensor) and value.dtype == torch.float32
+    value = _value(node)
+    return value is not None and value.dtype == torch.float32
 
 
 def _speed_target(node: torch.fx.Node):
@@ -139,7 +145,8 @@ def _speed_target(node: torch.fx.Node):
     if node.target == exir_ops.edge.aten.add.Tensor and node.kwargs.get("alpha", 1) == 1:
         return exir_ops.edge.qco_host.add.default if all(_float32(a) for a in (*node.args, node)) else None
     if node.target == exir_ops.edge.aten._softmax.default and _float32(node.args[0]) and not node.args[2]:
-        return exir_ops.edge.qco_host._softmax.default if node.args[0].meta["val"].dim() > 0 else None
+        scores = _value(node.args[0])
+        return exir_ops.edge.qco_host._softmax.default if scores is not None and scores.dim() > 0 else None
     if node.target == exir_ops.edge.quantized_decomposed.quantize_per_tensor.default:
         source, _, _, low, high, dtype = node.args
         in_range = isinstance(low, int) and isinstance(high, int) and -_CODE_RANGE <= low <= high <= _CODE_RANGE

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -32,6 +32,7 @@ from .emulation import EmulatedOp, cast_int64_inputs, emulate_quantized
 from .external_weights import name_constants_apart, tag_weights_external, weights_tag
 from .folding import FoldQuantizedWeights
 from .host_speed import LayoutOnCodes, UseHostSpeedKernels
+from .lowering_progress import Stages
 from .op_builder import bound_visitors
 from .partitioner import QnnCustomOpPartitioner
 from .preflight import PreflightError, preflight
@@ -196,6 +197,7 @@ def lower_methods(
     codes_io: bool = False,
     fold_weights: bool = True,
     external_weights: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> LoweredProgram:
     """``lower`` for a program of several methods (``{name: (model, example_inputs)}``), with
     ``constant_methods`` (metadata a device runner reads, e.g. ``get_n_layers``). With
@@ -207,9 +209,12 @@ def lower_methods(
     every call -- the same results, slower, and a quarter of the float32 weights' memory (what a
     model whose float32 weights do not fit needs). ``external_weights=True`` (host): every weight
     goes to one data file beside the .pte (``write_data_to``), where equal bytes are stored once --
-    a tied embedding's gather and the delegated ``lm_head`` read the same bytes."""
+    a tied embedding's gather and the delegated ``lm_head`` read the same bytes. ``progress``
+    hears each stage as it ends."""
     _check_choices(target, emulate, compile_spec, codes_io, external_weights)
+    stages = Stages(progress)
     exported = {name: torch.export.export(m, tuple(inputs)) for name, (m, inputs) in methods.items()}
+    stages.ended(f"{' and '.join(exported)} exported")
     encodings = {name: output_encodings(program) for name, program in exported.items()}
     emulated: list[EmulatedOp] = []
     if target == "host":
@@ -239,7 +244,10 @@ def lower_methods(
         passes=[BuildQuantIo()] if codes_io else [],
         external_constants=weights_tag if external_weights else False,
     )
-    return LoweredProgram(edge.to_executorch(config), tuple(emulated), encodings)
+    stages.ended("edge dialect, passes and delegation", then="emitting the program")
+    manager = edge.to_executorch(config)
+    stages.ended("program emitted")
+    return LoweredProgram(manager, tuple(emulated), encodings)
 
 
 def lower(

@@ -1,6 +1,7 @@
-"""Progress of a host lowering, the longest step of a large model's export: XNNPACK compiles
-each delegated partition on its own (about a second each here, hundreds of them for a 3B
-model's two methods), so the partitions done are what the time left is told from."""
+"""Progress of a lowering, the longest step of a large model's export: each stage as it ends
+(``Stages``), and, on the host, each partition XNNPACK compiles on its own (about a second each
+here, hundreds of them for a 3B model's two methods): the partitions done are what the time
+left is told from."""
 
 from __future__ import annotations
 
@@ -12,6 +13,22 @@ from typing import Any
 from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
 
 from ..progress import time_left
+
+
+class Stages:
+    """Says ``lowering: <stage> in N s[; <next>]`` as each stage of a lowering ends (nothing
+    without ``say``)."""
+
+    def __init__(self, say: Callable[[str], None] | None) -> None:
+        self.say = say
+        self.started = time.monotonic()
+
+    def ended(self, stage: str, then: str = "") -> None:
+        now = time.monotonic()
+        if self.say is not None:
+            self.say(f"lowering: {stage} in {now - self.started:.1f} s" + (f"; {then}" if then else ""))
+        self.started = now
+
 
 #: Seconds between two progress lines (the first and last partition are always said).
 EVERY_SECONDS = 15.0
@@ -43,7 +60,9 @@ def partitions_reported(say: Callable[[str], None]) -> Iterator[None]:
     pace = _Pace(say)
     preprocess = XnnpackBackend.__dict__["preprocess"].__func__  # a staticmethod
     multimethod = XnnpackBackend.preprocess_multimethod.__func__
-    own = {name: XnnpackBackend.__dict__.get(name) for name in ("preprocess", "preprocess_multimethod")}  # None: inherited
+    own = {
+        name: XnnpackBackend.__dict__.get(name) for name in ("preprocess", "preprocess_multimethod")
+    }  # None: inherited
 
     def counted_multimethod(cls: type, programs: dict[str, list], compile_specs: dict[str, list]) -> Any:
         pace.total += sum(len(partitions) for partitions in programs.values())

@@ -10,7 +10,7 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
 from executorch.exir import to_edge_transform_and_lower
 
-from qnn_custom_ops.lowering.partition_progress import partitions_reported
+from qnn_custom_ops.lowering.lowering_progress import partitions_reported
 
 
 class Split(torch.nn.Module):
