@@ -69,7 +69,8 @@ def run_flow(tmp_path, mode: str) -> tuple[list[str], list[str]]:
 def test_quieted_drops_third_party_noise_keeps_our_warnings_and_restores_logging_and_warnings(tmp_path):
     (plain_out, loud), (quiet_out, quiet) = run_flow(tmp_path, "plain"), run_flow(tmp_path, "quieted")
     assert quiet_out == plain_out and plain_out[0] == "restored"
-    assert len([line for line in loud if THIRD_PARTY.search(line)]) >= 10
+    noise = [line for line in loud if THIRD_PARTY.search(line)]
+    assert len({THIRD_PARTY.search(line)[0] for line in noise}) >= 4, noise  # torchao, torch, executorch's kinds
     assert [line for line in quiet if THIRD_PARTY.search(line)] == []
     ours = [line for line in loud if re.search(r"OpDefWarning|the script's own warning|after the block", line)]
     assert len(ours) >= 4 and [line for line in quiet if line in ours] == ours
