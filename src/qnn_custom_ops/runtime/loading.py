@@ -7,10 +7,11 @@ missing kernel only as ``error 0x14`` at load time. Both are checked here first.
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..errors import ReportedError
 from ..generator.abi import KERNEL_LIST_MARKER
@@ -97,41 +98,55 @@ def load_quantized_kernels() -> None:
     load_host_library(path, declared_ops=[])
 
 
-def _program(pte: bytes) -> Any:
-    """The .pte's program, as executorch's schema reads it."""
-    from executorch.exir._serialize._program import deserialize_pte_binary
+@dataclass(frozen=True)
+class ProgramFacts:
+    """What the checks read of a .pte, taken from one parse: parsing it in Python takes a quarter
+    of a second for a small LLM's program, and loading one method asked five times."""
 
-    program = deserialize_pte_binary(pte)
-    return getattr(program, "program", program)
+    operators: frozenset[str]  # the kernels it calls outside its delegates (``ns::op.overload``)
+    backends: frozenset[str]  # the backends it is delegated to (``QnnBackend``, ...)
+    needs_data: bool  # it keeps tensors in a data file beside it (a ``.ptd``)
+    planned_bytes: dict[str, int]  # per method, the buffers its memory plan allocates
+
+
+@functools.lru_cache(maxsize=2)
+def program_facts(pte: bytes) -> ProgramFacts:
+    """The .pte's ``ProgramFacts``, as executorch's schema reads it (the last two programs' kept)."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+    from executorch.exir.schema import Tensor, TensorDataLocation
+
+    parsed = deserialize_pte_binary(pte)
+    plans = getattr(parsed, "program", parsed).execution_plan
+    return ProgramFacts(
+        operators=frozenset(
+            f"{op.name}.{op.overload}" if op.overload else op.name for p in plans for op in p.operators
+        ),
+        backends=frozenset(delegate.id for p in plans for delegate in p.delegates),
+        needs_data=any(
+            isinstance(value.val, Tensor)
+            and value.val.extra_tensor_info is not None
+            and value.val.extra_tensor_info.location == TensorDataLocation.EXTERNAL
+            for p in plans
+            for value in p.values
+        ),
+        planned_bytes={p.name: sum(p.non_const_buffer_sizes) for p in plans},
+    )
 
 
 def program_operators(pte: bytes) -> set[str]:
     """The kernels a .pte program calls outside its delegates (``ns::op.overload``)."""
-    program = _program(pte)
-    return {
-        f"{op.name}.{op.overload}" if op.overload else op.name
-        for plan in program.execution_plan
-        for op in plan.operators
-    }
+    return set(program_facts(pte).operators)
 
 
 def program_backends(pte: bytes) -> set[str]:
     """The backends a .pte program is delegated to (``QnnBackend``, ...)."""
-    return {delegate.id for plan in _program(pte).execution_plan for delegate in plan.delegates}
+    return set(program_facts(pte).backends)
 
 
 def program_needs_data(pte: bytes) -> bool:
     """Whether the .pte keeps tensors in a data file beside it (a ``.ptd``: ``lower_methods(...,
     external_weights=True)``), which the runtime must be given to load its methods."""
-    from executorch.exir.schema import Tensor, TensorDataLocation
-
-    return any(
-        isinstance(value.val, Tensor)
-        and value.val.extra_tensor_info is not None
-        and value.val.extra_tensor_info.location == TensorDataLocation.EXTERNAL
-        for plan in _program(pte).execution_plan
-        for value in plan.values
-    )
+    return program_facts(pte).needs_data
 
 
 def check_program_kernels(pte: bytes, where: str = "program") -> None:

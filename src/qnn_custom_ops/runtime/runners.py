@@ -33,6 +33,7 @@ from .loading import (
     load_host_library,
     load_quantized_kernels,
     program_backends,
+    program_facts,
     program_needs_data,
     program_operators,
     trace_kernels,
@@ -135,18 +136,15 @@ def _check_planned_memory(pte: bytes, where: str) -> None:
     """Refuse a program whose planned buffers exceed this machine's memory before the runtime
     allocates them: its loader does so first, and a damaged size (one flipped bit can turn a
     buffer count into garbage) had it touch 17 GB for half a minute before ``std::bad_alloc``."""
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
     try:
-        plans = deserialize_pte_binary(pte).program.execution_plan
+        planned_bytes = program_facts(pte).planned_bytes
     except Exception:  # damage of another kind: the runtime's verification names it better
         return
     machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for plan in plans:
-        planned = sum(plan.non_const_buffer_sizes)
+    for method, planned in planned_bytes.items():
         if planned > machine:
             raise ProgramError(
-                f"{where}: method {plan.name!r} plans {planned / 2**30:.3g} GiB of buffers, more than this "
+                f"{where}: method {method!r} plans {planned / 2**30:.3g} GiB of buffers, more than this "
                 f"machine's {machine / 2**30:.3g} GiB: the file is damaged, or it needs a bigger machine"
             )
 
