@@ -310,3 +310,16 @@ def test_bound_ops_never_get_executorchs_no_quant_config_message(capsys):
     samples = [(torch.randn(1, 3, 8, 8),)]
     pt2e_quantize(model, samples, qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3}))
     assert "No quant config is implemented" not in capsys.readouterr().out
+
+
+def test_a_method_loaded_before_a_timed_run_is_the_one_every_run_uses():
+    from executorch.exir import to_edge_transform_and_lower
+
+    model, x = torch.nn.Linear(4, 3).eval(), torch.randn(2, 4)
+    pte = to_edge_transform_and_lower(torch.export.export(model, (x,))).to_executorch().buffer
+    runner = HostRunner()
+    method = runner.load(pte)
+    assert runner.load(pte) is method
+    (out,) = runner.run(pte, [(x,)])[0]
+    torch.testing.assert_close(out, model(x).detach())
+    assert runner.load(pte) is method

@@ -227,10 +227,16 @@ class HostRunner:
                 data,
                 what="the program",
             )
+        loaded = self.load(pte, method, data)
+        return [self._execute(loaded, inputs) for inputs in inferences]
+
+    def load(self, pte: bytes, method: str = "forward", data: Path | None = None) -> Any:
+        """The program's method, checked and loaded once, then kept for every ``run`` (call it
+        first to leave the loading out of a timed run; an isolated runner loads in each child)."""
         loaded = self._loaded.get((pte, data, method))
         if loaded is None:
             loaded = self._loaded[(pte, data, method)] = self._load(pte, method, data)
-        return [self._execute(loaded, inputs) for inputs in inferences]
+        return loaded
 
     def _load(self, pte: bytes, method: str, data: Path | None) -> Any:
         """The program's method, after every check: a file the runtime cannot load, a kernel no
