@@ -344,7 +344,6 @@ def export_checkpoint(
     """``llm export``: the checkpoint's programs in the runner's layout, quantized on the
     calibration text (one prompt a line; a built-in text by default), lowered for ``target``,
     written to ``out_dir`` whole or not at all."""
-    from ..lowering.lowering_progress import partitions_reported
     from ..lowering.program import lower_methods
     from ..quantizer import QUANT_MODES
     from .llm import llm_binding
@@ -358,19 +357,18 @@ def export_checkpoint(
     delegated = target == "host" and quant == "none"  # a quantized host program runs on the portable kernels
     told = ", the time left told as XNNPACK compiles its partitions" if delegated else ""
     progress(f"lowering {' and '.join(METHODS)} for {target} (the longest step{told})")
-    with partitions_reported(progress):
-        lowered = lower_methods(
-            staged.methods,
-            llm_binding(),
-            target,
-            compile_spec=spec,
-            constant_methods=staged.metadata,
-            plan_outputs=False,
-            codes_io=target == "qnn" and quant != "none",
-            fold_weights=fold,
-            external_weights=target == "host",
-            progress=progress,
-        )
+    lowered = lower_methods(
+        staged.methods,
+        llm_binding(),
+        target,
+        compile_spec=spec,
+        constant_methods=staged.metadata,
+        plan_outputs=False,
+        codes_io=target == "qnn" and quant != "none",
+        fold_weights=fold,
+        external_weights=target == "host",
+        progress=progress,
+    )
     progress(f"lowered in {time.monotonic() - started:.1f} s")
     data = lowered.write_data_to if lowered.has_data_file else None
     manifest = replace(staged.manifest, program_data=PROGRAM_DATA if data is not None else None)

@@ -54,9 +54,13 @@ class _Pace:
 
 
 @contextlib.contextmanager
-def partitions_reported(say: Callable[[str], None]) -> Iterator[None]:
+def partitions_reported(say: Callable[[str], None] | None) -> Iterator[None]:
     """Within the block, each partition XNNPACK compiles is counted, and ``say`` hears how many
-    of how many are done and the time left at the pace so far, every ``EVERY_SECONDS``."""
+    of how many are done and the time left at the pace so far, every ``EVERY_SECONDS``
+    (without ``say``, XNNPACK is left as it is)."""
+    if say is None:
+        yield
+        return
     pace = _Pace(say)
     preprocess = XnnpackBackend.__dict__["preprocess"].__func__  # a staticmethod
     multimethod = XnnpackBackend.preprocess_multimethod.__func__

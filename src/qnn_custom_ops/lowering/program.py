@@ -32,7 +32,7 @@ from .emulation import EmulatedOp, cast_int64_inputs, emulate_quantized
 from .external_weights import name_constants_apart, tag_weights_external, weights_tag
 from .folding import FoldQuantizedWeights
 from .host_speed import LayoutOnCodes, UseHostSpeedKernels
-from .lowering_progress import Stages
+from .lowering_progress import Stages, partitions_reported
 from .op_builder import bound_visitors
 from .partitioner import QnnCustomOpPartitioner
 from .preflight import PreflightError, preflight
@@ -210,7 +210,7 @@ def lower_methods(
     model whose float32 weights do not fit needs). ``external_weights=True`` (host): every weight
     goes to one data file beside the .pte (``write_data_to``), where equal bytes are stored once --
     a tied embedding's gather and the delegated ``lm_head`` read the same bytes. ``progress``
-    hears each stage as it ends."""
+    hears each stage as it ends and, on the host, the partitions XNNPACK has compiled."""
     _check_choices(target, emulate, compile_spec, codes_io, external_weights)
     stages = Stages(progress)
     exported = {name: torch.export.export(m, tuple(inputs)) for name, (m, inputs) in methods.items()}
@@ -224,7 +224,7 @@ def lower_methods(
             emulated += ops
             if external_weights:
                 tag_weights_external(program)
-        with weights_held_once():
+        with weights_held_once(), partitions_reported(progress):
             edge = to_edge_transform_and_lower(
                 exported,
                 transform_passes={n: _host_passes(p, fold_weights) for n, p in exported.items()},
