@@ -366,8 +366,15 @@ def test_llm_export_of_what_is_not_a_checkpoint_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_llm_options_that_cannot_work_are_one_line(checkpoint, tmp_path, capsys):
+def test_llm_options_that_cannot_work_are_one_line(checkpoint, tmp_path, capsys, monkeypatch):
     out = str(tmp_path / "out")
+    monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
+    assert "error: llm export --target qnn needs the QNN SDK: libQnnHtp.so not found" in cli_error(
+        capsys, "llm", "export", str(checkpoint), "-o", out, "--target", "qnn", "--soc", "SM8650")
+    sdk = tmp_path / "sdk" / "lib" / "x86_64-linux-clang"  # a stand-in SDK: what is asked next is --soc
+    sdk.mkdir(parents=True)
+    (sdk / "libQnnHtp.so").touch()
+    monkeypatch.setenv("QNN_SDK_ROOT", str(tmp_path / "sdk"))
     assert "--target qnn needs --soc" in cli_error(capsys, "llm", "export", str(checkpoint), "-o", out,
                                                    "--target", "qnn")
     assert "--calibration nope.txt: no such file" in cli_error(capsys, "llm", "export", str(checkpoint), "-o", out,

@@ -219,13 +219,17 @@ def _runner_metadata(
 
 
 def _compile_spec(soc: str | None) -> list:
-    """The QNN compile spec of the LlmOpPackage's builds for ``soc`` (its HTP architecture)."""
+    """The QNN compile spec of the LlmOpPackage's builds for ``soc`` (its HTP architecture).
+    The QNN SDK is asked for first: without it nothing else of a QNN export can be done, so
+    its absence is the one line said (not the op package's libraries it would have built)."""
     from executorch.backends.qualcomm.serialization.qc_schema import _soc_info_table
 
     from ..lowering import compile_spec, makefile_builds
     from ..lowering.compile_spec import chipset
+    from ..qnn_sdk import require_sdk
     from .llm import PACKAGE_NAME, llm_binding, package_dir
 
+    require_sdk("llm export --target qnn")
     if soc is None:
         raise LlmCheckpointError("--target qnn needs --soc (e.g. SM8650), the phone's chipset")
     arch = int(_soc_info_table[chipset(soc)].htp_info.htp_arch)
