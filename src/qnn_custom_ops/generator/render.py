@@ -12,6 +12,7 @@ from ..opdef import Datatype, OpPackage
 from ..opdef.datatypes import HTP_DTYPES, kernel_rows
 from .abi import ABI_VERSION, KernelDType, KernelStatus
 from .context import MIN_QNN_SDK, PackageContext, package_context
+from .qhpi import qhpi_files
 
 
 @dataclass(frozen=True)
@@ -85,16 +86,29 @@ def adapter_context() -> dict[str, object]:
     }
 
 
-def render_package(package: OpPackage) -> list[PlannedFile]:
-    """Every file of ``<PackageName>/``, deterministic for a given package."""
+#: The op package interfaces a package can be generated for: the HTP's C++ one (the SDK's
+#: generator's, compiled against the HTP core headers of one QNN SDK) and QHPI (a C ABI).
+APIS = ("classic", "qhpi")
+
+
+def render_package(package: OpPackage, api: str = "classic") -> list[PlannedFile]:
+    """Every file of ``<PackageName>/``, deterministic for a given package and ``api``."""
     config_names = _config_names(package)
     ctx: PackageContext = package_context(package, config_names)
     name = ctx.name
-    files = [
-        PlannedFile(PurePosixPath("Makefile"), _render("htp/Makefile.j2", package=ctx)),
-        PlannedFile(PurePosixPath("include/qco/htp_adapter.h"), _render("htp/adapter.h.j2", **adapter_context())),
-        PlannedFile(PurePosixPath("include/qco/declared_dtypes.h"), _render("htp/declared_dtypes.h.j2", package=ctx)),
-        PlannedFile(PurePosixPath(f"src/{name}Interface.cpp"), _render("htp/interface.cpp.j2", package=ctx)),
+    files = (
+        render_qhpi_sources(package, config_names)
+        if api == "qhpi"
+        else [
+            PlannedFile(PurePosixPath("Makefile"), _render("htp/Makefile.j2", package=ctx)),
+            PlannedFile(PurePosixPath("include/qco/htp_adapter.h"), _render("htp/adapter.h.j2", **adapter_context())),
+            PlannedFile(
+                PurePosixPath("include/qco/declared_dtypes.h"), _render("htp/declared_dtypes.h.j2", package=ctx)
+            ),
+            PlannedFile(PurePosixPath(f"src/{name}Interface.cpp"), _render("htp/interface.cpp.j2", package=ctx)),
+        ]
+    )
+    files += [
         PlannedFile(PurePosixPath("kernels/qco/tensor_view.h"), _render("kernels/tensor_view.h.j2", **abi_context())),
         PlannedFile(PurePosixPath("kernels/qco/access.h"), _render("kernels/access.h.j2")),
         PlannedFile(PurePosixPath("kernels/qco/math.h"), _render("kernels/math.h.j2")),
@@ -116,14 +130,15 @@ def render_package(package: OpPackage) -> list[PlannedFile]:
         for config_name, source in zip(config_names, package.sources)
     ]
     for op in ctx.ops:
-        files.append(
-            PlannedFile(
-                PurePosixPath(f"src/ops/{op.name}.cpp"),
-                _render("htp/op.cpp.j2", package=ctx, op=op),
-                user_owned=True,
-                signature=f"static GraphStatus {op.body}({', '.join(op.body_params)})",
+        if api != "qhpi":
+            files.append(
+                PlannedFile(
+                    PurePosixPath(f"src/ops/{op.name}.cpp"),
+                    _render("htp/op.cpp.j2", package=ctx, op=op),
+                    user_owned=True,
+                    signature=f"static GraphStatus {op.body}({', '.join(op.body_params)})",
+                )
             )
-        )
         kernel_args = ", ".join(f"{a.qualifier}qco::TensorView& {a.name}" for a in op.args)
         files.append(
             PlannedFile(
@@ -134,6 +149,17 @@ def render_package(package: OpPackage) -> list[PlannedFile]:
             )
         )
     return files
+
+
+def render_qhpi_sources(package: OpPackage, config_names: list[str] | None = None) -> list[PlannedFile]:
+    """The QHPI flavour's own files (Makefile, ABI and adapter headers, interface, one adapter
+    per op), all regenerated: its math is the user's ``kernels/<Op>.h``, shared by every build."""
+    names = _config_names(package) if config_names is None else config_names
+    carriers = adapter_context()["carriers"]
+    return [
+        PlannedFile(path, _render(template, **context))
+        for path, template, context in qhpi_files(package, names, carriers)  # type: ignore[arg-type]
+    ]
 
 
 def _config_names(package: OpPackage) -> list[str]:

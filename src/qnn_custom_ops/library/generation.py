@@ -171,9 +171,10 @@ def quantize_llm(
     the KV-cache overrides), calibrated on float greedy generation from each prompt, run through
     the prepared programs themselves: their observers pass values on unchanged, so each sees the
     inputs it will be given, caches included, and nothing is recorded (a 3B model's calibration
-    calls held 4.5 GB of inputs). With ``cache="runner"`` each layer's K (and V) cache input and
-    new rows share one encoding in both programs (``share_cache_encodings``), so a runner copies
-    codes. ``quant_dtype`` is a ``QUANT_MODES`` name: 16a4w and 16a4w_block give the projections
+    calls held 4.5 GB of inputs). With ``cache="runner"`` calibration then covers every call the
+    runner makes, however short the prompts (``_calibrate_context``), and each layer's K (and V)
+    cache input and new rows share one encoding in both programs (``share_cache_encodings``), so
+    a runner copies codes. ``quant_dtype`` is a ``QUANT_MODES`` name: 16a4w and 16a4w_block give the projections
     4-bit weights and keep the ``lm_head`` at 16a8w, as ExecuTorch's Llama recipes do.
     ``progress`` hears one line per calibration prompt, with the time left at the pace so far."""
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
@@ -187,15 +188,18 @@ def quantize_llm(
     groups = [list(prompts[i : i + batch]) for i in range(0, len(prompts), batch)]
     groups[-1] += list(itertools.islice(itertools.cycle(prompts), batch - len(groups[-1])))  # filled by the first
     started = time.monotonic()
+    continued: list[list[int]] = []
     with _weights_observed_once(prepared):
         for index, group in enumerate(groups):
             if programs.shape.cache == "runner":
-                _runner_calibration(programs.shape, prefill, decode, group[0], new_tokens)
+                continued.append(_runner_calibration(programs.shape, prefill, decode, group[0], new_tokens))
             else:
                 greedy_batch(programs.shape, prefill, decode, group, new_tokens)
             if progress is not None:
                 left = time_left(time.monotonic() - started, index + 1, len(groups))
                 progress(f"calibration: prompt {index + 1} of {len(groups)} observed{left}")
+        if programs.shape.cache == "runner":
+            _calibrate_context(programs.shape, prefill, decode, continued, progress)
     if progress is not None:
         progress(f"calibration: prefill observed on {prefill.calls} calls, decode on {decode.calls}")
     if programs.shape.cache == "runner":
@@ -403,17 +407,47 @@ def _is_lm_head(node: torch.fx.Node) -> bool:
     return bool(stack) and stack[-1][0] == "lm_head"
 
 
-def _runner_calibration(shape: LlmShape, prefill: Step, decode: Step, prompt: Sequence[int], new_tokens: int) -> None:
-    """The calls float generation from ``prompt`` makes as the device runner runs it, then
-    those of the prompt processor over the prompt and what it generated: a prefill chunk past
-    the first attends to a filled cache, which a prompt of one chunk never shows the prefill
-    program (calibrated without it, its cache scores clip: 85% top-1 agreement in 16a8w on a
-    trained model, at the chunks' first rows)."""
+#: ``kv_forward`` calls after each prefill chunk of calibration's pass over the context.
+DECODES_PER_CHUNK = 4
+
+
+def _runner_calibration(
+    shape: LlmShape, prefill: Step, decode: Step, prompt: Sequence[int], new_tokens: int
+) -> list[int]:
+    """The calls float generation from ``prompt`` makes as the device runner runs it; the
+    prompt and what it generated."""
     loop = RunnerLoop(shape, prefill, decode)
-    run = loop.generate(token_ids(prompt, shape.vocab, "quantize_llm: a prompt"), new_tokens)
-    continued = [*prompt, *run.tokens][: shape.ctx_len - shape.prefill_len]
-    if len(continued) > shape.prefill_len:
-        loop.score(continued)
+    prompt = token_ids(prompt, shape.vocab, "quantize_llm: a prompt")
+    return [*prompt, *loop.generate(prompt, new_tokens).tokens]
+
+
+def context_tokens(texts: Sequence[Sequence[int]], length: int) -> list[int]:
+    """``length`` tokens: the texts one after another, from the first again until there are
+    enough (calibration's stand-in for a prompt as long as the context)."""
+    stream = [token for text in texts for token in text]
+    return list(itertools.islice(itertools.cycle(stream), length)) if stream else []
+
+
+def _calibrate_context(
+    shape: LlmShape,
+    prefill: Step,
+    decode: Step,
+    continued: Sequence[Sequence[int]],
+    progress: Callable[[str], None] | None,
+) -> None:
+    """Every call the runner makes within the context, whatever the prompts' lengths: the
+    prompts and their generated tokens one after another, repeated to ``ctx_len - 1`` tokens,
+    walked by ``RunnerLoop.walk`` (the prefill program on an empty cache and on every later
+    chunk's fuller one, the decode program after each chunk and up to the context's last
+    position). Calibrated on one-chunk prompts only, the prefill program never saw a filled
+    cache: its cache encodings clipped, and a prompt's second chunk scored -2 dB against float."""
+    tokens = context_tokens(continued, shape.ctx_len - 1)
+    RunnerLoop(shape, prefill, decode).walk(tokens, DECODES_PER_CHUNK)
+    if progress is not None:
+        progress(
+            f"calibration: the prompts and their continuations as one text of {len(tokens)} tokens, "
+            f"every prefill chunk to ctx_len {shape.ctx_len} and {DECODES_PER_CHUNK} decode calls after each"
+        )
 
 
 def _input_observer(module: torch.fx.GraphModule, node: torch.fx.Node) -> torch.fx.Node:

@@ -24,7 +24,7 @@ quantized one's real values).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -185,22 +185,53 @@ class RunnerLoop:
             return logits
         return dequantize_codes(logits, self.encodings[phase].outputs[0])
 
-    def _prefill(self, prompt: Sequence[int]) -> tuple[torch.Tensor, int]:
-        """The prompt processor: the logits of every prompt position (the last one's give the
-        first token), and the phase that computed them (``kv_forward``'s without a prefill step)."""
+    def _chunks(self, prompt: Sequence[int]) -> Iterator[tuple[int, torch.Tensor, int]]:
+        """The prompt processor, a chunk at a time: after each chunk's cache update, the prompt
+        positions done, the chunk's logits and the phase that computed them (``kv_forward``'s
+        without a prefill step)."""
         phase = 0 if self.steps[0] is not None else 1
         ar, count = (self.shape.prefill_len, 1)[phase], len(prompt)
         masks = _Masks(self.shape, ar, 0, self._mask_encoding(phase))
         tokens = [0] * ar  # padding rows keep the previous chunk's tokens, as the runner's buffer does
-        rows = []
         for start in range(0, count, ar):
             chunk = prompt[start : start + ar]
             tokens[: len(chunk)] = chunk
             outputs = self._call(phase, tokens, range(start, start + ar), masks)
             self._update_cache(outputs, start, len(chunk))
             masks.update(start, len(chunk))
-            rows.append(outputs[0][0, : len(chunk)])
-        return torch.cat(rows), phase
+            yield start + len(chunk), outputs[0][0, : len(chunk)], phase
+
+    def _prefill(self, prompt: Sequence[int]) -> tuple[torch.Tensor, int]:
+        """The prompt processor: the logits of every prompt position (the last one's give the
+        first token), and the phase that computed them."""
+        chunks = list(self._chunks(prompt))
+        return torch.cat([logits for _, logits, _ in chunks]), chunks[-1][2]
+
+    def _decode(self, tokens: Sequence[int], start: int) -> None:
+        """The token generator's calls on ``tokens`` (teacher-forced) at positions ``start...``."""
+        masks = _Masks(self.shape, 1, start, self._mask_encoding(1))
+        for position, token in enumerate(tokens, start):
+            outputs = self._call(1, [token], [position], masks)
+            self._update_cache(outputs, position, 1)
+            masks.update(position, 1)
+
+    def walk(self, tokens: Sequence[int], decodes_per_chunk: int) -> None:
+        """Every kind of call the runner makes within the context, on ``tokens`` (calibration's
+        pass): the prompt processor over the first ``ctx_len - prefill_len`` tokens, its cache
+        empty, then fuller chunk by chunk; after each chunk ``decodes_per_chunk`` ``kv_forward``
+        calls on the tokens that follow (the calls of a generation from a prompt ending there,
+        teacher-forced), whose rows the next chunk overwrites, as the runner's prefill writes its
+        rows over whatever the cache held; after the last chunk, decode calls on the rest of
+        ``tokens`` up to the runner's last position, ``ctx_len - 2``."""
+        shape = self.shape
+        tokens = token_ids(tokens, shape.vocab, "RunnerLoop.walk")
+        check_fits(shape, min(len(tokens), shape.ctx_len - shape.prefill_len), 1, "RunnerLoop.walk")
+        self.caches = [torch.zeros_like(c) for c in self.caches]
+        self.record = None
+        prompt = tokens[: shape.ctx_len - shape.prefill_len]
+        for end, _, _ in self._chunks(prompt):
+            count = shape.ctx_len - 1 - end if end == len(prompt) else decodes_per_chunk
+            self._decode(tokens[end : end + count], end)
 
     def score(self, tokens: Sequence[int], record: bool = False) -> torch.Tensor:
         """Teacher forcing: the logits ``[len(tokens), vocab]`` (reals) the prompt processor

@@ -30,6 +30,20 @@ HTP_DTYPES = (
     "BFloat16",
 )
 
+#: QHPI's element types (``HTP/core/qhpi.h``): the HTP ``DType``s up to Int64, numbered alike.
+QHPI_ELEMENT_TYPES = (
+    "UNKNOWN",
+    "QUINT8",
+    "QUINT16",
+    "QINT16",
+    "FLOAT32",
+    "INT32",
+    "QINT32",
+    "QINT8",
+    "FLOAT16",
+    "INT64",
+)
+
 
 @dataclass(frozen=True)
 class DatatypeRow:

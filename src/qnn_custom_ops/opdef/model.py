@@ -84,9 +84,20 @@ class Datatype(str, enum.Enum):
         return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if self.is_signed else (0, (1 << bits) - 1)
 
     @property
+    def qnn_code(self) -> int | None:
+        """The ``Qnn_DataType_t`` value: the kind in the high byte, the width as hex digits
+        (FLOAT_32 = 0x0232); None for BACKEND_SPECIFIC, which is no QNN value."""
+        kind = _QNN_KINDS.get(self.name.rsplit("_", 1)[0])
+        return None if kind is None or self.bits is None else kind << 8 | int(str(self.bits), 16)
+
+    @property
     def bits(self) -> int | None:
         tail = self.name.rsplit("_", 1)[-1]
         return int(tail) if tail.isdigit() else None
+
+
+#: The kind byte of ``Qnn_DataType_t`` per datatype family.
+_QNN_KINDS = {"INT": 0, "UINT": 1, "FLOAT": 2, "SFIXED_POINT": 3, "UFIXED_POINT": 4, "BOOL": 5, "STRING": 6}
 
 
 class Layout(str, enum.Enum):
