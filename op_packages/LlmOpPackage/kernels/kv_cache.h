@@ -38,11 +38,19 @@ inline bool is_rows_of_indices(const qco::TensorView& view) {
   return view.rank == 2 || (view.rank == 3 && view.dims[1] == 1);
 }
 
+// [n], [n, 1] or [1, n] (the HTP runtime pads every tensor to 4-D, so a 1-D [n] reaches a QHPI
+// kernel as [1, n]): n elements along one dimension, every other dimension 1.
+inline bool is_vector_of(const qco::TensorView& view, int64_t n) {
+  int32_t long_dims = 0;
+  for (int32_t i = 0; i < view.rank; ++i) long_dims += view.dims[i] != 1;
+  return view.rank >= 1 && view.numel() == n && long_dims <= 1;
+}
+
 // The indices per sequence: the last dimension of [batch, n] or [batch, 1, n].
 inline int64_t index_count(const qco::TensorView& indices) { return indices.dims[indices.rank - 1]; }
 
 // The shared checks: a 4-D cache of an activation dtype, int32 indices [batch, n] (or
-// [batch, 1, n]) and, with continuous batching, an int32 batch_index [batch] (or [batch, 1])
+// [batch, 1, n]) and, with continuous batching, an int32 batch_index [batch] (or [batch, 1], [1, batch])
 // naming slots of the cache (else batch must equal the cache's slots).
 inline qco::Status check_indexing(const qco::TensorView& cache, const qco::TensorView* batch_index,
                                   const qco::TensorView& indices) {
@@ -50,8 +58,7 @@ inline qco::Status check_indexing(const qco::TensorView& cache, const qco::Tenso
   if (!is_real_dtype(cache.dtype) || indices.dtype != qco::DType::kInt32) return qco::Status::kUnsupportedDtype;
   const int64_t batch = indices.dims[0];
   if (batch_index == nullptr) return batch == cache.dims[0] ? qco::Status::kOk : qco::Status::kShapeMismatch;
-  const bool slots_shape = batch_index->rank == 1 || (batch_index->rank == 2 && batch_index->dims[1] == 1);
-  if (!slots_shape || batch_index->dims[0] != batch) return qco::Status::kShapeMismatch;
+  if (!is_vector_of(*batch_index, batch)) return qco::Status::kShapeMismatch;
   if (batch_index->dtype != qco::DType::kInt32) return qco::Status::kUnsupportedDtype;
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t slot = slot_of(batch_index, b);

@@ -21,6 +21,10 @@ from ..opdef import Datatype, OpDef, OpPackage, TensorDef
 from ..opdef.datatypes import DATATYPES, HTP_DTYPES, QHPI_ELEMENT_TYPES
 from .context import HEXAGON_TOOLS, HTP_ARCHS, Arg, ScalarDefault, op_context
 
+#: The HTP runtime hands every tensor as 4-D, so the rank an ND tensor had in the graph is lost:
+#: the adapter drops its leading 1s down to this rank (the kernels take [rows, n] for [n]).
+ND_MIN_RANK = 2
+
 #: Kernels registered per op and arity at most: past this, the arguments with the most
 #: datatypes take any element type (the adapter still checks each against the OpDef).
 MAX_SIGNATURES = 64
@@ -31,7 +35,7 @@ class QhpiArg:
     """One argument as the adapter reads it."""
 
     arg: Arg
-    rank: int  # the OpDef's rank; -1 for ND (leading 1s of the runtime's 4-D shape are kept)
+    rank: int  # the rank the kernel sees: the OpDef's, or for ND at least 2 (the runtime pads to 4-D)
     element_types: tuple[str, ...]  # QHPI element type names this argument may arrive as
     default: ScalarDefault | None = None  # a parameter's OpDef default, when it has one
     default_dtype: str = ""  # qco::DType (without "k") of that default
@@ -113,7 +117,7 @@ _QHPI_HTP = set(HTP_DTYPES[: len(QHPI_ELEMENT_TYPES)])
 
 
 def _qhpi_arg(arg: Arg, tensor: TensorDef, datatypes: tuple[Datatype, ...], default: ScalarDefault | None) -> QhpiArg:
-    rank = -1 if tensor.shape.rank is None else tensor.shape.rank
+    rank = -ND_MIN_RANK if tensor.shape.rank is None else tensor.shape.rank
     dtype, c_type = "", ""
     if default is not None:
         row = DATATYPES[Datatype(default.datatype)]
@@ -204,8 +208,20 @@ def qhpi_files(
     ]
 
 
-def qhpi_carriers(htp_carriers: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
-    """Per QHPI element type, the kernel dtypes it may carry, fixed point first: the OpDef's
-    declaration of the argument picks one (QUINT8 is UFIXED_POINT_8, UINT_8 or BOOL_8)."""
+#: Signed static tensors the HTP runtime re-encodes as unsigned (measured on QAIRT 2.47, 2.50.40
+#: and 2.51: int8 with offset 0 arrives as uint8 with zero point 128, int16 as uint16 with zero
+#: point 32768): per QHPI type, the signed kernel dtype an argument declares and what it is handed.
+REENCODED_SIGNED = {"QUINT8": ("SFixed8", "UFixed8"), "QUINT16": ("SFixed16", "UFixed16")}
+
+
+def qhpi_carriers(htp_carriers: list[tuple[str, list[str]]]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Per QHPI element type, (declared, handed) kernel dtypes, first match wins: the kernel
+    dtypes the type may carry, fixed point first, as declared (QUINT8 is UFIXED_POINT_8, UINT_8 or
+    BOOL_8); then a signed fixed-point declaration the runtime re-encoded as this unsigned type."""
     by_htp = dict(htp_carriers)
-    return [(name, by_htp[htp]) for htp, name in zip(HTP_DTYPES, QHPI_ELEMENT_TYPES) if htp in by_htp]
+    carriers = []
+    for htp, name in zip(HTP_DTYPES, QHPI_ELEMENT_TYPES):
+        if htp in by_htp:
+            pairs = [(kernel, kernel) for kernel in by_htp[htp]]
+            carriers.append((name, pairs + ([REENCODED_SIGNED[name]] if name in REENCODED_SIGNED else [])))
+    return carriers
