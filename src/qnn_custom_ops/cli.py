@@ -23,6 +23,7 @@ from .errors import ReportedError, UsageError
 from .llm_cli import add_llm_commands
 from .opdef import Datatype, OpDefError, OpDefWarning, OpPackage, load_package
 from .progress import show_progress
+from .qairt import QAIRT_VERSIONS
 from .quiet import native_noise_filtered, quiet_third_party
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from .generator import generate
 
     package = _load(args.configs)
-    result = generate(package, args.output, force=args.force, dry_run=args.dry_run)
+    result = generate(package, args.output, force=args.force, dry_run=args.dry_run, api=args.api)
     for step in result.steps:
         if args.dry_run or step.action.value != "unchanged":
             print(step)
@@ -302,6 +303,27 @@ def _cmd_hexagon_check(args: argparse.Namespace) -> int:
     return EXIT_OK if not failed else EXIT_MISMATCH
 
 
+def _cmd_htp_check(args: argparse.Namespace) -> int:
+    """Each op and datatype: the host kernel and the QHPI package in QAIRT's x86 HTP backend, bit for bit."""
+    from .runtime.dtype_cases import dtype_cases
+    from .runtime.htp import htp_check
+
+    package = _load([str(c) for c in _package_configs(args.package_dir)])
+    own = None if args.shape else _shipped_cases(package)
+    cases = own.check(package) if own is not None else dtype_cases(package, args.shape)
+    versions = args.qairt or list(QAIRT_VERSIONS)
+    library, results = htp_check(args.package_dir, package, cases, versions)
+    for result in results:
+        print(result)
+    checked = [r for r in results if not r.not_applicable]
+    failed = sum(not r.passed for r in checked)
+    print(
+        f"{len(checked) - failed} of {len(checked)} case run(s) bit-exact between the host and QAIRT's x86 HTP "
+        f"backend ({', '.join(versions)}), all with one build: {library}"
+    )
+    return EXIT_OK if not failed else EXIT_MISMATCH
+
+
 def _runner(args: argparse.Namespace):
     from .runtime import DeviceRunner, HostRunner, X86Runner
 
@@ -368,6 +390,13 @@ def _add_generate_arguments(parser: argparse.ArgumentParser) -> None:
         "--force", action="store_true", help="overwrite src/ops/*.cpp and kernels/*.h even if you edited them"
     )
     parser.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
+    parser.add_argument(
+        "--api",
+        choices=("classic", "qhpi"),
+        default="classic",
+        help="the op package interface: classic (the HTP's C++ one, built against one QNN SDK's headers) or "
+        "qhpi (QAIRT's C plugin interface: no SDK header, one x86 build for every QAIRT with QHPI)",
+    )
     parser.set_defaults(handler=_cmd_generate)
 
 
@@ -560,6 +589,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_quiet_flag(hexagon)
     hexagon.set_defaults(handler=_cmd_hexagon_check)
+    htp = commands.add_parser(
+        "htp-check",
+        help="build the package as QHPI for x86 and run each op's kernel in QAIRT's own HTP backend (its x86 "
+        "simulator, from onnxruntime-qnn's wheels, installed once); compare with the host bit for bit",
+    )
+    htp.add_argument("package_dir", metavar="PACKAGE_DIR")
+    htp.add_argument(
+        "--qairt",
+        action="append",
+        default=[],
+        choices=QAIRT_VERSIONS,
+        metavar="VERSION",
+        help=f"a QAIRT release to run in (repeatable; default: all of {', '.join(QAIRT_VERSIONS)})",
+    )
+    htp.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="OP:TENSOR=DIMS,...",
+        help="as for hexagon-check (default: each op with dims 2x3x5x9 cut to each rank, or the cases a "
+        "shipped package brings)",
+    )
+    _add_quiet_flag(htp)
+    htp.set_defaults(handler=_cmd_htp_check)
     add_llm_commands(commands)
     return parser
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..atomic_files import UnsafeOutputError
 from ..opdef import OpPackage
-from .render import PlannedFile, render_package
+from .render import APIS, PlannedFile, render_package
 from .writer import Action, Step, apply_steps, output_lock, plan_steps, remove_leftovers
 
 __all__ = ["Action", "GenerationResult", "Step", "UnsafeOutputError", "generate"]
@@ -31,9 +31,10 @@ class GenerationResult:
 
 
 def generate(
-    package: OpPackage, out_dir: str | Path, *, force: bool = False, dry_run: bool = False
+    package: OpPackage, out_dir: str | Path, *, force: bool = False, dry_run: bool = False, api: str = "classic"
 ) -> GenerationResult:
-    """Generate (or update) the package under ``out_dir/<PackageName>``.
+    """Generate (or update) the package under ``out_dir/<PackageName>`` for ``api`` (``"classic"``,
+    the HTP's C++ op package interface, or ``"qhpi"``, QAIRT's C plugin interface).
 
     User-owned files (``src/ops/*.cpp``, ``kernels/*.h``) are created once and then kept
     unless ``force``; files of ops that left the config are reported as stale, not deleted.
@@ -41,7 +42,9 @@ def generate(
     """
     out_dir = Path(out_dir)
     root = out_dir / package.name
-    files: list[PlannedFile] = render_package(package)
+    if api not in APIS:
+        raise ValueError(f"api {api!r}: use one of {', '.join(APIS)}")
+    files: list[PlannedFile] = render_package(package, api)
     if dry_run:
         return GenerationResult(root, tuple(plan_steps(root, out_dir, files, force)), dry_run)
     with output_lock(out_dir):

@@ -17,13 +17,10 @@ parameters to a kernel, and that the kernel's bits survive it. What it does not:
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,62 +32,22 @@ from ..errors import ReportedError
 from ..generator.abi import KernelDType, KernelStatus
 from ..generator.qhpi import abi_header_context
 from ..generator.render import render_qhpi_sources, template_environment
-from ..opdef import Datatype, OpPackage, TensorDef
+from ..opdef import OpPackage, TensorDef
 from ..opdef.datatypes import kernel_rows
 from ..progress import progress
+from ..qairt import LINK_QAIRT, QairtError, qairt_backend
 from .cmake_build import cache_root, content_key, files_under, unusable_cache
 from .cost import KernelCase
 from .hexagon import case_time_limit, first_mismatch, host_results
 from .host_build import build_host_kernels, generated_package
 from .isolation import call_isolated, ending_with_parent
 
-#: QAIRT release -> the ``onnxruntime-qnn`` wheel that ships its x86 HTP backend.
-QAIRT_WHEELS = {"2.47": "2.3.0", "2.50.40": "2.6.0", "2.51": "2.7.0"}
-#: The backend the package is linked against: the oldest, so it uses nothing newer.
-LINK_QAIRT = "2.47"
 HARNESS = Path(__file__).parent / "htp_harness" / "harness.cpp"
 _QNN_DATATYPE = {KernelDType[r.kernel_tag]: r.datatype for r in kernel_rows()}
 
 
 class HtpCheckError(ReportedError, RuntimeError):
-    """The QNN backend, the package or the harness could not be had or could not run."""
-
-
-def qairt_dir() -> Path:
-    """Where the QAIRT backends live, one folder per release (~100 MB each, installed once for
-    every cache): ``$QCO_QAIRT_DIR``, else ``~/.cache/qnn_custom_ops/qairt``."""
-    if os.environ.get("QCO_QAIRT_DIR"):
-        return Path(os.environ["QCO_QAIRT_DIR"])
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "qnn_custom_ops" / "qairt"
-
-
-def qairt_backend(version: str) -> Path:
-    """The x86 ``libQnnHtp.so`` of QAIRT ``version``, from its pinned ``onnxruntime-qnn`` wheel
-    (downloaded with pip the first time: only the backend and its C++ runtime are kept)."""
-    if version not in QAIRT_WHEELS:
-        raise HtpCheckError(f"--qairt {version}: use one of {', '.join(QAIRT_WHEELS)}")
-    entry = qairt_dir() / version
-    library = entry / "onnxruntime_qnn" / "libQnnHtp.so"
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(entry) + ".lock"):
-        if library.is_file():
-            return library
-        wheel = f"onnxruntime-qnn=={QAIRT_WHEELS[version]}"
-        progress(f"installing QAIRT {version}'s x86 HTP backend from {wheel} into {entry} (about 100 MB, once)")
-        with tempfile.TemporaryDirectory(prefix=".qairt-", dir=entry.parent) as tmp:
-            download = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
-            result = subprocess.run([*download, "-d", tmp, wheel], capture_output=True, text=True)
-            wheels = list(Path(tmp).glob("*.whl"))
-            if result.returncode != 0 or not wheels:
-                said = (result.stderr.strip().splitlines() or ["no wheel"])[-1]
-                raise HtpCheckError(f"QAIRT {version}: pip could not download {wheel}: {said}")
-            staging = Path(tmp) / "backend"
-            with zipfile.ZipFile(wheels[0]) as archive:
-                members = [n for n in archive.namelist() if n.endswith("/libQnnHtp.so") or ".libs/" in n]
-                archive.extractall(staging, members)
-            staging.rename(entry)
-    return library
+    """The package or the harness could not be built, or the backend could not run them."""
 
 
 def build_harness() -> Path:
@@ -356,4 +313,4 @@ def htp_check(
     return library, results
 
 
-__all__ = ["QAIRT_WHEELS", "HtpCheckError", "HtpResult", "htp_check", "qairt_backend", "Datatype"]
+__all__ = ["HtpCheckError", "HtpResult", "QairtError", "htp_check"]
