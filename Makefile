@@ -11,6 +11,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CLANG_STAMP := $(VENV)/.clang
 # qemu-user's qemu-hexagon runs the Hexagon check's programs; ziglang (a dev dependency) builds them.
 HEXAGON_STAMP := $(VENV)/.hexagon
+# QAIRT's x86 HTP backends (libQnnHtp.so of 2.47, 2.50.40, 2.51) from PyPI's onnxruntime-qnn wheels, for htp-check.
+QAIRT_STAMP := $(VENV)/.qairt
 
 .PHONY: demo lint test bench
 
@@ -34,6 +36,11 @@ $(HEXAGON_STAMP): $(STAMP)
 	$(PY) -c "from qnn_custom_ops.runtime.hexagon import check_toolchain; print(check_toolchain())"
 	touch $(HEXAGON_STAMP)
 
+# Installed once into ~/.cache/qnn_custom_ops/qairt (about 100 MB a release), for every checkout.
+$(QAIRT_STAMP): $(STAMP)
+	$(PY) -c "from qnn_custom_ops.qairt import QAIRT_VERSIONS, qairt_backend; [print(qairt_backend(v)) for v in QAIRT_VERSIONS]"
+	touch $(QAIRT_STAMP)
+
 demo: $(STAMP)
 	$(PY) examples/custom_op_mul3.py --target host
 
@@ -45,7 +52,7 @@ lint: $(STAMP)
 
 # Lint first; then the tests on every core (pytest-xdist; builds are process-safe and shared through
 # the run's cache), handed out one at a time, slow ones first (tests/conftest.py), so the workers end together.
-test: $(STAMP) $(CLANG_STAMP) $(HEXAGON_STAMP) lint
+test: $(STAMP) $(CLANG_STAMP) $(HEXAGON_STAMP) $(QAIRT_STAMP) lint
 	$(PY) -m pytest -q -n auto --dist load --maxschedchunk 1
 
 bench: $(STAMP)

@@ -7,9 +7,11 @@ the CLI writes configs, the runtime writes build files.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import re
+import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Sequence
@@ -137,3 +139,72 @@ def write_atomic(path: Path, data: Contents) -> None:
         os.replace(_staged(path, data), path)
     except OSError as error:
         raise _write_refused(path, error) from None
+
+
+#: ``renameat2``'s flag exchanging two paths at once (Linux 3.15; glibc 2.28).
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two existing paths in one step; False where the system cannot (no ``renameat2``, a
+    filesystem without the flag)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(second))
+
+
+def _swap_in(fresh: Path, directory: Path) -> None:
+    """``fresh`` takes ``directory``'s name; what was there is removed after. Where the system
+    cannot exchange the two at once, the old directory is renamed aside first (a crash between
+    the renames leaves it whole, beside)."""
+    if not directory.exists():
+        os.rename(fresh, directory)
+        return
+    if _exchange(fresh, directory):
+        shutil.rmtree(fresh, ignore_errors=True)  # now the old directory
+        return
+    aside = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.", suffix=".tmp"))
+    try:
+        os.rename(directory, aside)  # over the empty directory mkdtemp made
+    except BaseException:
+        aside.rmdir()
+        raise
+    try:
+        os.rename(fresh, directory)
+    except BaseException:
+        os.rename(aside, directory)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def write_directory_atomic(directory: Path, fill: Callable[[Path], None]) -> None:
+    """A directory written whole or not at all: ``fill`` writes a fresh directory beside it, which
+    then takes its place in one step, so no reader sees old files beside new ones. A failure
+    while filling (a full disk: ``OutputWriteError``) removes the fresh directory and leaves
+    ``directory`` as it was. Whether an existing ``directory`` may be replaced is the caller's
+    to decide; a symbolic link or a file there is refused (``UnsafeOutputError``)."""
+    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+        raise UnsafeOutputError(f"{directory}: exists and is not a directory; refusing to replace it (choose another)")
+    created: list[Path] = []
+    fresh: Path | None = None
+    try:
+        created = _make_parents(directory.parent)
+        fresh = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.", suffix=".tmp"))
+        fill(fresh)
+        os.chmod(fresh, 0o755)
+        _swap_in(fresh, directory)
+    except BaseException as error:
+        if fresh is not None:
+            shutil.rmtree(fresh, ignore_errors=True)
+        _undo([], created)
+        if isinstance(error, OSError) and not isinstance(error, ReportedError):
+            raise _write_refused(directory, error) from None
+        raise

@@ -666,12 +666,26 @@ class _RefusalsNamed:
             ) from exc
 
 
+class _Closed:
+    """Standard output of a command started with it closed (``>&-``), where Python has none:
+    its first write says so."""
+
+    def write(self, text: str) -> int:
+        raise StdoutWriteError(
+            "standard output: closed (started with >&-), so nothing can be printed; give it somewhere to write "
+            "(> FILE, or > /dev/null)"
+        )
+
+    def flush(self) -> None:
+        """Nothing is held."""
+
+
 @contextlib.contextmanager
 def _stdout_refusals_named() -> Iterator[None]:
     """Standard output as ``_RefusalsNamed`` inside the block, flushed before it ends: what is
     still buffered fails here, not in the interpreter's last flush."""
     stdout = sys.stdout
-    sys.stdout = cast(TextIO, _RefusalsNamed(stdout))
+    sys.stdout = cast(TextIO, _RefusalsNamed(stdout) if stdout is not None else _Closed())
     try:
         yield
         sys.stdout.flush()
@@ -682,7 +696,7 @@ def _stdout_refusals_named() -> Iterator[None]:
 def _discard_stdout() -> None:
     """Point file descriptor 1 at /dev/null, so the interpreter's exit flush of what stdout
     still holds cannot fail again with a second report."""
-    with contextlib.suppress(OSError, ValueError):  # no descriptor (a test's captured stream)
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # no descriptor (a captured or closed stream)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)

@@ -59,6 +59,18 @@ def _calibration_lines(path: str | None) -> list[str] | None:
         raise UsageError(f"--calibration {path}: not UTF-8 text; give a text file, one prompt a line") from None
 
 
+def _check_utf8(option: str, text: str) -> None:
+    """Refuse an argument holding bytes that are not UTF-8 (Python keeps them as lone surrogates,
+    which the tokenizer would fail on)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        byte = ord(text[exc.start]) & 0xFF
+        raise UsageError(
+            f"{option}: byte 0x{byte:02x} at character {exc.start} is not UTF-8; give the text in UTF-8"
+        ) from None
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     import transformers
 
@@ -86,6 +98,21 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@contextmanager
+def _template_errors_named(export_dir: Path) -> Iterator[None]:
+    """A chat template that fails (its syntax, or a ``raise_exception`` of its own) as one line
+    naming the tokenizer it came from."""
+    import jinja2
+
+    try:
+        yield
+    except jinja2.TemplateError as exc:
+        raise UsageError(
+            f"{export_dir}/tokenizer: its chat template fails ({type(exc).__name__}: {exc}); fix the template, "
+            "or export again"
+        ) from None
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     from . import build_host_library
     from .library import llm_binding, package_dir
@@ -93,7 +120,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from .runtime import HostRunner
 
     say = _progress(args)
-    export = load_export(Path(args.export_dir))
+    _check_utf8("--prompt", args.prompt)
+    export = load_export(Path(args.export_dir), verify=not args.no_verify, progress=say)
     say("preparing the LlmOpPackage host library (built once, then cached)")
     runner = HostRunner([build_host_library(package_dir(), llm_binding())])
     say(f"generating ({export.manifest.quant}) on the host, as qnn_llama_runner runs the program")
@@ -102,7 +130,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         sys.stdout.write(piece)
         sys.stdout.flush()
 
-    with native_noise_filtered(args.verbose):
+    with native_noise_filtered(args.verbose), _template_errors_named(export.directory):
         result = generate_text(export, runner, args.prompt, args.max_new_tokens, chat=args.chat, on_text=stream)
     print()
     print(
@@ -156,6 +184,11 @@ def add_llm_commands(commands) -> None:
     generate.add_argument("export_dir", metavar="OUT_DIR")
     generate.add_argument("--prompt", required=True, metavar="TEXT")
     generate.add_argument("--max-new-tokens", type=_positive, default=64, metavar="N")
+    generate.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="use the export's files as they are, without checking them against its manifest (for edits on purpose)",
+    )
     generate.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
     _add_progress_flags(generate)
     generate.set_defaults(handler=_cmd_generate)

@@ -23,17 +23,36 @@ from typing import Any
 
 import torch
 
-from ..atomic_files import Contents, write_all_atomic
+from ..atomic_files import Contents
 from ..errors import UsageError
-from ..torch_bridge.quantized import Encoding
-from .families import family_of
+from .config_checks import check_config, check_tokenizer_files, check_weights, first_line
+from .export_files import (
+    MANIFEST,
+    PROGRAM,
+    PROGRAM_DATA,
+    TOKENIZER,
+    ExportFile,
+    check_replaceable,
+    relative_path,
+    verify_files,
+    write_export,
+)
 from .hf import LlmPrograms, LlmShape, export_llm, warn_float32_cast
+from .json_values import JsonValueError, integer, load_object, required, sequence, string
+from .manifest_json import (
+    LARGEST_SIZE,
+    MANIFEST_LIMIT,
+    check_against_program,
+    checksum,
+    encodings_from_json,
+    encodings_to_json,
+    shape_from_json,
+)
 from .runner_loop import MethodEncodings, RunnerLoop, check_fits, method_encodings
 from .steps import host_step
 
 TARGETS = ("host", "qnn")
 METHODS = ("prefill_forward", "kv_forward")
-MANIFEST, PROGRAM, PROGRAM_DATA, TOKENIZER = "manifest.json", "model.pte", "model.ptd", "tokenizer"
 #: Calibration text when the user gives none: varied English, one prompt a line.
 DEFAULT_CALIBRATION = (
     "The quick brown fox jumps over the lazy dog near the river bank.",
@@ -62,7 +81,8 @@ def _silent(line: str) -> None:
 
 @dataclass(frozen=True)
 class LlmManifest:
-    """What ``llm export`` wrote, read back whole and checked once."""
+    """What ``llm export`` wrote, read back whole and checked once: every value typed and in
+    range (``manifest_json``) before anything is sized by it."""
 
     model_type: str
     decoder_model_version: str
@@ -75,59 +95,70 @@ class LlmManifest:
     #: The data file beside the program holding its weights (a host export's), None when the
     #: .pte holds them (a QNN export's, or a host export written before the data file).
     program_data: str | None = None
+    #: Every file of the export but the manifest, with its size and sha256 (``llm generate``
+    #: checks them); empty in a manifest written before exports listed their files.
+    files: tuple[ExportFile, ...] = ()
+
+    def __post_init__(self) -> None:
+        from ..quantizer import QUANT_MODES
+
+        for key, value, choices in (("quant", self.quant, ("none", *QUANT_MODES)), ("target", self.target, TARGETS)):
+            if value not in choices:
+                raise JsonValueError(f"{key} is {value!r}, not one of {', '.join(choices)}")
+        if self.program_data is not None:
+            relative_path(self.program_data, "program_data")
+        listed = {file.path for file in self.files}
+        unlisted = [name for name in (PROGRAM, self.program_data) if self.files and name and name not in listed]
+        if unlisted:
+            raise JsonValueError(f"files does not list {unlisted[0]}")
 
     def to_json(self) -> str:
-        def encoding(e: Encoding | None) -> dict | None:
-            return None if e is None else {"datatype": e.datatype.short_name, "scale": e.scale, "offset": e.offset}
-
-        encodings = None
-        if self.encodings is not None:
-            encodings = {
-                name: {"inputs": [encoding(e) for e in m.inputs], "outputs": [encoding(e) for e in m.outputs]}
-                for name, m in self.encodings.items()
-            }
-        body = {**asdict(self), "shape": asdict(self.shape), "eos_ids": list(self.eos_ids), "encodings": encodings}
-        return json.dumps(body, indent=2)
+        body = {
+            **asdict(self),
+            "shape": asdict(self.shape),
+            "eos_ids": list(self.eos_ids),
+            "encodings": encodings_to_json(self.encodings),
+            "files": [file.to_json() for file in self.files],
+        }
+        return json.dumps({**body, "checksum": checksum(body)}, indent=2)
 
     @staticmethod
-    def read(directory: Path) -> LlmManifest:
-        """The manifest of an export directory, or one error saying what to do."""
-        from ..opdef import Datatype
-
+    def read(directory: Path, verify: bool = True) -> LlmManifest:
+        """The manifest of an export directory, or one error saying what to do; ``verify``: its
+        checksum too (an edit or a flipped bit in any value is refused)."""
         path = directory / MANIFEST
         if not path.is_file():
             raise LlmCheckpointError(
                 f"{directory}: no {MANIFEST}; pass a directory written by qnn-custom-ops llm export"
             )
-
-        def encoding(e: dict | None) -> Encoding | None:
-            return None if e is None else Encoding(Datatype[e["datatype"]], float(e["scale"]), int(e["offset"]))
-
         try:
-            body = json.loads(path.read_text())
-            encodings = body["encodings"]
-            return LlmManifest(
-                str(body["model_type"]),
-                str(body["decoder_model_version"]),
-                str(body["quant"]),
-                str(body["target"]),
-                LlmShape(**body["shape"]),
-                tuple(int(i) for i in body["eos_ids"]),
-                None
-                if encodings is None
-                else {
-                    name: MethodEncodings(
-                        tuple(encoding(e) for e in m["inputs"]), tuple(encoding(e) for e in m["outputs"])
-                    )
-                    for name, m in encodings.items()
-                },
-                body.get("program_data"),
+            body = load_object(path, MANIFEST_LIMIT)
+            manifest = LlmManifest(
+                string(required(body, "model_type"), "model_type"),
+                string(required(body, "decoder_model_version"), "decoder_model_version"),
+                string(required(body, "quant"), "quant"),
+                string(required(body, "target"), "target"),
+                shape_from_json(required(body, "shape")),
+                tuple(integer(i, "eos_ids[]", 0, LARGEST_SIZE) for i in sequence(required(body, "eos_ids"), "eos_ids")),
+                encodings_from_json(required(body, "encodings"), METHODS),
+                None if body.get("program_data") is None else string(body["program_data"], "program_data"),
+                tuple(ExportFile.from_json(file) for file in sequence(body.get("files", []), "files")),
             )
-        except (ValueError, KeyError, TypeError) as exc:
+        except JsonValueError as exc:
             raise LlmCheckpointError(
-                f"{path}: not a manifest written by qnn-custom-ops llm export ({type(exc).__name__}: {exc}); "
-                "export again"
+                f"{path}: not a manifest written by qnn-custom-ops llm export ({exc}); export again"
             ) from None
+        if verify and ("checksum" not in body or not manifest.files):
+            raise LlmCheckpointError(
+                f"{path}: written before exports listed their files, so they cannot be checked; export again "
+                "(or pass --no-verify to use it as it is)"
+            )
+        if verify and body["checksum"] != checksum(body):
+            raise LlmCheckpointError(
+                f"{path}: its values were changed after llm export wrote them (its checksum differs); export "
+                "again (or pass --no-verify to use it as it is)"
+            )
+        return manifest
 
 
 def _require_choice(name: str, value: str, choices: Sequence[str]) -> None:
@@ -136,23 +167,28 @@ def _require_choice(name: str, value: str, choices: Sequence[str]) -> None:
 
 
 def load_checkpoint(directory: Path, progress: Progress = _silent) -> tuple[Any, Any]:
-    """The causal LM (eager attention) and tokenizer of a checkpoint directory, read locally only."""
+    """The causal LM (eager attention) and tokenizer of a checkpoint directory, read locally
+    only, once ``config.json`` and the safetensors headers pass ``config_checks`` (anything
+    transformers still refuses is one line too)."""
     import transformers
 
     if not (directory / "config.json").is_file():
         raise LlmCheckpointError(f"{directory}: no config.json; pass a Hugging Face checkpoint directory")
+    check_weights(directory, check_config(directory))  # an unsupported family is refused before any weight is read
+    check_tokenizer_files(directory)
     try:
         config = transformers.AutoConfig.from_pretrained(directory, local_files_only=True)
-    except (OSError, ValueError, KeyError) as exc:
-        raise LlmCheckpointError(f"{directory}/config.json: transformers cannot read it ({exc})") from None
-    family_of(config.model_type)  # an unsupported family is refused before any weight is read
+    except Exception as exc:  # transformers' own checks raise every kind
+        raise LlmCheckpointError(
+            f"{directory}/config.json: transformers cannot read it ({type(exc).__name__}: {first_line(exc)})"
+        ) from None
     started = time.monotonic()
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True)
-    except (OSError, ValueError, TypeError) as exc:
+    except Exception as exc:  # the tokenizers library raises bare Exceptions for a damaged file
         raise LlmCheckpointError(
-            f"{directory}: no tokenizer transformers can load ({type(exc).__name__}); save one beside the "
-            "weights (tokenizer.save_pretrained)"
+            f"{directory}: no tokenizer transformers can load ({type(exc).__name__}: {first_line(exc)}); save one "
+            "beside the weights (tokenizer.save_pretrained)"
         ) from None
     stored = getattr(config, "dtype", None)
     if isinstance(stored, torch.dtype) and stored != torch.float32:
@@ -161,8 +197,10 @@ def load_checkpoint(directory: Path, progress: Progress = _silent) -> tuple[Any,
         model = transformers.AutoModelForCausalLM.from_pretrained(  # float32 as read: never whole in bf16 and fp32
             directory, local_files_only=True, attn_implementation="eager", dtype=torch.float32
         )
-    except (OSError, ValueError) as exc:
-        raise LlmCheckpointError(f"{directory}: transformers cannot load the weights ({exc})") from None
+    except Exception as exc:  # transformers' and safetensors' errors of every kind
+        raise LlmCheckpointError(
+            f"{directory}: transformers cannot load the weights ({type(exc).__name__}: {first_line(exc)})"
+        ) from None
     count = sum(p.numel() for p in model.parameters())
     progress(f"loaded {config.model_type} ({count / 1e6:.1f} M parameters) in {time.monotonic() - started:.1f} s")
     return model.eval(), tokenizer
@@ -354,6 +392,7 @@ def export_checkpoint(
 
     _require_choice("--quant", quant, ("none", *QUANT_MODES))
     _require_choice("--target", target, TARGETS)
+    check_replaceable(out_dir)  # before the long steps, and again when written
     spec = _compile_spec(soc) if target == "qnn" else None
     staged = _programs_to_lower(checkpoint, prefill_len, ctx_len, quant, calibration, target, progress)
     fold = target == "host" and quant != "none" and _folded_weights_fit(staged, progress)
@@ -376,29 +415,34 @@ def export_checkpoint(
     progress(f"lowered in {time.monotonic() - started:.1f} s")
     data = lowered.write_data_to if lowered.has_data_file else None
     manifest = replace(staged.manifest, program_data=PROGRAM_DATA if data is not None else None)
-    _write_export(out_dir, lowered.write_to, data, manifest, staged.tokenizer)
+    manifest = _write_export(out_dir, lowered.write_to, data, manifest, staged.tokenizer)
     progress(f"wrote {', '.join(_written(out_dir, manifest))}, {out_dir}/{TOKENIZER}/ and {out_dir}/{MANIFEST}")
     return manifest
 
 
 def _written(out_dir: Path, manifest: LlmManifest) -> list[str]:
     """The program's files and their sizes, as ``llm export`` reports them."""
+    sizes = {file.path: file.size for file in manifest.files}
     names = [PROGRAM] if manifest.program_data is None else [PROGRAM, manifest.program_data]
-    return [f"{out_dir}/{name} ({(out_dir / name).stat().st_size / 1e6:.1f} MB)" for name in names]
+    return [f"{out_dir}/{name} ({sizes[name] / 1e6:.1f} MB)" for name in names]
 
 
 def _write_export(
     out_dir: Path, program: Contents, data: Contents | None, manifest: LlmManifest, tokenizer: Any
-) -> None:
-    """Every file of the export, or none (a full disk leaves the directory as it was):
-    ``data`` is the program's data file, for a program that keeps its weights in one."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise LlmCheckpointError(f"-o {out_dir}: exists and is not a directory; choose another")
+) -> LlmManifest:
+    """Every file of the export and the manifest listing them, in a fresh directory that takes
+    ``out_dir``'s place whole (``export_files.write_export``); the manifest written. ``data`` is
+    the program's data file, for a program that keeps its weights in one."""
     with tempfile.TemporaryDirectory(prefix="qco-tokenizer-") as saved:
         tokenizer.save_pretrained(saved)
-        tokenizer_files = [(out_dir / TOKENIZER / p.name, p.read_bytes()) for p in sorted(Path(saved).iterdir())]
-    program_files = [(out_dir / PROGRAM, program), *([] if data is None else [(out_dir / PROGRAM_DATA, data)])]
-    write_all_atomic([*program_files, *tokenizer_files, (out_dir / MANIFEST, manifest.to_json().encode())])
+        tokenizer_files: list[tuple[str, Contents]] = [
+            (f"{TOKENIZER}/{p.relative_to(saved).as_posix()}", p.read_bytes())
+            for p in sorted(Path(saved).rglob("*"))
+            if p.is_file()
+        ]
+    files = [(PROGRAM, program), *([] if data is None else [(PROGRAM_DATA, data)]), *tokenizer_files]
+    table = write_export(out_dir, files, lambda listed: replace(manifest, files=listed).to_json().encode())
+    return replace(manifest, files=table)
 
 
 @dataclass
@@ -413,26 +457,41 @@ class LlmExport:
     data: Path | None = None
 
 
-def load_export(directory: Path) -> LlmExport:
-    """What ``export_checkpoint`` wrote to ``directory``."""
+def load_export(directory: Path, verify: bool = True, progress: Progress = _silent) -> LlmExport:
+    """What ``export_checkpoint`` wrote to ``directory``: with ``verify``, only when every file
+    is the one its manifest lists (size and sha256) and nothing else is there; always, only
+    when the manifest's shapes and encodings are the program's own."""
     import transformers
 
-    manifest = LlmManifest.read(directory)
+    manifest = LlmManifest.read(directory, verify)
     if manifest.target != "host":
         raise LlmCheckpointError(
             f"{directory}: its program was lowered for {manifest.target}; it runs on the phone "
             "(qnn_llama_runner, see the README), not on the host: export with --target host to run it here"
         )
+    if verify:
+        started = time.monotonic()
+        verify_files(directory, manifest.files)
+        size = sum(file.size for file in manifest.files)
+        progress(f"checked {len(manifest.files)} files ({size / 1e6:.1f} MB) in {time.monotonic() - started:.1f} s")
     program = directory / PROGRAM
     data = None if manifest.program_data is None else directory / manifest.program_data
-    for needed in (program, data):
-        if needed is not None and not needed.is_file():
+    for needed in (program, data, directory / TOKENIZER):
+        if needed is not None and not needed.exists():
             raise LlmCheckpointError(f"{directory}: no {needed.name}; export again")
+    pte = program.read_bytes()
+    try:
+        check_against_program(manifest.shape, manifest.encodings, pte, str(directory))
+    except JsonValueError as exc:
+        raise LlmCheckpointError(f"{directory / MANIFEST}: {exc}; export again") from None
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(directory / TOKENIZER, local_files_only=True)
-    except (OSError, ValueError, TypeError) as exc:
-        raise LlmCheckpointError(f"{directory / TOKENIZER}: cannot load the tokenizer ({exc}); export again") from None
-    return LlmExport(directory, manifest, program.read_bytes(), tokenizer, data)
+    except Exception as exc:  # the tokenizers library raises bare Exceptions for a damaged file
+        raise LlmCheckpointError(
+            f"{directory / TOKENIZER}: cannot load the tokenizer ({type(exc).__name__}: {first_line(exc)}); "
+            "export again"
+        ) from None
+    return LlmExport(directory, manifest, pte, tokenizer, data)
 
 
 def prompt_ids(tokenizer: Any, text: str, chat: bool) -> list[int]:

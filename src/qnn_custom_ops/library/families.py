@@ -14,7 +14,7 @@ the sequence length is exported only up to the length at which HF still uses one
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +71,45 @@ def _no_rope_layers(config: Config, layer: int) -> str | None:
 
 
 @dataclass(frozen=True)
+class RunnerVersion:
+    """What ``qnn_llama_runner --decoder_model_version`` does for one version, read from its
+    source (ExecuTorch main of 2026-08-22, ``examples/qualcomm/oss_scripts/llama/``)."""
+
+    #: The text ``get_formatted_prompt`` puts before and after the prompt, with no system
+    #: prompt (``qnn_llama_runner.cpp:103-223``); the runner formats every ``--prompt`` so.
+    template: tuple[str, str] = ("", "")
+    #: The token it stops on beside the tokenizer's EOS (``runner/runner.cpp:199-219``): the
+    #: first id its tokenizer encodes this text to.
+    stop_text: str | None = None
+    #: A second, sliding-window mask input after the first (``runner/runner.cpp:122-130``:
+    #: ``CacheMode::HybridCache``), whatever the model's windows.
+    window_mask: bool = False
+
+
+_GEMMA_TURN = ("<start_of_turn>user\n", "<end_of_turn>\n<start_of_turn>model\n")
+
+#: The versions the runner knows whose models we export (it also has codegen, glm and gemma4).
+RUNNER_VERSIONS: dict[str, RunnerVersion] = {
+    "llama2": RunnerVersion(),
+    "llama3": RunnerVersion(
+        ("<|start_header_id|>user<|end_header_id|>\n\n", "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"),
+        "<|eot_id|>",
+    ),
+    "gemma": RunnerVersion(_GEMMA_TURN, "<end_of_turn>"),
+    "gemma2": RunnerVersion(_GEMMA_TURN, "<end_of_turn>", window_mask=True),
+    "gemma3": RunnerVersion(_GEMMA_TURN, "<end_of_turn>", window_mask=True),
+    "granite": RunnerVersion(
+        ("<|start_of_role|>user<|end_of_role|>", "<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>")
+    ),
+    "phi_4_mini": RunnerVersion(("<|user|>", "<|end|><|assistant|>"), "<|end|>"),
+    "qwen2_5": RunnerVersion(),
+    "qwen3": RunnerVersion(("<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant"), "<|im_end|>"),
+    "smollm2_135m": RunnerVersion(("<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n\n"), "<|im_end|>"),
+    "smollm3": RunnerVersion(("<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n"), "<|im_end|>"),
+}
+
+
+@dataclass(frozen=True)
 class Family:
     """What one ``model_type`` adds to the Llama layer; every field defaults to Llama's."""
 
@@ -82,14 +121,17 @@ class Family:
     logits_divisor: Callable[[Config], float] = _one
     logits_softcap: Callable[[Config], float | None] = _no_cap
     rope_of_layer: RopeOfLayer = _shared_rope
-    #: ``qnn_llama_runner --decoder_model_version``: its chat template and extra EOS token.
-    runner_version: str = "llama3"
-    #: The runner builds a second, sliding-window mask (its HybridCache: Gemma 2 and 3 only).
-    runner_window_mask: bool = False
+    #: ``qnn_llama_runner --decoder_model_version`` (a ``RUNNER_VERSIONS`` name), unless one of
+    #: ``versions_by_token`` applies.
+    runner_version: str = "llama2"
+    #: (special token, version): the first whose token the checkpoint's tokenizer has picks
+    #: the version (one ``model_type`` serving checkpoints the runner treats apart).
+    versions_by_token: tuple[tuple[str, str], ...] = ()
 
 
 FAMILIES: dict[str, Family] = {
-    "llama": Family(),
+    # Llama 3's tokenizer has <|eot_id|>, SmolLM2's <|im_end|>; Llama 2 and TinyLlama neither.
+    "llama": Family(versions_by_token=(("<|eot_id|>", "llama3"), ("<|im_end|>", "smollm2_135m"))),
     "qwen2": Family(runner_version="qwen2_5"),
     "mistral": Family(runner_version="llama2"),
     "gemma": Family(runner_version="gemma"),
@@ -102,15 +144,12 @@ FAMILIES: dict[str, Family] = {
         logits_divisor=_config_float("logits_scaling"),
         runner_version="granite",
     ),
-    "gemma2": Family(
-        sandwich_norms=True, logits_softcap=_final_softcap, runner_version="gemma2", runner_window_mask=True
-    ),
+    "gemma2": Family(sandwich_norms=True, logits_softcap=_final_softcap, runner_version="gemma2"),
     "gemma3_text": Family(
         sandwich_norms=True,
         logits_softcap=_final_softcap,
         rope_of_layer=_rope_by_layer_type,
         runner_version="gemma3",
-        runner_window_mask=True,
     ),
 }
 
@@ -125,6 +164,19 @@ def family_of(model_type: object) -> Family:
             f"{', '.join(FAMILIES)} (a transformers *ForCausalLM)"
         )
     return family
+
+
+def runner_version_of(family: Family, special_tokens: Collection[str], override: str | None = None) -> str:
+    """The ``--decoder_model_version`` of a checkpoint: ``override`` if given (checked), else
+    the family's, told apart by the tokenizer's special tokens where one family serves several."""
+    if override is not None:
+        if override not in RUNNER_VERSIONS:
+            raise LlmExportError(
+                f"--decoder-model-version {override!r}: use one of {', '.join(RUNNER_VERSIONS)} "
+                "(qnn_llama_runner's versions of the families exported here)"
+            )
+        return override
+    return next((v for token, v in family.versions_by_token if token in special_tokens), family.runner_version)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from typing import Any, TypeAlias
 
 import torch
 
-from .families import FAMILIES, Family, LlmExportError, check_rope, family_of
+from .families import FAMILIES, RUNNER_VERSIONS, Family, LlmExportError, check_rope, family_of, runner_version_of
 from .llm import llm_ops
 from .swap import QcoRMSNorm, Swap, swap_modules
 
@@ -406,6 +406,8 @@ class LlmPrograms:
     shape: LlmShape
     swaps: list[Swap]
     family: Family
+    #: The ``qnn_llama_runner --decoder_model_version`` the programs are made for.
+    runner_version: str
 
 
 def _require(condition: bool, message: str) -> None:
@@ -463,20 +465,22 @@ def warn_float32_cast(where: str, dtypes: set[torch.dtype]) -> None:
     warnings.warn(LlmDtypeWarning(f"{where}: the weights are {names}; cast to float32 for the programs"), stacklevel=3)
 
 
-def _runner_window(family: Family, windows: Sequence[int | None], ctx_len: int, batch: int) -> int | None:
+def _runner_window(window_mask: bool, windows: Sequence[int | None], ctx_len: int, batch: int) -> int | None:
     """The window of ``cache="runner"``'s window mask (None: one mask). ``qnn_llama_runner``
-    runs one sequence and builds a window mask only for Gemma 2/3, one window for every
-    windowed layer; a window of ``ctx_len`` or more hides nothing and needs no mask."""
+    runs one sequence, and adds the window mask as the second input whenever its version is
+    gemma2/gemma3 (``window_mask``), whatever the windows: such programs always take it, with
+    the model's window (the runner's ``get_sliding_window``), hiding nothing when that is at
+    least ``ctx_len``. Other versions build none, so no window may be shorter than the context."""
     _require(batch == 1, f"cache='runner' with batch={batch}: qnn_llama_runner runs one sequence; use batch=1")
     effective = sorted({w for w in windows if w is not None and w < ctx_len})
-    if not effective:
-        return None
     _require(
-        family.runner_window_mask and len(effective) == 1,
+        len(effective) <= (1 if window_mask else 0),
         f"cache='runner': sliding window(s) {effective} shorter than ctx_len={ctx_len}, and qnn_llama_runner "
         "builds one window mask, for Gemma 2/3 only; export ctx_len <= the window or use cache='rows'",
     )
-    return effective[0]
+    if not window_mask:
+        return None
+    return effective[0] if effective else min((w for w in windows if w is not None), default=ctx_len)
 
 
 def _window(attention: HFModule, config: object) -> int | None:
@@ -487,13 +491,22 @@ def _window(attention: HFModule, config: object) -> int | None:
 
 
 def export_llm(
-    model: HFModule, prefill_len: int, ctx_len: int, cache: str = "rows", select: str = "all", batch: int = 1
+    model: HFModule,
+    prefill_len: int,
+    ctx_len: int,
+    cache: str = "rows",
+    select: str = "all",
+    batch: int = 1,
+    runner_version: str | None = None,
 ) -> LlmPrograms:
     """Prefill (``prefill_len`` tokens) and decode (one token) programs of an HF causal LM over a
     static cache of ``ctx_len`` rows, for ``batch`` sequences at a time, each at its own
     positions. The model's RMSNorms and MLPs are swapped in place (``swap_modules(model,
-    select)``; its own forward computes the same after)."""
+    select)``; its own forward computes the same after). ``runner_version``: the
+    ``qnn_llama_runner`` version that will run ``cache="runner"`` programs (the family's by
+    default), which decides their masks."""
     family = family_of(getattr(getattr(model, "config", None), "model_type", None))
+    version = runner_version_of(family, (), runner_version)
     _require(cache in CACHE_LAYOUTS, f"cache={cache!r}; use one of {', '.join(CACHE_LAYOUTS)}")
     for name, value in (("prefill_len", prefill_len), ("ctx_len", ctx_len), ("batch", batch)):
         _require(
@@ -519,7 +532,7 @@ def export_llm(
         prefill_len,
         cache,
         batch,
-        _runner_window(family, windows, ctx_len, batch) if cache == "runner" else None,
+        _runner_window(RUNNER_VERSIONS[version].window_mask, windows, ctx_len, batch) if cache == "runner" else None,
     )
     layers = [
         StaticLayer(
@@ -539,4 +552,5 @@ def export_llm(
         shape,
         swaps,
         family,
+        version,
     )

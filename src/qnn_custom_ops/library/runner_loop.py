@@ -120,17 +120,19 @@ class _Masks:
 
 def check_fits(shape: LlmShape, prompt: int, new_tokens: int, where: str) -> None:
     """A prompt the prefill takes (one call of ``prefill_len``; the runner's prompt processor
-    chunks up to ``ctx_len - prefill_len``), and room for its new tokens."""
+    chunks up to ``ctx_len - prefill_len``), and room for its new tokens: of a runner layout's
+    programs, ``ctx_len - prompt`` at most, as the runner generates (``generate``)."""
     longest = shape.ctx_len - shape.prefill_len if shape.cache == "runner" else shape.prefill_len
     if not 0 < prompt <= longest:
         raise LlmExportError(
             f"{where}: a prompt of {prompt} tokens; the programs take 1 to {longest} "
             f"(prefill_len {shape.prefill_len}, ctx_len {shape.ctx_len}, cache={shape.cache!r})"
         )
-    if prompt + new_tokens - 1 > shape.ctx_len:
+    room = shape.ctx_len - prompt + (shape.cache != "runner")
+    if new_tokens > room:
         raise LlmExportError(
             f"{where}: {prompt} prompt + {new_tokens} new tokens do not fit ctx_len {shape.ctx_len}: ask for at "
-            f"most {shape.ctx_len - prompt + 1} or export a longer ctx_len"
+            f"most {room} or export a longer ctx_len"
         )
 
 
@@ -255,7 +257,10 @@ class RunnerLoop:
     ) -> Generation:
         """The runner's greedy generation (``--temperature 0``): prefill ``prompt``, then one
         ``kv_forward`` call per token until ``new_tokens`` or an ``eos`` token (the runner does
-        not check the first, prefill's, token). ``forced`` feeds those tokens instead of the
+        not check the first, prefill's, token; ``token_generator.cpp:343-348``). At most
+        ``ctx_len - len(prompt)`` tokens: the runner decodes while ``pos < seq_len - 1``, its
+        ``--seq_len`` clamped to the context (``token_generator.cpp:274``, ``runner.cpp:401-408``),
+        so its last ``kv_forward`` call is at position ``ctx_len - 2``. ``forced`` feeds those tokens instead of the
         argmax (teacher forcing); ``record`` keeps every call's inputs, for calibration;
         ``on_token`` hears the tokens so far after each one (to stream them)."""
         shape = self.shape

@@ -157,13 +157,20 @@ def _measure_here(
 _MAX_CASE_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
 
 
+#: The largest dim a kernel tensor takes (ExecuTorch's sizes are int32).
+LARGEST_DIM = 2**31 - 1
+
+
 def parse_dims(text: str, where: str) -> tuple[int, ...]:
+    """``1x128x4096`` -> (1, 128, 4096): whole numbers from 0 to ``LARGEST_DIM``, joined by x."""
     try:
         dims = tuple(int(d) for d in text.lower().split("x"))
     except ValueError:
         dims = ()
     if not dims or any(d < 0 for d in dims):
         raise UsageError(f"{where}: {text!r} is not a shape (write dims joined by x, e.g. 1x128x4096)")
+    if max(dims) > LARGEST_DIM:
+        raise UsageError(f"{where}: dim {max(dims)} of {text!r} is past the largest a tensor takes ({LARGEST_DIM})")
     return dims
 
 

@@ -258,7 +258,7 @@ class HtpResult:
         return self.default_shape and self.host_status == KernelStatus.ShapeMismatch and bool(self.failed_step)
 
     def __str__(self) -> str:
-        where = f"{self.version:<8}{self.op:<16}{self.label:<44}"
+        where = f"{self.version:<8}{self.op:<16}{self.label:<48} "
         if self.passed:
             return where + "ok"
         if self.not_applicable:

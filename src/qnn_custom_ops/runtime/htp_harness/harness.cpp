@@ -208,6 +208,9 @@ class Backend {
     const char* build = nullptr;
     if (qnn_->backendGetBuildId != nullptr) qnn_->backendGetBuildId(&build);
     build_ = build ? build : "unknown";
+    // Loaded here first with every symbol bound, so a package that cannot load says why (an
+    // undefined symbol) instead of ending the process at its first call.
+    if (dlopen(package, RTLD_NOW | RTLD_LOCAL) == nullptr) fail(std::string("cannot load the package: ") + dlerror());
     const Qnn_ErrorHandle_t status = qnn_->backendRegisterOpPackage(backend_, package, provider, "CPU");
     if (status != QNN_SUCCESS) {
       const char* why = dlerror();

@@ -1,0 +1,107 @@
+"""What ``qnn_llama_runner`` does, held to its source (ExecuTorch main of 2026-08-22,
+``examples/qualcomm/oss_scripts/llama/``; pytorch/tokenizers' ``src/hf_tokenizer.cpp``), and
+what our export and host run therefore do (issue 39, items 1 and 4): the window mask of the
+gemma2/gemma3 versions, the tokens it stops on, the version a Llama checkpoint gets, the prompt
+it formats (and its BOS), where it stops at the end of the context."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from qnn_custom_ops.library import RunnerLoop, eager_step, export_llm
+from qnn_custom_ops.library.checkpoint import prompt_ids
+from qnn_custom_ops.library.families import FAMILIES, LlmExportError, runner_version_of
+from qnn_custom_ops.library.runner_text import RunnerText
+
+transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
+tokenizers = pytest.importorskip("tokenizers")
+
+from .hf_models import hf_model  # noqa: E402
+from .test_hf_export import NEW_TOKENS, PROMPT, hf_tokens  # noqa: E402
+
+LLAMA3 = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+SENTENCEPIECE = ["<unk>", "<s>", "</s>"]  # Llama 2, TinyLlama: no added token says bos, eos, begin or end
+SMOLLM2 = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+GEMMA = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"]
+
+
+def tokenizer_with(specials: list[str]) -> transformers.PreTrainedTokenizerFast:
+    """A byte-level BPE whose first ids are ``specials`` (its tokenizer.json's added tokens)."""
+    bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
+    bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=300, special_tokens=specials,
+                                             initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    bpe.train_from_iterator(["hello world, the user and the assistant"], trainer)
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe)
+    tokenizer.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                               "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    return tokenizer
+
+
+@pytest.mark.parametrize("specials, version, bos, stops", [
+    (LLAMA3, "llama3", "<|begin_of_text|>", {"<|end_of_text|>", "<|eot_id|>"}),
+    (SENTENCEPIECE, "llama2", "<unk>", {"<unk>"}),  # none found: id 0 for both (hf_tokenizer.cpp, tokenizer.h)
+    (SMOLLM2, "smollm2_135m", "<|endoftext|>", {"<|endoftext|>", "<|im_end|>"}),
+    (GEMMA, "gemma3", "<bos>", {"<bos>", "<end_of_turn>"}),  # two "end"s, neither "text": EOS is the BOS
+])
+def test_bos_and_stop_tokens_are_what_the_runner_reads_from_tokenizer_json(specials, version, bos, stops):
+    """runner.cpp:185-219 stops on the tokenizer's EOS and the version's token; HFTokenizer::load
+    guesses BOS and EOS from tokenizer.json's added tokens (hf_tokenizer.cpp:247-305)."""
+    tokenizer = tokenizer_with(specials)
+    text = RunnerText.of(tokenizer, version)
+    assert tokenizer.convert_ids_to_tokens(text.bos) == bos
+    assert set(tokenizer.convert_ids_to_tokens(list(text.stop_ids()))) == stops
+
+
+@pytest.mark.parametrize("specials, version", [(LLAMA3, "llama3"), (SMOLLM2, "smollm2_135m"), (SENTENCEPIECE, "llama2")])
+def test_a_llama_checkpoint_gets_the_runners_version_its_tokenizer_tells(specials, version):
+    assert runner_version_of(FAMILIES["llama"], set(specials)) == version
+    assert runner_version_of(FAMILIES["llama"], set(specials), "smollm3") == "smollm3"  # --decoder-model-version
+    with pytest.raises(LlmExportError, match=r"^--decoder-model-version 'llama4': use one of llama2, llama3, gemma"):
+        runner_version_of(FAMILIES["llama"], set(specials), "llama4")
+
+
+def test_chat_is_the_runners_template_for_the_version_after_its_bos_and_hfs_only_when_asked():
+    """qnn_llama_runner.cpp:103-223 formats every --prompt (qwen3 ends at "assistant", no newline;
+    qwen2_5 and llama2 send the text as it is); runner.cpp:417-442 encodes it after one BOS."""
+    tokenizer = tokenizer_with(SMOLLM2)
+    said = {version: tokenizer.decode(prompt_ids(tokenizer, version, "hello world", "runner"))
+            for version in ("qwen3", "smollm2_135m", "qwen2_5", "llama2")}
+    assert said == {"qwen3": "<|endoftext|><|im_start|>user\nhello world<|im_end|>\n<|im_start|>assistant",
+                    "smollm2_135m": "<|endoftext|><|im_start|>user\nhello world<|im_end|>\n<|im_start|>assistant\n\n",
+                    "qwen2_5": "<|endoftext|>hello world", "llama2": "<|endoftext|>hello world"}
+    assert tokenizer.decode(prompt_ids(tokenizer, "qwen3", "hello world")) == "<|endoftext|>hello world"
+    hf = prompt_ids(tokenizer, "qwen3", "hello world", "hf")
+    assert tokenizer.decode(hf) == "<|im_start|>user\nhello world<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["gemma3_text", "gemma2"])
+def test_gemma_with_a_window_past_the_context_still_takes_the_window_mask_the_runner_adds(arch):
+    """runner.cpp:122-130: the gemma2/gemma3 versions add the window mask as input 2 whatever the
+    window; with a window of ctx_len or more it hides nothing, and the loop generates HF's tokens."""
+    model = hf_model(arch, sliding_window=48)
+    want = hf_tokens(copy.deepcopy(model))
+    programs = export_llm(model, prefill_len=8, ctx_len=40, cache="runner")
+    assert programs.runner_version in ("gemma2", "gemma3") and programs.shape.window == 48
+    tokens, mask, window_mask, positions = programs.prefill.example_inputs[:4]
+    assert mask.shape == window_mask.shape == (1, 1, 8, 40) and positions.dtype == torch.int32
+    step = eager_step(programs.prefill.module)
+    assert RunnerLoop(programs.shape, step, step).generate(PROMPT, NEW_TOKENS).tokens == want
+
+
+def test_the_loop_stops_at_the_end_of_the_context_where_the_runner_does():
+    """token_generator.cpp:274: decode while pos < seq_len - 1, seq_len at most the context
+    (runner.cpp:401-408): ctx_len - len(prompt) tokens, the last kv_forward call at ctx_len - 2."""
+    programs = export_llm(hf_model("llama", num_hidden_layers=1), prefill_len=4, ctx_len=16, cache="runner")
+    step = eager_step(programs.prefill.module)
+    loop = RunnerLoop(programs.shape, step, step)
+    run = loop.generate(PROMPT, 16 - len(PROMPT), record=True)
+    positions = [int(inputs[1 + programs.shape.masks][0, 0]) for inputs in run.decode_inputs]
+    assert len(run.tokens) == 11 and positions == list(range(5, 15))
+    with pytest.raises(LlmExportError, match=r"5 prompt \+ 12 new tokens do not fit ctx_len 16: ask for at most 11"):
+        loop.generate(PROMPT, 12)
