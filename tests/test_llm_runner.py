@@ -18,7 +18,7 @@ import torch
 
 from qnn_custom_ops.cli import main
 from qnn_custom_ops.library import RunnerLoop, eager_step, export_llm, greedy
-from qnn_custom_ops.library.checkpoint import LlmManifest, calibration_prompts
+from qnn_custom_ops.library.checkpoint import LlmManifest, calibration_prompts, prompt_ids
 from qnn_custom_ops.library.families import LlmExportError
 from qnn_custom_ops.library.hf import LlmDtypeWarning, LlmShape
 from qnn_custom_ops.runtime import method_specs
@@ -134,6 +134,10 @@ def test_the_exported_program_follows_qnn_llama_runners_contract(checkpoint, flo
         assert not any(meta.output_tensor_meta(i).is_memory_planned() for i in range(meta.num_outputs())), method
     manifest = LlmManifest.read(float_export)
     assert (manifest.decoder_model_version, manifest.quant, manifest.shape.cache) == ("qwen3", "none", "runner")
+    # what the runner stops on and prepends, from tokenizer.json alone (tests/test_runner_behaviour.py)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(float_export / "tokenizer")
+    assert tokenizer.convert_ids_to_tokens(list(manifest.eos_ids)) == ["<|endoftext|>", "<|im_end|>"]
+    assert value["get_bos_id"] == value["get_eos_id"] == tokenizer.convert_tokens_to_ids("<|endoftext|>")
     weights = sum(p.numel() * 4 for p in transformers.AutoModelForCausalLM.from_pretrained(checkpoint).parameters())
     assert weights < len(pte) + len(ptd) < 1.25 * weights  # the two methods share one copy of every weight
     assert (float_export / "tokenizer" / "tokenizer.json").is_file()  # the runner's --tokenizer_path
@@ -176,7 +180,8 @@ def test_llm_generate_gives_hfs_greedy_tokens_streams_text_and_prints_tokens_per
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, attn_implementation="eager").eval()
-    ids = tokenizer("The host runtime")["input_ids"]
+    ids = prompt_ids(tokenizer, "qwen3", "The host runtime")  # as qnn_llama_runner encodes it: its BOS first
+    assert ids == [tokenizer.convert_tokens_to_ids("<|endoftext|>"), *tokenizer("The host runtime")["input_ids"]]
     with torch.no_grad():
         want = model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)[0, len(ids):].tolist()
     runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
@@ -349,7 +354,7 @@ def test_calibration_prompts_fit_the_programs():
     shape = LlmShape(layers=1, kv_heads=2, head_dim=16, vocab=300, ctx_len=40, prefill_len=8, cache="runner")
     prompts = calibration_prompts(trained_tokenizer(), shape, ["a " * 100, "", "short"])
     assert [len(p) for p in prompts][1:] == [len(trained_tokenizer()("short")["input_ids"])]
-    assert len(prompts[0]) == 25  # ctx_len - 16 calibration tokens + 1
+    assert len(prompts[0]) == 24  # ctx_len - 16 calibration tokens: the runner generates ctx_len - prompt
 
 
 def cli_error(capsys, *argv: str) -> str:
@@ -402,8 +407,8 @@ def test_llm_generate_refuses_a_prompt_too_long_and_a_chat_without_template(floa
     config = json.loads((bare / "tokenizer" / "tokenizer_config.json").read_text())
     config.pop("chat_template", None)
     (bare / "tokenizer" / "tokenizer_config.json").write_text(json.dumps(config))
-    assert "--chat: the tokenizer has no chat template" in cli_error(
-        capsys, "llm", "generate", str(bare), "--prompt", "hi", "--chat", "--no-verify")
+    assert "--chat hf: the tokenizer has no chat template; use --chat for the runner's own template" in cli_error(
+        capsys, "llm", "generate", str(bare), "--prompt", "hi", "--chat", "hf")
 
 
 def test_building_the_cli_parser_imports_no_torch():

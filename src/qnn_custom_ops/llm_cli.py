@@ -89,6 +89,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             target=args.target,
             soc=args.soc,
             progress=_progress(args),
+            decoder_model_version=args.decoder_model_version,
         )
     print(
         f"{args.output}: {manifest.model_type}, {manifest.quant}, prefill {manifest.shape.prefill_len} / "
@@ -138,6 +139,12 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         f"decode: {len(result.tokens)} tokens at {result.decode_tokens_per_second:.1f} tokens/s",
         file=sys.stderr,
     )
+    if args.chat == "hf":
+        print(
+            "note: --chat hf wraps the prompt in the tokenizer's chat template, not qnn_llama_runner's: the phone "
+            f"formats --prompt with its own ({export.manifest.decoder_model_version}'s; --chat gives it here)",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
@@ -178,6 +185,11 @@ def add_llm_commands(commands) -> None:
     export.add_argument("--calibration", metavar="FILE", help="calibration text, one prompt a line")
     export.add_argument("--target", default="host", help="host (run here) or qnn (the phone)")
     export.add_argument("--soc", help="the phone's chipset for --target qnn, e.g. SM8650")
+    export.add_argument(
+        "--decoder-model-version",
+        metavar="VERSION",
+        help="qnn_llama_runner's --decoder_model_version to export for (default: told from the checkpoint)",
+    )
     _add_progress_flags(export)
     export.set_defaults(handler=_cmd_export)
     generate = actions.add_parser("generate", help="generate text from an export on the host; tokens/s")
@@ -189,6 +201,13 @@ def add_llm_commands(commands) -> None:
         action="store_true",
         help="use the export's files as they are, without checking them against its manifest (for edits on purpose)",
     )
-    generate.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
+    generate.add_argument(
+        "--chat",
+        nargs="?",
+        const="runner",
+        metavar="hf",
+        help="wrap the prompt in qnn_llama_runner's template for the export's version, as the phone does "
+        "(--chat hf: the tokenizer's own chat template instead)",
+    )
     _add_progress_flags(generate)
     generate.set_defaults(handler=_cmd_generate)

@@ -37,6 +37,7 @@ from .export_files import (
     verify_files,
     write_export,
 )
+from .families import family_of, runner_version_of
 from .hf import LlmPrograms, LlmShape, export_llm, warn_float32_cast
 from .json_values import JsonValueError, integer, load_object, required, sequence, string
 from .manifest_json import (
@@ -49,6 +50,7 @@ from .manifest_json import (
     shape_from_json,
 )
 from .runner_loop import MethodEncodings, RunnerLoop, check_fits, method_encodings
+from .runner_text import RunnerText
 from .steps import host_step
 
 TARGETS = ("host", "qnn")
@@ -206,38 +208,45 @@ def load_checkpoint(directory: Path, progress: Progress = _silent) -> tuple[Any,
     return model.eval(), tokenizer
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
-    """Every end-of-sequence id the model's configs and tokenizer name."""
-    ids: set[int] = set()
-    for source in (model.config, getattr(model, "generation_config", None), tokenizer):
-        value = getattr(source, "eos_token_id", None)
-        ids.update([value] if isinstance(value, int) else list(value or ()))
-    return tuple(sorted(ids))
+def _eos_ids(text: RunnerText) -> tuple[int, ...]:
+    """The tokens ``qnn_llama_runner`` stops on for the version and the ``tokenizer.json``
+    pushed beside it (``runner_text``): what ``llm generate`` stops on too, so host and phone
+    stop at the same token."""
+    return text.stop_ids()
 
 
 def calibration_prompts(
     tokenizer: Any, shape: LlmShape, lines: Sequence[str] | None, where: str = "calibration"
 ) -> list[list[int]]:
     """Each non-empty line tokenized, cut to what the programs take with room for the
-    calibration tokens."""
+    calibration tokens (``ctx_len - len(prompt)`` at most, as the runner generates). However
+    short the lines, calibration covers every chunk and the whole context (``quantize_llm``
+    walks them as one text repeated to the context's length)."""
     texts = [line for line in (lines if lines is not None else DEFAULT_CALIBRATION) if line.strip()]
     if not texts:
         raise LlmCheckpointError(f"{where}: no text to calibrate on; give one prompt per line")
-    longest = min(shape.ctx_len - shape.prefill_len, shape.ctx_len - CALIBRATION_TOKENS + 1)
+    longest = min(shape.ctx_len - shape.prefill_len, shape.ctx_len - CALIBRATION_TOKENS)
     return [tokenizer(text)["input_ids"][:longest] for text in texts]
 
 
-def _runner_metadata(
-    programs: LlmPrograms, model: Any, tokenizer: Any, quant: str, eos_ids: Sequence[int]
-) -> dict[str, Any]:
-    """The constant methods ExecuTorch's static llama writes (``get_n_layers`` is the one the
-    runner requires; ``get_sliding_window`` where a window mask is taken)."""
+def _runner_metadata(programs: LlmPrograms, model: Any, text: RunnerText, quant: str) -> dict[str, Any]:
+    """The constant methods ExecuTorch's static llama writes (``static_llama.py:807-824``, with
+    ``get_sliding_window`` where a window mask is taken), with what the runners of ExecuTorch
+    1.x read (checked: release/1.0 to 1.4 and main of 2026-08-22): ``get_n_layers``, required
+    (``runner.cpp:234-237``), and ``get_sliding_window`` when present (``runner.cpp:274-279``);
+    runners before 1.4 (PR #19146) also read ``get_kv_io_bit_width`` (``qnn_llama_runner.cpp``
+    of release/1.3, lines 299-318: 8 when absent, 8 or 16 accepted, any other refused). Its
+    value is ExecuTorch's own (``static_llm_quant_recipe.py:32-43``, ``llm_wrappers.py:439-442``):
+    8 for 8a8w, 16 for the other quantized modes, 32 for float, which those runners refuse --
+    they hold masks and logits as uint16 codes and cannot run a float program (nor an 8a8w one,
+    whose mask and logits are uint8 here: it needs a 1.4 runner or later). BOS and EOS are the
+    runner's own (``runner_text``); it prepends one BOS (``get_n_bos``)."""
     shape, config = programs.shape, model.config
     bits = {"none": 32, "8a8w": 8}.get(quant, 16)
     metadata: dict[str, Any] = {
         "get_ar_len": 1,
-        "get_bos_id": int(tokenizer.bos_token_id if tokenizer.bos_token_id is not None else -1),
-        "get_eos_id": int(eos_ids[0]) if eos_ids else -1,
+        "get_bos_id": text.bos,
+        "get_eos_id": text.eos,
         "get_dim": int(config.hidden_size),
         "get_head_dim": shape.head_dim,
         "get_max_batch_size": 1,
@@ -295,15 +304,20 @@ def _programs_to_lower(
     calibration: Sequence[str] | None,
     target: str,
     progress: Progress,
+    decoder_model_version: str | None = None,
 ) -> _ToLower:
-    """The checkpoint loaded, exported in the runner's layout and, unless ``quant`` is none,
-    quantized on the calibration text."""
+    """The checkpoint loaded, exported in the runner's layout for its ``--decoder_model_version``
+    (the family's, told by the tokenizer where one family has several, or the one given) and,
+    unless ``quant`` is none, quantized on the calibration text."""
     from .generation import quantize_llm
 
     model, tokenizer = load_checkpoint(checkpoint, progress)
     started = time.monotonic()
-    eos_ids = _eos_ids(model, tokenizer)
-    programs = export_llm(model, prefill_len=prefill_len, ctx_len=ctx_len, cache="runner")
+    added = tokenizer.get_added_vocab()  # tokenizer.json's added tokens: the runner's special tokens
+    version = runner_version_of(family_of(model.config.model_type), added, decoder_model_version)
+    text = RunnerText.of(tokenizer, version)
+    eos_ids = _eos_ids(text)
+    programs = export_llm(model, prefill_len=prefill_len, ctx_len=ctx_len, cache="runner", runner_version=version)
     progress(
         f"exported prefill ({prefill_len} tokens) and decode over ctx_len {ctx_len} in "
         f"{time.monotonic() - started:.1f} s"
@@ -320,14 +334,14 @@ def _programs_to_lower(
     inputs = (programs.prefill.example_inputs, programs.decode.example_inputs)
     manifest = LlmManifest(
         model.config.model_type,
-        programs.family.runner_version,
+        programs.runner_version,
         quant,
         target,
         programs.shape,
         eos_ids,
         encodings,
     )
-    metadata = _runner_metadata(programs, model, tokenizer, quant, eos_ids)
+    metadata = _runner_metadata(programs, model, text, quant)
     return _ToLower(dict(zip(METHODS, zip(modules, inputs))), manifest, metadata, tokenizer)
 
 
@@ -382,10 +396,12 @@ def export_checkpoint(
     target: str = "host",
     soc: str | None = None,
     progress: Progress = _silent,
+    decoder_model_version: str | None = None,
 ) -> LlmManifest:
     """``llm export``: the checkpoint's programs in the runner's layout, quantized on the
     calibration text (one prompt a line; a built-in text by default), lowered for ``target``,
-    written to ``out_dir`` whole or not at all."""
+    written to ``out_dir`` whole or not at all. ``decoder_model_version`` overrides the
+    runner's version told from the checkpoint."""
     from ..lowering.program import lower_methods
     from ..quantizer import QUANT_MODES
     from .llm import llm_binding
@@ -394,7 +410,9 @@ def export_checkpoint(
     _require_choice("--target", target, TARGETS)
     check_replaceable(out_dir)  # before the long steps, and again when written
     spec = _compile_spec(soc) if target == "qnn" else None
-    staged = _programs_to_lower(checkpoint, prefill_len, ctx_len, quant, calibration, target, progress)
+    staged = _programs_to_lower(
+        checkpoint, prefill_len, ctx_len, quant, calibration, target, progress, decoder_model_version
+    )
     fold = target == "host" and quant != "none" and _folded_weights_fit(staged, progress)
     started = time.monotonic()
     delegated = target == "host" and quant == "none"  # a quantized host program runs on the portable kernels
@@ -494,12 +512,24 @@ def load_export(directory: Path, verify: bool = True, progress: Progress = _sile
     return LlmExport(directory, manifest, pte, tokenizer, data)
 
 
-def prompt_ids(tokenizer: Any, text: str, chat: bool) -> list[int]:
-    """The prompt's token ids: through the tokenizer's chat template with ``chat``."""
-    if not chat:
-        return list(tokenizer(text)["input_ids"])
+#: ``--chat``'s choices: the runner's template for the version (what the phone formats every
+#: ``--prompt`` with), or the tokenizer's own (Hugging Face's, which the phone does not use).
+CHAT_TEMPLATES = ("runner", "hf")
+
+
+def prompt_ids(tokenizer: Any, version: str, text: str, chat: str | None = None) -> list[int]:
+    """The prompt's token ids as ``qnn_llama_runner --decoder_model_version version`` computes
+    them (``runner_text``: one BOS, the tokenizer's as the runner reads it, then the text):
+    with ``chat="runner"`` in the version's template, as the runner formats every ``--prompt``;
+    ``chat="hf"`` gives the tokenizer's chat template instead (its ids as Hugging Face makes
+    them, BOS included where its template has one: a phone takes those as ``--tokenized_prompt``)."""
+    _require_choice("--chat", "runner" if chat is None else chat, CHAT_TEMPLATES)
+    if chat != "hf":
+        return RunnerText.of(tokenizer, version).prompt_ids(text, template=chat == "runner")
     if not getattr(tokenizer, "chat_template", None):
-        raise LlmCheckpointError("--chat: the tokenizer has no chat template; drop --chat to send the text as it is")
+        raise LlmCheckpointError(
+            "--chat hf: the tokenizer has no chat template; use --chat for the runner's own template"
+        )
     ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # a BatchEncoding, or the ids
 
@@ -521,15 +551,15 @@ def generate_text(
     runner: Any,
     text: str,
     max_new_tokens: int = 64,
-    chat: bool = False,
+    chat: str | None = None,
     on_text: Callable[[str], None] | None = None,
 ) -> TextGeneration:
     """Greedy generation from ``text`` as the device runner does it (``RunnerLoop``), on the
     host (``runner``: a ``HostRunner`` with the LlmOpPackage's library); ``on_text`` hears the
     text as it grows, piece by piece."""
     manifest, tokenizer = export.manifest, export.tokenizer
-    ids = prompt_ids(tokenizer, text, chat)
-    room = manifest.shape.ctx_len - len(ids) + 1
+    ids = prompt_ids(tokenizer, manifest.decoder_model_version, text, chat)
+    room = manifest.shape.ctx_len - len(ids)  # the runner's last decode is at ctx_len - 2 (RunnerLoop.generate)
     check_fits(manifest.shape, len(ids), min(max_new_tokens, max(room, 1)), "llm generate")
     encodings = None
     if manifest.encodings is not None:
