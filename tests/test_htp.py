@@ -15,16 +15,23 @@ from pathlib import Path
 import pytest
 
 import qnn_custom_ops as qco
+from executorch.backends.qualcomm.serialization.qc_schema import (
+    QnnExecuTorchOpPackagePlatform,
+    QnnExecuTorchOpPackageTarget,
+)
+
 from qnn_custom_ops.cli import main
 from qnn_custom_ops.generator import generate
-from qnn_custom_ops.generator.qhpi import MAX_SIGNATURES, qhpi_op
+from qnn_custom_ops.generator.qhpi import MAX_SIGNATURES, abi_header_context, qhpi_op
 from qnn_custom_ops.generator.render import template_environment
-from qnn_custom_ops.generator.qhpi import abi_header_context
+from qnn_custom_ops.lowering import CompileSpecError, OpPackageBuild, op_package_options
+from qnn_custom_ops.lowering.compile_spec import makefile_builds
 from qnn_custom_ops.qairt import QAIRT_VERSIONS
 from qnn_custom_ops.runtime import htp
 from qnn_custom_ops.runtime.dtype_cases import dtype_cases
 
 from .conftest import DATA, OP_PACKAGES
+from .torch_ops import EXAMPLE_PACKAGE, MUL3
 
 HEXAGON_CXX = Path(__file__).resolve().parent / "htp_standin" / "hexagon-clang++"
 SHIPPED = ("ExampleOpPackage", "LlmOpPackage", "SplitCustomOpPackage")
@@ -127,6 +134,14 @@ def test_generate_api_qhpi_writes_a_package_whose_makefile_builds_for_x86_and_he
     assert "[libQnnHtp.so]" in needed  # how the qhpi_* functions are found in a host's RTLD_LOCAL backend
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True).stdout
     assert {"ExampleOpPackageInterfaceProvider", "qhpi_init"} <= {line.split()[-1] for line in symbols.splitlines()}
+    # ExecuTorch's compile spec takes it: the x86 build registers as CPU, the Hexagon one as HTP
+    binding = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3})
+    infos = op_package_options(binding, makefile_builds(root, "ExampleOpPackage", 75, api="qhpi")).op_package_infos
+    assert {(i.target, i.platform) for i in infos} == {
+        (QnnExecuTorchOpPackageTarget.CPU, QnnExecuTorchOpPackagePlatform.X86_64),
+        (QnnExecuTorchOpPackageTarget.HTP, QnnExecuTorchOpPackagePlatform.AARCH64_ANDROID)}
+    with pytest.raises(CompileSpecError, match="a QHPI package registers on x86 as CPU"):
+        op_package_options(binding, [OpPackageBuild("HTP", "x86_64", library)])
     hexagon = subprocess.run(["make", "-C", str(root), "htp_v68", f"HEXAGON_SDK_ROOT={tmp_path / 'no-sdk'}",
                               f"HEXAGON_CXX_V68={sys.executable} {HEXAGON_CXX}"], capture_output=True, text=True)
     assert hexagon.returncode == 0, hexagon.stderr

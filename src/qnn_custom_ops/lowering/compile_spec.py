@@ -78,11 +78,20 @@ class OpPackageBuild:
         return device_library_path(package_name, self.target)
 
 
-def makefile_builds(package_dir: str | Path, package_name: str, htp_arch: int) -> list[OpPackageBuild]:
+def makefile_builds(
+    package_dir: str | Path, package_name: str, htp_arch: int, api: str = "classic"
+) -> list[OpPackageBuild]:
     """The builds a generated package's Makefile produces for a device and for the simulator:
-    ``make htp_v<arch>`` (HTP, device), ``make htp_aarch64`` (CPU, device), ``make htp_x86``."""
+    ``make htp_v<arch>`` (HTP, device), ``make htp_aarch64`` (CPU, device), ``make htp_x86``.
+    A QHPI package (``api="qhpi"``) has no aarch64 build, and its x86 build registers as CPU:
+    QAIRT's x86 backend refuses a QHPI package registered for HTP (error 4003)."""
     build = Path(package_dir) / "build"
     library = f"libQnn{package_name}.so"
+    if api == "qhpi":
+        return [
+            OpPackageBuild(Target.HTP, Platform.AARCH64_ANDROID, build / f"hexagon-v{htp_arch}" / library),
+            OpPackageBuild(Target.CPU, Platform.X86_64, build / "x86_64-linux-clang" / library),
+        ]
     return [
         OpPackageBuild(Target.HTP, Platform.AARCH64_ANDROID, build / f"hexagon-v{htp_arch}" / library),
         OpPackageBuild(Target.CPU, Platform.AARCH64_ANDROID, build / "aarch64-android" / library),
@@ -179,43 +188,57 @@ def _binding_problems(binding: OpPackageBinding, infos: list[QnnExecuTorchOpPack
 
 
 def _check_builds(provider: str, builds: list[OpPackageBuild]) -> list[str]:
-    problems = []
-    if not any(b.target is Target.HTP for b in builds):
+    problems, seen = [], set()
+    libraries = {b: _library_problems(provider, b) for b in builds if b.platform is Platform.X86_64}
+    qhpi_x86 = any(qhpi for _, qhpi in libraries.values())  # an x86 QHPI build serves the simulator as CPU
+    if not qhpi_x86 and not any(b.target is Target.HTP for b in builds):
         problems.append(
             "no HTP build: add one for the library made by `make htp_vNN` (device) or `make htp_x86` "
             "(simulator): OpPackageBuild('HTP', ...), or ExecuTorch's register_implementation(...Target.HTP, ...)"
         )
-    seen = set()
     for build in builds:
         key = (build.target, build.platform)
         if key in seen:
             problems.append(f"two builds for {build.target.value} on {build.platform.value}: keep one")
         seen.add(key)
-        if build.platform is not Platform.X86_64:
-            continue  # Android libraries are pushed by the device runner, which checks them then
-        if not build.library.is_file():
-            problems.append(f"{build.library}: no such library (build it with the package Makefile)")
-            continue
-        missing = _missing_symbol(build.library, provider)
-        if missing:
-            problems.append(missing)
+        # Android libraries are pushed by the device runner, which checks them then
+        problems += libraries.get(build, ([], False))[0]
     return problems
 
 
-def _missing_symbol(library: Path, symbol: str) -> str | None:
-    """A problem if ``library`` does not export ``symbol`` (checked with nm where it exists)."""
+def _library_problems(provider: str, build: OpPackageBuild) -> tuple[list[str], bool]:
+    """What is wrong with an x86 build's library, and whether it is a QHPI package (``qhpi_init``)."""
+    if not build.library.is_file():
+        return [f"{build.library}: no such library (build it with the package Makefile)"], False
+    exported = _exported_symbols(build.library)
+    if exported is None:  # no nm on this machine: nothing to check with
+        return [], False
+    if isinstance(exported, str):
+        return [exported], False
+    problems = []
+    if provider not in exported:
+        problems.append(
+            f"{build.library}: does not export {provider} (is it this package's library? "
+            "THIS_PKG_NAME must be the config's PackageName)"
+        )
+    qhpi = "qhpi_init" in exported
+    if qhpi and build.target is Target.HTP:
+        problems.append(
+            f"{build.library}: a QHPI package registers on x86 as CPU (QAIRT's x86 backend refuses HTP, "
+            "error 4003): OpPackageBuild('CPU', 'x86_64', ...)"
+        )
+    return problems, qhpi
+
+
+def _exported_symbols(library: Path) -> set[str] | str | None:
+    """The dynamic symbols ``library`` defines (nm), the problem reading them, or None with no nm."""
     nm = shutil.which("nm")
     if nm is None:
         return None
     result = subprocess.run([nm, "-D", "--defined-only", str(library)], capture_output=True, text=True)
     if result.returncode != 0:
         return f"{library}: not a shared library nm can read ({result.stderr.strip()})"
-    if not any(line.split()[-1:] == [symbol] for line in result.stdout.splitlines()):
-        return (
-            f"{library}: does not export {symbol} (is it this package's library? "
-            "THIS_PKG_NAME must be the config's PackageName)"
-        )
-    return None
+    return {line.split()[-1] for line in result.stdout.splitlines() if line.split()}
 
 
 def chipset(soc: str | QcomChipset) -> QcomChipset:
