@@ -9,10 +9,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..errors import ReportedError
 
-class JsonValueError(ValueError):
+
+class JsonValueError(ReportedError, ValueError):
     """A JSON file, or one value in it, that is not what its reader takes; the message names the
-    key (``shape.ctx_len``) and what it holds."""
+    key (``shape.ctx_len``) and what it holds (its readers add the file's name)."""
 
 
 def _shown(value: object) -> str:
