@@ -33,6 +33,7 @@ _LAZY = {
     "compare_outputs": "runtime",
     "Tolerance": "runtime",
     "load_host_library": "runtime",
+    "load_program_libraries": "runtime",
     "make_quantizer": "quantizer",
     "quant_annotation": "quantizer",
     "io_quant_configs": "quantizer",

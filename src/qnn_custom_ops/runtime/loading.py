@@ -149,17 +149,6 @@ def program_needs_data(pte: bytes) -> bool:
     return program_facts(pte).needs_data
 
 
-def check_program_kernels(pte: bytes, where: str = "program") -> None:
-    """Raise ``MissingKernelError`` naming every kernel the program needs that is not registered."""
-    missing = sorted(program_operators(pte) - registered_operators())
-    if missing:
-        raise MissingKernelError(
-            f"{where} needs kernels that are not registered: {', '.join(missing)} "
-            "(load the op package's host library with load_host_library, or build it with "
-            "build_host_library)"
-        )
-
-
 def _library_functions(libraries: Sequence[str | Path], name: str) -> list:
     """``qco_<Pkg>_<name>`` of each loaded host library (``libqco_<Pkg>_executorch.so``)."""
     functions = []

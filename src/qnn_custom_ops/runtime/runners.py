@@ -27,20 +27,16 @@ from ..qnn_sdk import require_sdk
 from ..quiet import native_stderr_held
 from .isolation import call_isolated
 from .loading import (
-    check_program_kernels,
     clear_kernel_errors,
     last_kernel_error,
-    load_host_library,
-    load_quantized_kernels,
     program_backends,
     program_facts,
     program_needs_data,
     program_operators,
     trace_kernels,
 )
+from .program_libraries import load_program_libraries
 from .raw_io import INPUT_LIST, TensorSpec, read_outputs, write_inputs
-from .speed_library import NAMESPACE as SPEED_NAMESPACE
-from .speed_library import load_speed_kernels
 
 Inference = Sequence[torch.Tensor]
 RUNNER = "qnn_executor_runner"
@@ -242,16 +238,10 @@ class HostRunner:
         """The program's method, after every check: a file the runtime cannot load, a kernel no
         library registers, a data file missing, each one error."""
         method_specs(pte, method)  # a file the runtime cannot load is one error, before any library is loaded
-        operators = _host_operators(pte, "program")
+        _host_operators(pte, "program")
         _check_data_file(pte, data)
-        for library in self.libraries:
-            load_host_library(library)
+        load_program_libraries(pte, self.libraries)
         trace_kernels(self.libraries)
-        if any(op.startswith("quantized_decomposed::") for op in operators):
-            load_quantized_kernels()
-        if any(op.startswith(SPEED_NAMESPACE) for op in operators):
-            load_speed_kernels()
-        check_program_kernels(pte)
         with _refused_as_program_error("program" if data is None else f"program with data file {data}"):
             return _verified(pte, "program", data).load_method(method)
 
