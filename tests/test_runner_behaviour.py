@@ -7,6 +7,7 @@ it formats (and its BOS), where it stops at the end of the context."""
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ import torch
 from qnn_custom_ops.library import RunnerLoop, eager_step, export_llm
 from qnn_custom_ops.library.checkpoint import prompt_ids
 from qnn_custom_ops.library.families import FAMILIES, LlmExportError, runner_version_of
-from qnn_custom_ops.library.runner_text import RunnerText
+from qnn_custom_ops.library.runner_text import RunnerText, RunnerTokenWarning, warn_of_other_tokens
 
 transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 tokenizers = pytest.importorskip("tokenizers")
@@ -28,15 +29,16 @@ SMOLLM2 = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 GEMMA = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"]
 
 
-def tokenizer_with(specials: list[str]) -> transformers.PreTrainedTokenizerFast:
-    """A byte-level BPE whose first ids are ``specials`` (its tokenizer.json's added tokens)."""
+def tokenizer_with(specials: list[str], **roles: str) -> transformers.PreTrainedTokenizerFast:
+    """A byte-level BPE whose first ids are ``specials`` (its tokenizer.json's added tokens);
+    ``roles``: bos_token, eos_token..."""
     bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
     bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = tokenizers.decoders.ByteLevel()
     trainer = tokenizers.trainers.BpeTrainer(vocab_size=300, special_tokens=specials,
                                              initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
     bpe.train_from_iterator(["hello world, the user and the assistant"], trainer)
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe)
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, **roles)
     tokenizer.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
                                "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
     return tokenizer
@@ -55,6 +57,21 @@ def test_bos_and_stop_tokens_are_what_the_runner_reads_from_tokenizer_json(speci
     text = RunnerText.of(tokenizer, version)
     assert tokenizer.convert_ids_to_tokens(text.bos) == bos
     assert set(tokenizer.convert_ids_to_tokens(list(text.stop_ids()))) == stops
+
+
+def test_a_runner_bos_or_eos_other_than_the_checkpoints_is_said_once_with_what_reads_the_checkpoints():
+    sentencepiece = RunnerText.of(tokenizer_with(SENTENCEPIECE, bos_token="<s>", eos_token="</s>"), "llama2")
+    with pytest.warns(RunnerTokenWarning) as said:
+        warn_of_other_tokens(sentencepiece)
+    assert [str(w.message) for w in said] == [
+        "qnn_llama_runner reads tokenizer.json's BOS as '<unk>' (id 0) and EOS as '<unk>' (id 0), not the "
+        "checkpoint's '<s>' and '</s>': on the phone every prompt starts with that BOS and generation stops on ids "
+        "[0] only; pass the export's tokenizer/ directory as --tokenizer_path, whose tokenizer_config.json names "
+        "the checkpoint's (llm generate computes what tokenizer.json gives)"]
+    llama3 = tokenizer_with(LLAMA3, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_of_other_tokens(RunnerText.of(llama3, "llama3"))  # <|eot_id|> is llama3's stop token: nothing said
 
 
 @pytest.mark.parametrize("specials, version", [(LLAMA3, "llama3"), (SMOLLM2, "smollm2_135m"), (SENTENCEPIECE, "llama2")])

@@ -36,14 +36,16 @@ def _progress(args: argparse.Namespace):
 def _own_warnings_as_lines() -> Iterator[None]:
     """The library's warnings (a dtype cast, a module left native) as one line each."""
     from .library.hf import LlmDtypeWarning
+    from .library.runner_text import RunnerTokenWarning
     from .library.swap import SwapWarning
 
+    own = (LlmDtypeWarning, SwapWarning, RunnerTokenWarning)
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", LlmDtypeWarning)
-        warnings.simplefilter("always", SwapWarning)
+        for category in own:
+            warnings.simplefilter("always", category)
         yield
     for warning in caught:
-        if issubclass(warning.category, (LlmDtypeWarning, SwapWarning)):
+        if issubclass(warning.category, own):
             print(f"warning: {warning.message}", file=sys.stderr)
 
 

@@ -50,7 +50,7 @@ from .manifest_json import (
     shape_from_json,
 )
 from .runner_loop import MethodEncodings, RunnerLoop, check_fits, method_encodings
-from .runner_text import RunnerText
+from .runner_text import RunnerText, warn_of_other_tokens
 from .steps import host_step
 
 TARGETS = ("host", "qnn")
@@ -316,6 +316,7 @@ def _programs_to_lower(
     added = tokenizer.get_added_vocab()  # tokenizer.json's added tokens: the runner's special tokens
     version = runner_version_of(family_of(model.config.model_type), added, decoder_model_version)
     text = RunnerText.of(tokenizer, version)
+    warn_of_other_tokens(text)
     eos_ids = _eos_ids(text)
     programs = export_llm(model, prefill_len=prefill_len, ctx_len=ctx_len, cache="runner", runner_version=version)
     progress(

@@ -21,6 +21,7 @@ available here):
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -74,3 +75,35 @@ class RunnerText:
         ``template=False``: the text as it is), one BOS in front."""
         before, after = RUNNER_VERSIONS[self.version].template if template else ("", "")
         return [self.bos, *self._encode(before + text + after)]
+
+
+class RunnerTokenWarning(UserWarning):
+    """The BOS or EOS the runner reads from ``tokenizer.json`` is not the checkpoint's own."""
+
+
+def warn_of_other_tokens(text: RunnerText) -> None:
+    """Say so once when the runner's BOS is not the checkpoint's, or it would not stop on the
+    checkpoint's EOS (a SentencePiece-style ``tokenizer.json``, ``<s>``/``</s>``, gives it id 0
+    for both), and what makes it read the checkpoint's: the tokenizer directory as
+    ``--tokenizer_path``, whose ``tokenizer_config.json`` names them (``hf_tokenizer.cpp:199-245``;
+    it fails to load when either is missing, so only offered when both are there)."""
+    tokenizer = text.tokenizer
+    own_bos, own_eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    if (own_bos is None or own_bos == text.bos) and (own_eos is None or own_eos in text.stop_ids()):
+        return
+    names = tokenizer.convert_ids_to_tokens
+    fix = (
+        "; pass the export's tokenizer/ directory as --tokenizer_path, whose tokenizer_config.json names "
+        "the checkpoint's (llm generate computes what tokenizer.json gives)"
+        if own_bos is not None and own_eos is not None
+        else ""
+    )
+    warnings.warn(
+        RunnerTokenWarning(
+            f"qnn_llama_runner reads tokenizer.json's BOS as {names(text.bos)!r} (id {text.bos}) and EOS as "
+            f"{names(text.eos)!r} (id {text.eos}), not the checkpoint's {tokenizer.bos_token!r} and "
+            f"{tokenizer.eos_token!r}: on the phone every prompt starts with that BOS and generation stops on "
+            f"ids {list(text.stop_ids())} only{fix}"
+        ),
+        stacklevel=2,
+    )
