@@ -122,3 +122,11 @@ def test_the_loop_stops_at_the_end_of_the_context_where_the_runner_does():
     assert len(run.tokens) == 11 and positions == list(range(5, 15))
     with pytest.raises(LlmExportError, match=r"5 prompt \+ 12 new tokens do not fit ctx_len 16: ask for at most 11"):
         loop.generate(PROMPT, 12)
+
+
+def test_a_tokenizer_without_tokenizer_json_is_one_error_naming_what_the_runner_reads():
+    class SlowTokenizer:  # a tokenizer transformers keeps in Python only, with no tokenizer.json
+        pass
+
+    with pytest.raises(LlmExportError, match=r"^SlowTokenizer has no tokenizer.json, which qnn_llama_runner reads"):
+        RunnerText.of(SlowTokenizer(), "qwen3")

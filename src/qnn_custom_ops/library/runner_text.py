@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .families import RUNNER_VERSIONS
+from .families import RUNNER_VERSIONS, LlmExportError
 
 
 def _guess(tokens: Sequence[tuple[str, int]], marks: tuple[str, str]) -> int | None:
@@ -58,7 +58,13 @@ class RunnerText:
     @staticmethod
     def of(tokenizer: Any, version: str) -> RunnerText:
         """From a Hugging Face fast tokenizer (its ``tokenizer.json`` is what the phone reads)."""
-        return RunnerText(tokenizer, version, *tokenizer_json_ids(tokenizer.backend_tokenizer.to_str()))
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            raise LlmExportError(
+                f"{type(tokenizer).__name__} has no tokenizer.json, which qnn_llama_runner reads; save the "
+                "checkpoint's tokenizer as a fast one (tokenizer.json)"
+            )
+        return RunnerText(tokenizer, version, *tokenizer_json_ids(backend.to_str()))
 
     def _encode(self, text: str) -> list[int]:
         """The tokenizer's ids of ``text``, special tokens matched, none added."""
