@@ -21,6 +21,8 @@ from .conftest import OP_PACKAGES
 
 pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 
+from qnn_custom_ops.cli import main  # noqa: E402
+
 from .test_llm_runner import checkpoint, cli_error, float_export  # noqa: E402,F401  (the shared tiny Qwen3)
 
 
@@ -172,6 +174,17 @@ def test_a_prompt_that_is_not_utf8_is_one_line(tmp_path, capsys):
     prompt = os.fsdecode(b"caf\xe9")  # what Python makes of a Latin-1 byte on the command line
     error = cli_error(capsys, "llm", "generate", str(tmp_path), "--prompt", prompt)
     assert error == "error: --prompt: byte 0xe9 at character 3 is not UTF-8; give the text in UTF-8"
+
+
+@pytest.mark.slow
+def test_a_broken_chat_template_is_one_line_naming_the_tokenizer(float_export, tmp_path, capsys):  # noqa: F811
+    copy = shutil.copytree(float_export, tmp_path / "export")
+    (copy / "tokenizer" / "chat_template.jinja").write_text("{% for m in messages %}")
+    capsys.readouterr()
+    code = main(["llm", "generate", str(copy), "--prompt", "hi", "--chat", "hf", "--no-verify"])
+    said = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and said[-1].startswith(f"error: {copy}/tokenizer: its chat template fails (TemplateSyntaxError: ")
+    assert not any(line.startswith(("internal error", "Traceback")) for line in said), said
 
 
 CLOSED = ("error: standard output: closed (started with >&-), so nothing can be printed; give it somewhere to write "
