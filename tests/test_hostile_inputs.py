@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from qnn_custom_ops.library.config_checks import check_config, check_weights
 from qnn_custom_ops.library.manifest_json import checksum
 
 from .conftest import OP_PACKAGES
@@ -77,8 +78,8 @@ CHECKPOINT_CASES = {
     "garbage rope_scaling": (edit_config(rope_scaling="yes"), "rope_scaling is \"yes\" (a string), not an object"),
     "a rope factor that is text": (edit_config(rope_parameters={"rope_type": "linear", "factor": "two"}),
                                    "rope_parameters.factor is \"two\" (a string), not a number"),
-    "a size given as text": (edit_config(hidden_size="64"), "hidden_size is '64', where qwen3 takes a int"),
-    "a flag given as text": (edit_config(tie_word_embeddings="yes"), "tie_word_embeddings is 'yes', where qwen3"),
+    "a size given as text": (edit_config(hidden_size="64"), "hidden_size is '64', where qwen3 takes a number"),
+    "a flag given as text": (edit_config(tie_word_embeddings="yes"), "tie_word_embeddings is 'yes', where qwen3 takes a boolean"),
     "a vocabulary the weights do not have": (edit_config(vocab_size=10**9), "the config is not these weights'"),
     "an unknown family": (edit_config(model_type="gpt9"), "model_type 'gpt9' is not supported; supported: llama"),
     "config.json not JSON": (write("config.json", b"{"), "config.json: not JSON"),
@@ -95,6 +96,26 @@ CHECKPOINT_CASES = {
     "no tokenizer": (remove_tokenizer, "no tokenizer (tokenizer.json, tokenizer.model, vocab.json); save one"),
     "a damaged tokenizer": (write("tokenizer.json", b'{"model": 7}'), "no tokenizer transformers can load"),
 }
+
+
+#: What real checkpoints hold that a check must not refuse (Llama 3's eos list and rope_scaling,
+#: Gemma 3's per-layer-type RoPE, Phi-4-mini's longrope lists, a float where the default is whole).
+VALID_CONFIGS = {
+    "eos ids as a list": dict(eos_token_id=[1, 2]),
+    "llama3 rope_scaling": dict(rope_scaling=dict(factor=32.0, high_freq_factor=4.0, low_freq_factor=1.0,
+                                                  original_max_position_embeddings=8192, rope_type="llama3")),
+    "rope per layer type": dict(rope_parameters=dict(full_attention=dict(rope_type="default", rope_theta=1e6),
+                                                     sliding_attention=dict(rope_type="default", rope_theta=1e4))),
+    "longrope lists": dict(rope_scaling=dict(type="longrope", short_factor=[1.0, 1.5], long_factor=[2.0, 3.0])),
+    "a null window": dict(sliding_window=None, use_sliding_window=False),
+}
+
+
+@pytest.mark.parametrize("case", VALID_CONFIGS)
+def test_what_real_checkpoints_hold_passes_the_checks(case, checkpoint, tmp_path):  # noqa: F811
+    copy = shutil.copytree(checkpoint, tmp_path / "checkpoint")
+    edit_config(**VALID_CONFIGS[case])(copy)
+    check_weights(copy, check_config(copy))
 
 
 @pytest.mark.parametrize("case", CHECKPOINT_CASES)

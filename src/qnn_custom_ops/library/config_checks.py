@@ -79,8 +79,13 @@ def check_config(directory: Path) -> dict[str, Any]:
     return body
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _check_types(body: dict[str, Any]) -> None:
-    """Each value of the type the family's own config class gives it by default."""
+    """Each value of the kind the family's own config class gives it by default: a flag a
+    boolean, a number a number (a token id may be a list of them: Llama 3's and Gemma 3's eos)."""
     import transformers
 
     defaults = transformers.CONFIG_MAPPING[body["model_type"]]().to_dict()
@@ -90,14 +95,15 @@ def _check_types(body: dict[str, Any]) -> None:
             continue
         if isinstance(default, bool):
             ok = isinstance(value, bool)
-        elif isinstance(default, int):
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        elif isinstance(default, float):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif _is_number(default):
+            ids = key.endswith("_token_id") and isinstance(value, list)
+            ok = _is_number(value) or (ids and all(isinstance(i, int) and not isinstance(i, bool) for i in value))
         else:
             ok = isinstance(value, type(default))
         if not ok:
-            raise JsonValueError(f"{key} is {value!r}, where {body['model_type']} takes a {type(default).__name__}")
+            kinds = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list"}
+            kind = kinds.get(type(default), "an object")
+            raise JsonValueError(f"{key} is {value!r}, where {body['model_type']} takes {kind}")
 
 
 def _check_sizes(body: dict[str, Any]) -> None:
