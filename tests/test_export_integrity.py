@@ -164,3 +164,8 @@ def test_a_manifest_of_another_export_is_refused_by_the_program_itself(float_exp
     (copy / "tokenizer" / "stale.jinja").write_text("x")
     shutil.copy(quantized_export / "manifest.json", copy / "manifest.json")
     assert load_export(copy, verify=False).manifest.quant == "16a8w"  # what --no-verify is for
+    emptied = edit_manifest(lambda b: [m.update(inputs=[]) for m in b["encodings"].values()], seal=True)
+    emptied(copy)
+    error = cli_error(capsys, "llm", "generate", str(copy), "--prompt", "hi", "--no-verify")
+    assert "manifest.json: encodings.prefill_forward lists 0 inputs and 3 outputs, the program's method takes 5" \
+        in error, error
