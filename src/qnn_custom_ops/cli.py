@@ -248,7 +248,8 @@ def _cmd_cost(args: argparse.Namespace) -> int:
     if args.hexagon:
         from .runtime.hexagon import hexagon_packets
 
-        packets = [f"{count:>14}" for count in hexagon_packets(args.package_dir, cases, args.time_limit)]
+        counted = hexagon_packets(args.package_dir, cases, args.time_limit)
+        packets = [f"{call:>14}" for _, call in counted]  # the call's: what it prepares ahead is apart
     print(
         f"{package.name} on one core (cpu {measured.core}); copy bandwidth {measured.copy_bandwidth / 1e9:.2f} GB/s"
         + (
@@ -729,7 +730,23 @@ def _signals_end_the_command() -> Iterator[None]:
             signal.signal(number, handler)
 
 
+def _hold_closed_stdout() -> None:
+    """With standard output closed (``>&-``), descriptor 1 would be the next file opened -- a
+    program being written, say -- and native code's prints would land in it: hold it on
+    /dev/null (our own writes still say standard output is closed)."""
+    if sys.stdout is not None:
+        return
+    try:
+        os.fstat(1)
+    except OSError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        if devnull != 1:
+            os.dup2(devnull, 1)
+            os.close(devnull)
+
+
 def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    _hold_closed_stdout()
     try:
         with _our_warnings_one_line(), _stdout_refusals_named():
             return handler(args)
