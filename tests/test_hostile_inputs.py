@@ -221,11 +221,14 @@ def closed_stdout_run(*argv: str) -> subprocess.CompletedProcess:
 def test_a_closed_standard_output_is_one_line_and_no_file_takes_its_place(tmp_path):
     result = closed_stdout_run("validate", str(OP_PACKAGES / "LlmOpPackage/config/LlmOpPackage.xml"))
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [CLOSED]
-    # the next file opened would get descriptor 1, where native code prints: it is held on /dev/null
+    # a file the command opens before it prints would get descriptor 1, where native code prints
     written = tmp_path / "program.pte"
-    child = (f"import os; from qnn_custom_ops.cli import main; main(['validate', {str(OP_PACKAGES)!r} + "
-             f"'/ExampleOpPackage/config/ExampleOpPackage.xml']); f = open({str(written)!r}, 'wb'); "
-             "os.write(1, b'native print'); f.write(b'program'); f.close()")
+    child = ("import argparse, os; from qnn_custom_ops.cli import _run\n"
+             "def opens_a_file(args):\n"
+             f"    with open({str(written)!r}, 'wb') as f:\n"
+             "        os.write(1, b'native print'); f.write(b'program')\n"
+             "    return 0\n"
+             "_run(opens_a_file, argparse.Namespace())")
     result = subprocess.run([sys.executable, "-c", child], stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1))
     assert result.returncode == 0 and written.read_bytes() == b"program", result.stderr
 
