@@ -58,6 +58,16 @@ def test_a_directory_that_is_not_an_export_is_refused_not_emptied(tmp_path, chec
                      "choose a new or empty directory")
 
 
+def test_an_export_holding_the_current_directory_is_not_replaced(tmp_path, monkeypatch):
+    """Swapped out whole, it would leave the shell in a deleted directory."""
+    out = written(tmp_path / "out")
+    monkeypatch.chdir(out / "tokenizer")
+    for target in (Path("."), Path("..")):
+        with pytest.raises(ExportDirectoryError, match=r"holds the current directory, which replacing it whole"):
+            written(target)
+    assert tree(out) == tree(written(tmp_path / "again"))
+
+
 def test_a_write_that_fails_half_way_leaves_the_old_export_as_it_was(tmp_path):
     out = written(tmp_path / "out")
     before = tree(out)

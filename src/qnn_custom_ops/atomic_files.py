@@ -193,6 +193,7 @@ def write_directory_atomic(directory: Path, fill: Callable[[Path], None]) -> Non
     to decide; a symbolic link or a file there is refused (``UnsafeOutputError``)."""
     if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
         raise UnsafeOutputError(f"{directory}: exists and is not a directory; refusing to replace it (choose another)")
+    directory = Path(os.path.abspath(directory))  # "." or "out/..": the fresh one goes beside it, by its name
     created: list[Path] = []
     fresh: Path | None = None
     try:

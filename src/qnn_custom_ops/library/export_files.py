@@ -114,6 +114,11 @@ def check_replaceable(directory: Path) -> None:
         raise ExportDirectoryError(f"-o {directory}: exists and is not a directory; choose another")
     if not directory.is_dir():
         return
+    if Path.cwd().resolve().is_relative_to(directory.resolve()):
+        raise ExportDirectoryError(
+            f"-o {directory}: holds the current directory, which replacing it whole would leave deleted; "
+            "choose a directory beside it"
+        )
     foreign = sorted(p.name for p in directory.iterdir() if p.name not in EXPORT_NAMES)
     if foreign:
         raise ExportDirectoryError(
