@@ -174,6 +174,9 @@ MANIFEST_CASES = {
     "a listed file outside the export": (sealed(lambda b: b["files"][0].update(path="/etc/passwd")),
                                          "files[].path is '/etc/passwd', not a path inside"),
     "a quant no export has": (sealed(lambda b: b.update(quant="2a2w")), "quant is '2a2w', not one of none, 8a8w"),
+    "a runner version no runner has": (sealed(lambda b: b.update(decoder_model_version="llama9")),
+                                       "decoder_model_version is 'llama9', not one of llama2, llama3,"),
+    "a family we do not export": (sealed(lambda b: b.update(model_type="gpt2")), "model_type is 'gpt2', not one of"),
     "a value changed, not sealed": (lambda d: (d / "manifest.json").write_text(
         json.dumps({**manifest_body(), "eos_ids": [7]})), "its values were changed after llm export wrote them"),
     "written before the file table": (lambda d: (d / "manifest.json").write_text(json.dumps(

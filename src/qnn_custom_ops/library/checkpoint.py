@@ -37,7 +37,7 @@ from .export_files import (
     verify_files,
     write_export,
 )
-from .families import family_of, runner_version_of
+from .families import FAMILIES, RUNNER_VERSIONS, family_of, runner_version_of
 from .hf import LlmPrograms, LlmShape, export_llm, warn_float32_cast
 from .json_values import JsonValueError, integer, load_object, required, sequence, string
 from .manifest_json import (
@@ -104,7 +104,12 @@ class LlmManifest:
     def __post_init__(self) -> None:
         from ..quantizer import QUANT_MODES
 
-        for key, value, choices in (("quant", self.quant, ("none", *QUANT_MODES)), ("target", self.target, TARGETS)):
+        for key, value, choices in (
+            ("model_type", self.model_type, tuple(FAMILIES)),
+            ("decoder_model_version", self.decoder_model_version, tuple(RUNNER_VERSIONS)),
+            ("quant", self.quant, ("none", *QUANT_MODES)),
+            ("target", self.target, TARGETS),
+        ):
             if value not in choices:
                 raise JsonValueError(f"{key} is {value!r}, not one of {', '.join(choices)}")
         if self.program_data is not None:
