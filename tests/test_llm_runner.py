@@ -274,9 +274,10 @@ def test_a_qnn_export_passes_as_codes_what_the_runner_holds_as_codes():
     _, decode = quantize_llm(programs, "16a8w", [[5, 17, 42, 9], [3, 64, 21]], 4, progress=said.append)
     assert re.fullmatch(r"calibration: prompt 1 of 2 observed, about \d+ s left", said[0]), said
     assert said[1] == "calibration: prompt 2 of 2 observed", said
-    # each prompt: a prefill chunk and 3 decode calls generating; then the context's walk over 15 tokens:
-    # 3 chunks, 4 decode calls after each of the first two, 3 after the last (positions 12 to 14 = ctx - 2)
-    assert said[3] == "calibration: prefill observed on 5 calls, decode on 17", said
+    # each prompt: a prefill chunk and 3 decode calls generating, then 2 chunks scoring its 7-8 tokens; then the
+    # context's walk over 15 tokens: 3 chunks, 4 decode calls after each of the first two, 3 after the last
+    # (positions 12 to 14, the runner's last at ctx - 2)
+    assert said[3] == "calibration: prefill observed on 9 calls, decode on 17", said
     exported = torch.export.export(decode, tuple(programs.decode.example_inputs), strict=True)
     manager = get_qnn_pass_manager_cls(QnnExecuTorchBackendType.kHtpBackend)()
     ready = manager.transform_for_export_pipeline(exported)
