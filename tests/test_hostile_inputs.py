@@ -63,6 +63,19 @@ def index_to(target: str) -> Callable[[Path], None]:
     return write("model.safetensors.index.json", json.dumps({"weight_map": {"lm_head.weight": target}}).encode())
 
 
+def edit_weights(change: Callable[[dict], None]) -> Callable[[Path], None]:
+    """model.safetensors written again, its tensors changed."""
+
+    def edit(directory: Path) -> None:
+        from safetensors.torch import load_file, save_file
+
+        tensors = load_file(directory / "model.safetensors")
+        change(tensors)
+        save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
+
+    return edit
+
+
 def remove_tokenizer(directory: Path) -> None:
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         (directory / name).unlink(missing_ok=True)
@@ -90,6 +103,11 @@ CHECKPOINT_CASES = {
     "a header that is not JSON": (edit_header(lambda h: h.clear() or h.update({"x": "{"})), "tensor x is"),
     "bad offsets": (edit_header(lambda h: first_tensor(h)["data_offsets"].reverse()), "data_offsets are"),
     "an integer weight": (edit_header(lambda h: first_tensor(h).update(dtype="I32")), "is I32, an integer dtype"),
+    "a weight missing": (edit_weights(lambda t: t.pop("model.layers.0.mlp.down_proj.weight")),
+                         "the weights lack model.layers.0.mlp.down_proj.weight (1 in all), which the model would get as "
+                         "random values"),
+    "a weight of another shape": (edit_weights(lambda t: t.update({"model.norm.weight": t["model.norm.weight"][:8]})),
+                                  "the weights have another shape for model.norm.weight (1 in all)"),
     "an index outside the checkpoint": (index_to("../../etc/passwd"), "weight_map.lm_head.weight is '../../etc/"),
     "an index naming a missing file": (index_to("model-2.safetensors"), "names model-2.safetensors, which is not in"),
     # the tokenizer

@@ -201,13 +201,27 @@ def load_checkpoint(directory: Path, progress: Progress = _silent) -> tuple[Any,
     if isinstance(stored, torch.dtype) and stored != torch.float32:
         warn_float32_cast(str(directory), {stored})
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(  # float32 as read: never whole in bf16 and fp32
-            directory, local_files_only=True, attn_implementation="eager", dtype=torch.float32
+        loaded: Any = transformers.AutoModelForCausalLM.from_pretrained(  # float32 as read: never bf16 and fp32
+            directory,
+            local_files_only=True,
+            attn_implementation="eager",
+            dtype=torch.float32,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,  # named below, where transformers would point at a log
         )
+        model, loading = loaded
     except Exception as exc:  # transformers' and safetensors' errors of every kind
         raise LlmCheckpointError(
             f"{directory}: transformers cannot load the weights ({type(exc).__name__}: {first_line(exc)})"
         ) from None
+    for kind in ("missing_keys", "mismatched_keys"):  # transformers would fill them with random values
+        absent = sorted(str(key[0] if isinstance(key, tuple) else key) for key in loading.get(kind) or ())
+        if absent:
+            raise LlmCheckpointError(
+                f"{directory}: the weights {'lack' if kind == 'missing_keys' else 'have another shape for'} "
+                f"{', '.join(absent[:3])}{', ...' if len(absent) > 3 else ''} ({len(absent)} in all), which the "
+                "model would get as random values: save the whole checkpoint again"
+            )
     count = sum(p.numel() for p in model.parameters())
     progress(f"loaded {config.model_type} ({count / 1e6:.1f} M parameters) in {time.monotonic() - started:.1f} s")
     return model.eval(), tokenizer
