@@ -215,6 +215,8 @@ def test_a_runner_copying_16a8w_codes_generates_exactly_what_a_loop_on_reals_doe
         assert len(shared) == 1 and next(iter(shared)).is_quantized, i
     assert prefill.inputs[1] == decode.inputs[1] and prefill.inputs[1].datatype.short_name == "UFIXED_POINT_16"
     assert prefill.inputs[1].scale * 65535 == pytest.approx(255)  # code 65535 is 0, code 0 is -255
+    # runners before ExecuTorch 1.4 read it (8 or 16 accepted) and hold mask and logits as uint16, as here
+    assert program_of(quantized_export).load_method("get_kv_io_bit_width").execute([])[0] == 16
     export = load_export(quantized_export)
     runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
     steps = [host_step(runner, export.program, method, export.data) for method in METHODS]
