@@ -3,10 +3,10 @@ on, whole call): per output element at decode shapes (one token) beside prefill 
 Llama-3.2-1B-shaped layer's custom-op packets per decode token. Counted on qemu-hexagon as
 ``hexagon-check`` counts them: deterministic, so they belong in the README, not in a timed test.
 
-Each case runs twice in one process: the first call at an encoding, then a later one at the same
-encoding, which finds what the kernel prepares per encoding already made (the gated activations'
-tables: prepared_cache.h); a graph calls each op at its encodings every token, so the later call
-is what a decode token costs, the first what the first token adds.
+Each case's kernel first prepares what depends on its encodings alone (its ``<Op>Prepare``: the
+gated activations' tables, prepared_cache.h), counted apart: QHPI packages do it in the HTP's
+precompute hook, once per op instance when the graph is loaded. The call after it is what every
+token costs; a first call with nothing prepared ahead costs both.
 
     .venv/bin/python benchmarks/bench_llm_packets.py      # a markdown table, then the layer
 """
@@ -66,13 +66,13 @@ LAYER = [
 
 
 def per_element(package: qco.OpPackage, specs: list[str]) -> dict[tuple[str, str], tuple[int, int, int]]:
-    """(spec, datatype) -> (packets of the first call, of a later call, output elements)."""
+    """(spec, datatype) -> (packets prepared ahead, of the call, output elements)."""
     cases = dtype_cases(package, specs, 0, DATATYPES)
-    packets = hexagon_packets(package_dir(), [case for case in cases for _ in range(2)])
+    packets = hexagon_packets(package_dir(), cases)
     specs_per_case = [spec for spec in specs for _ in DATATYPES]
     return {
-        (spec, case.label.split()[0]): (first, later, sum(t.array.size for t in case.outputs))
-        for spec, case, first, later in zip(specs_per_case, cases, packets[::2], packets[1::2])
+        (spec, case.label.split()[0]): (prepared, call, sum(t.array.size for t in case.outputs))
+        for spec, case, (prepared, call) in zip(specs_per_case, cases, packets)
     }
 
 
@@ -85,15 +85,15 @@ def main() -> None:
     specs = [s for _, decode, prefill in ROWS for s in [*decode, prefill]]
     counts = per_element(package, sorted(set(specs + LAYER), key=specs.__add__(LAYER).index))
     names = [d.short_name for d in DATATYPES]
-    print("| op | shape | phase | " + " | ".join(f"{n} packets/element, later / first call" for n in names) + " |")
+    print("| op | shape | phase | " + " | ".join(f"{n} packets/element, call / prepared ahead" for n in names) + " |")
     print("| --- | --- | --- | " + " | ".join("---" for _ in names) + " |")
     for op, decode, prefill in ROWS:
         for spec, phase in [*((s, "decode") for s in decode), (prefill, "prefill")]:
             cells = [(counts[spec, n][1] / counts[spec, n][2], counts[spec, n][0] / counts[spec, n][2]) for n in names]
             print(f"| `{op}` | {shape(spec)} | {phase} | " + " | ".join(f"{a:.2f} / {b:.2f}" for a, b in cells) + " |")
     for n in names:
-        later, first = (sum(counts[spec, n][i] for spec in LAYER) for i in (1, 0))
-        print(f"Llama-3.2-1B-shaped layer, one decode token, {n}: {later} packets ({first} on the first token)")
+        call, prepared = (sum(counts[spec, n][i] for spec in LAYER) for i in (1, 0))
+        print(f"Llama-3.2-1B-shaped layer, one decode token, {n}: {call} packets ({prepared} prepared once ahead)")
 
 
 if __name__ == "__main__":

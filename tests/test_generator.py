@@ -54,6 +54,7 @@ def test_tree_layout(tmp_path):
         "kernels/qco/access.h",  # fast element access for kernels: float32 loops that vectorize
         "kernels/qco/hvx.h",  # fixed-point requantization, portable and on HVX, bit for bit alike
         "kernels/qco/math.h",  # exp and erfc that vectorize
+        "kernels/qco/prepare.h",  # what a kernel prepares ahead of its calls (QHPI's precompute)
         "kernels/qco/tensor_view.h",
         "src/ExampleOpPackageInterface.cpp",
         "src/ops/ExampleCustomOp.cpp",
@@ -257,7 +258,7 @@ def test_dry_run_writes_nothing(tmp_path):
     result = generate(load(DATA / "every_feature.xml"), tmp_path / "out", dry_run=True)
     assert not (tmp_path / "out").exists()
     assert result.dry_run and {s.action for s in result.steps} == {Action.CREATE}
-    assert "would write 18 files" in result.summary()
+    assert "would write 19 files" in result.summary()
 
 
 def test_nothing_is_written_through_a_symlink_out_of_the_output_dir(tmp_path):

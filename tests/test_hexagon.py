@@ -239,7 +239,7 @@ def test_a_truncated_cached_driver_is_rebuilt(tmp_path, monkeypatch):
     whole = program.read_bytes()
     program.write_bytes(whole[:4096])
     cases = dtype_cases(qco.load_package(*package_dir.glob("config/*.xml")))
-    assert all(count > 0 for count in hexagon_packets(package_dir, cases))
+    assert all(call > 0 for _, call in hexagon_packets(package_dir, cases))
     assert build_hexagon_driver(package_dir) == program and program.stat().st_size == len(whole)  # rebuilt whole
 
 

@@ -29,6 +29,7 @@ from qnn_custom_ops.lowering.compile_spec import makefile_builds
 from qnn_custom_ops.qairt import QAIRT_VERSIONS
 from qnn_custom_ops.runtime import htp
 from qnn_custom_ops.runtime.dtype_cases import dtype_cases
+from qnn_custom_ops.runtime.hexagon import hexagon_check
 
 from .conftest import DATA, OP_PACKAGES
 from .torch_ops import EXAMPLE_PACKAGE, MUL3
@@ -99,6 +100,26 @@ def test_a_package_that_cannot_load_is_one_line_naming_why(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: QAIRT 2.47: cannot load the package: "), err
     assert err[0].endswith("undefined symbol: qco_nowhere_defined"), err
+
+
+@pytest.mark.slow
+def test_what_a_kernel_prepares_ahead_runs_in_the_precompute_hook_and_is_counted_apart_on_hexagon(tmp_path, capsys):
+    """A kernel whose calls refuse to run unless its <Op>Prepare ran first: bit-exact in every
+    QAIRT (the precompute at graph load ran it), on Hexagon (the driver's prepare window) and on
+    the host."""
+    package_dir = _mutated_example(tmp_path, "y[i] = prepared_factor * x[i];")
+    kernel = package_dir / "kernels/ExampleCustomOp.h"
+    prepare = ("inline float prepared_factor = 0.0f;\n"
+               "inline void ExampleCustomOpPrepare(qco::TensorView&, const qco::TensorView&) "
+               "{ prepared_factor = kFactor; }\n\n")
+    text = kernel.read_text().replace("// Arguments: outputs, then inputs", prepare + "// Arguments: outputs, then inputs", 1)
+    refuse = "  if (input.dtype == qco::DType::kFloat32 && output.dtype == qco::DType::kFloat32) {\n"
+    kernel.write_text(text.replace(refuse, refuse + "    if (prepared_factor == 0.0f) return qco::Status::kInvalidArgument;\n", 1))
+    assert main(["htp-check", str(package_dir)]) == 0, capsys.readouterr().out
+    package = _package(package_dir)
+    results = {r.label.split()[0]: r for r in hexagon_check(package_dir, dtype_cases(package))}
+    assert results["FLOAT_32"].passed and results["FLOAT_32"].prepare_packets > 0
+    assert "(prepared ahead: " in str(results["FLOAT_32"])
 
 
 def test_parameters_reach_the_kernel_as_trailing_inputs_with_defaults_for_those_left_out():

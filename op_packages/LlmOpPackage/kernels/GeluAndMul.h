@@ -45,6 +45,14 @@ void gelu_and_mul_rows(qco::TensorView& y, const qco::TensorView& x) {
   }
 }
 
+// What a call prepares at these encodings (the gate's integers), done once ahead of the calls.
+inline void GeluAndMulPrepare(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& approximate) {
+  const uint32_t mode = enum_or(approximate, kGeluExact);
+  if (gated_shapes_match(y, x) && (mode == kGeluExact || mode == kGeluTanh)) {
+    prepare_gated_codes(y, x, mode == kGeluTanh ? gelu_tanh : gelu_exact);
+  }
+}
+
 inline qco::Status GeluAndMul(qco::TensorView& y, const qco::TensorView& x, const qco::TensorView& approximate) {
   if (!gated_shapes_match(y, x)) return qco::Status::kShapeMismatch;
   const uint32_t mode = enum_or(approximate, kGeluExact);

@@ -33,6 +33,11 @@ void silu_and_mul_rows(qco::TensorView& y, const qco::TensorView& x) {
   }
 }
 
+// What a call prepares at these encodings (the gate's integers), done once ahead of the calls.
+inline void SiluAndMulPrepare(qco::TensorView& y, const qco::TensorView& x) {
+  if (gated_shapes_match(y, x)) prepare_gated_codes(y, x, silu);
+}
+
 inline qco::Status SiluAndMul(qco::TensorView& y, const qco::TensorView& x) {
   if (!gated_shapes_match(y, x)) return qco::Status::kShapeMismatch;
   if (run_gated_codes(y, x, silu)) return qco::Status::kOk;

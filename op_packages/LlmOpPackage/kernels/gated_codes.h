@@ -529,15 +529,32 @@ inline void gated_u16_hvx(qco::TensorView& y, const qco::TensorView& x, const Ga
 }
 #endif
 
+// The prepared integers of a gated activation at these encodings: a cache slot's, else made now
+// (kept in a slot, or in `spare` for this call when every slot is taken); nullptr when no memory
+// is left for them.
+inline const Gate16* gate16_for(const GateKey& key, const qco::TensorView& y, const qco::TensorView& x,
+                                decltype(gate16_cache)::Spare& spare) {
+  return gate16_cache.find_or_make(key, spare, [&](Gate16& g) { return make_gate16(g, key.act, y, x); });
+}
+
+inline const Gate8* gate8_for(const GateKey& key, const qco::TensorView& y, const qco::TensorView& x,
+                              decltype(gate8_cache)::Spare& spare) {
+  return gate8_cache.find_or_make(key, spare, [&](Gate8& g) { return make_gate8(g, key.act, y, x); });
+}
+
+inline bool runs_on_codes(const qco::TensorView& y, const qco::TensorView& x) {
+  return is_unsigned_code(x.dtype) && y.dtype == x.dtype;
+}
+
 // True when the gated op runs on codes (x and y of one unsigned fixed-point dtype; for 16-bit
 // codes, encodings inside make_gate16's domain); then runs it. (Only when no memory is left for
 // its prepared integers does a call take the float path instead.)
 inline bool run_gated_codes(qco::TensorView& y, const qco::TensorView& x, Activation act) {
-  if (!is_unsigned_code(x.dtype) || y.dtype != x.dtype) return false;
+  if (!runs_on_codes(y, x)) return false;
   const GateKey key{act, qco::detail::encodings(y, x)};
   if (x.dtype == qco::DType::kUFixed16) {
     decltype(gate16_cache)::Spare spare;
-    const Gate16* gate = gate16_cache.find_or_make(key, spare, [&](Gate16& g) { return make_gate16(g, act, y, x); });
+    const Gate16* gate = gate16_for(key, y, x, spare);
     if (gate == nullptr) return false;
 #if defined(__HVX__)
     gated_u16_hvx(y, x, *gate);
@@ -548,7 +565,7 @@ inline bool run_gated_codes(qco::TensorView& y, const qco::TensorView& x, Activa
     return true;
   }
   decltype(gate8_cache)::Spare spare;
-  const Gate8* gate = gate8_cache.find_or_make(key, spare, [&](Gate8& g) { return make_gate8(g, act, y, x); });
+  const Gate8* gate = gate8_for(key, y, x, spare);
   if (gate == nullptr) return false;
 #if defined(__HVX__)
   gated_u8_hvx(y, x, *gate);
@@ -556,6 +573,26 @@ inline bool run_gated_codes(qco::TensorView& y, const qco::TensorView& x, Activa
   gated_u8(y, x, *gate);
 #endif
   return true;
+}
+
+// What run_gated_codes prepares at these encodings, made ahead of the calls (the kernels'
+// <Op>Prepare: QHPI's precompute at graph load), so a call finds it in its cache slot.
+inline void prepare_gated_codes(const qco::TensorView& y, const qco::TensorView& x, Activation act) {
+  if (!runs_on_codes(y, x)) return;
+  const GateKey key{act, qco::detail::encodings(y, x)};
+  if (x.dtype == qco::DType::kUFixed16) {
+    decltype(gate16_cache)::Spare spare;
+    const Gate16* gate = gate16_for(key, y, x, spare);
+#if defined(__HVX__)
+    (void)gate;  // HVX reads the segments alone
+#else
+    decltype(terms16_cache)::Spare spare_terms;
+    if (gate != nullptr) gate16_terms(key, *gate, spare_terms);
+#endif
+    return;
+  }
+  decltype(gate8_cache)::Spare spare;
+  gate8_for(key, y, x, spare);
 }
 
 }  // namespace LlmOpPackage

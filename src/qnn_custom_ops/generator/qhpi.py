@@ -98,6 +98,11 @@ class QhpiOp:
         return [p.arg.xml_name for p in self.params]
 
     @property
+    def max_runtime_inputs(self) -> int:
+        """The most tensors the runtime passes as inputs: every input and every parameter (at least 1)."""
+        return max(len(self.inputs) + len(self.params), 1)
+
+    @property
     def view_addresses(self) -> str:
         return ", ".join(f"&{a.name}" for a in self.args)
 

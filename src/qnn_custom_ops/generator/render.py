@@ -113,6 +113,7 @@ def render_package(package: OpPackage, api: str = "classic") -> list[PlannedFile
         PlannedFile(PurePosixPath("kernels/qco/access.h"), _render("kernels/access.h.j2")),
         PlannedFile(PurePosixPath("kernels/qco/math.h"), _render("kernels/math.h.j2")),
         PlannedFile(PurePosixPath("kernels/qco/hvx.h"), _render("kernels/hvx.h.j2")),
+        PlannedFile(PurePosixPath("kernels/qco/prepare.h"), _render("kernels/prepare.h.j2")),
         PlannedFile(PurePosixPath("host/CMakeLists.txt"), _render("host/CMakeLists.txt.j2", package=ctx)),
         PlannedFile(PurePosixPath("host/src/capi.h"), _render("host/capi.h.j2", package=ctx)),
         PlannedFile(

@@ -205,14 +205,15 @@ def encode_cases(cases: Sequence[KernelCase], ops: Sequence[str]) -> bytes:
     return bytes(stream)
 
 
-def decode_results(data: bytes, cases: Sequence[KernelCase]) -> list[tuple[int, list[np.ndarray]]]:
-    """(status, output arrays) per case, from the driver's results file."""
+def decode_results(data: bytes, cases: Sequence[KernelCase]) -> list[tuple[int, list[np.ndarray], bool]]:
+    """(status, output arrays, whether the kernel prepared anything ahead) per case, from the
+    driver's results file."""
     if data[:4] != b"QCOR":
         raise HexagonToolError("the Hexagon driver wrote no results (see its output above)")
     position, results = 4, []
     for case in cases:
-        (status,) = struct.unpack_from("<i", data, position)
-        position += 4
+        prepare_status, status = struct.unpack_from("<ii", data, position)
+        position += 8
         outputs = []
         for tensor in case.outputs:
             (nbytes,) = struct.unpack_from("<Q", data, position)
@@ -221,14 +222,15 @@ def decode_results(data: bytes, cases: Sequence[KernelCase]) -> list[tuple[int, 
                 np.frombuffer(data[position : position + nbytes], dtype=tensor.array.dtype).reshape(tensor.array.shape)
             )
             position += nbytes
-        results.append((status, outputs))
+        results.append((status, outputs, prepare_status != KernelStatus.NotImplemented))
     return results
 
 
 @dataclass(frozen=True)
 class HexagonRun:
-    results: list[tuple[int, list[np.ndarray]]]
+    results: list[tuple[int, list[np.ndarray], bool]]  # status, outputs, whether it prepared anything ahead
     packets: list[int]  # executed packets of each case's kernel call
+    prepare_packets: list[int]  # of what each case's kernel prepares ahead (its <Op>Prepare; 0 without one)
 
 
 #: A case's time limit under the emulator (which logs every executed block): a fixed allowance
@@ -263,7 +265,9 @@ def run_on_hexagon(
         if failure:
             raise HexagonToolError(failure)
         results = (work / "results").read_bytes() if (work / "results").is_file() else b""
-        return HexagonRun(decode_results(results, cases), counter.packets)
+        decoded = decode_results(results, cases)
+        prepared = [count if ran else 0 for count, (_, _, ran) in zip(counter.prepare_packets, decoded)]
+        return HexagonRun(decoded, counter.packets, prepared)
 
 
 def _emulate(command: list[str], counter: PacketCounter, limits: Sequence[float]) -> tuple[int, bool]:
@@ -326,7 +330,7 @@ def _failure(
     """What went wrong with the emulator's run, as one line naming the op and what to do; "" if nothing."""
     case = cases[counter.ended] if counter.ended < len(cases) else None
     where = f"kernel {case.op} ({case.label})" if case else "the Hexagon driver"
-    inside = len(counter.packets) > counter.ended  # a kernel call begun and not ended
+    inside = counter.inside  # a kernel call (or its preparation) begun and not ended
     said = "; ".join(counter.other)[-300:]
     if expired:
         limit = limits[counter.ended] if case else CASE_SECONDS
@@ -357,21 +361,26 @@ _IN = re.compile(rb"^IN: (\S*)")
 _INSTRUCTION = re.compile(rb"^0x([0-9a-f]{8}):\s+0x[0-9a-f]{8}\s+(\{)?")
 _EXEC = re.compile(rb"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")
 _BEGIN, _END = b"qco_call_begin", b"qco_call_end"
+_PREPARE_BEGIN, _PREPARE_END = b"qco_prepare_begin", b"qco_prepare_end"
+_MARKS = (_BEGIN, _END, _PREPARE_BEGIN, _PREPARE_END)
 
 
 class PacketCounter:
-    """Per window between an execution of ``qco_call_begin`` and the next of ``qco_call_end``:
-    executed packets (each translation block's packets, from ``in_asm``, times its executions),
-    counted line by line as qemu's log streams. What is kept: each block's packet count, the
-    marks' addresses (from the blocks' symbol names) and the last lines that are not the log's."""
+    """Per window between an execution of ``qco_call_begin`` and the next of ``qco_call_end``
+    (and apart, per window of ``qco_prepare_begin`` and ``qco_prepare_end``): executed packets
+    (each translation block's packets, from ``in_asm``, times its executions), counted line by
+    line as qemu's log streams. What is kept: each block's packet count, the marks' addresses
+    (from the blocks' symbol names) and the last lines that are not the log's."""
 
     def __init__(self) -> None:
         self.packets: list[int] = []  # one per window begun
+        self.prepare_packets: list[int] = []  # one per prepare window begun
         self.ended = 0  # windows ended
         self.other: deque[str] = deque(maxlen=5)  # the program's and qemu's own last lines
         self._sizes: dict[int, int] = {}
         self._marks: dict[int, bytes] = {}
-        self._name, self._start, self._counting = b"", -1, False
+        self._name, self._start = b"", -1
+        self._counting: list[int] | None = None  # the list whose last window is open
 
     def feed(self, line: bytes) -> None:
         executed = _EXEC.match(line)
@@ -383,7 +392,7 @@ class PacketCounter:
             if self._start < 0:
                 self._start = int(instruction[1], 16)
                 self._sizes[self._start] = 0
-                if self._name in (_BEGIN, _END):
+                if self._name in _MARKS:
                     self._marks[self._start] = self._name
             self._sizes[self._start] += bool(instruction[2])
             return
@@ -393,16 +402,21 @@ class PacketCounter:
         elif line.strip() and not line.startswith(b"----"):
             self.other.append(line.decode("utf-8", "replace").strip())
 
+    @property
+    def inside(self) -> bool:
+        """A window begun and not ended: the program stopped inside a kernel's call or preparation."""
+        return self._counting is not None
+
     def _executed(self, pc: int) -> None:
         mark = self._marks.get(pc)
-        if mark == _BEGIN:
-            self._counting = True
-            self.packets.append(0)
-        elif mark == _END:
-            self._counting = False
-            self.ended += 1
-        elif self._counting:
-            self.packets[-1] += self._sizes.get(pc, 0)
+        if mark in (_BEGIN, _PREPARE_BEGIN):
+            self._counting = self.packets if mark == _BEGIN else self.prepare_packets
+            self._counting.append(0)
+        elif mark in (_END, _PREPARE_END):
+            self._counting = None
+            self.ended += mark == _END
+        elif self._counting is not None:
+            self._counting[-1] += self._sizes.get(pc, 0)
 
 
 @dataclass(frozen=True)
@@ -417,6 +431,7 @@ class CheckResult:
     packets: int
     elements: int  # output elements, for packets per element
     default_shape: bool = False  # the case's dims are the default, not asked for
+    prepare_packets: int = 0  # of what the kernel prepares ahead of the call (its <Op>Prepare)
 
     @property
     def passed(self) -> bool:
@@ -430,7 +445,8 @@ class CheckResult:
 
     def __str__(self) -> str:
         per_element = f"{self.packets / self.elements:8.2f}/element" if self.elements else "no elements"
-        cost = f"{self.packets:>10} packets  {per_element}"
+        prepared = f"  (prepared ahead: {self.prepare_packets} packets)" if self.prepare_packets else ""
+        cost = f"{self.packets:>10} packets  {per_element}{prepared}"
         if self.host_status != self.hexagon_status:
             return (
                 f"{self.op:<16}{self.label:<48}MISMATCH status: host {_status(self.host_status)}, "
@@ -541,11 +557,15 @@ def libm_hint(package_dir: Path, op: str) -> str:
     return f"; libm differs in the last bit between the host and Hexagon: {'; '.join(calls[:5])}{more} (qco/math.h)"
 
 
-def hexagon_packets(package_dir: str | Path, cases: Sequence[KernelCase], time_limit: float | None = None) -> list[int]:
-    """Executed packets of each case's kernel call on Hexagon (emulated)."""
+def hexagon_packets(
+    package_dir: str | Path, cases: Sequence[KernelCase], time_limit: float | None = None
+) -> list[tuple[int, int]]:
+    """Executed packets on Hexagon (emulated) of each case: what its kernel prepares ahead (its
+    ``<Op>Prepare``; 0 without one), then its call."""
     package_dir = generated_package(package_dir)
     ops = driver_ops(package_dir, (case.op for case in cases))
-    return run_on_hexagon(build_hexagon_driver(package_dir, ops), cases, ops, time_limit).packets
+    run = run_on_hexagon(build_hexagon_driver(package_dir, ops), cases, ops, time_limit)
+    return list(zip(run.prepare_packets, run.packets))
 
 
 def hexagon_check(
@@ -560,8 +580,8 @@ def hexagon_check(
     library = build_host_kernels(package_dir)
     host = call_isolated(host_results, library, name, cases, time_limit, what="the host half of the Hexagon check")
     results = []
-    for case, (hexagon_status, hexagon_outputs), (host_status, host_outputs), packets in zip(
-        cases, run.results, host, run.packets
+    for case, (hexagon_status, hexagon_outputs, _), (host_status, host_outputs), packets, prepared in zip(
+        cases, run.results, host, run.packets, run.prepare_packets
     ):
         mismatch = (
             ""
@@ -587,6 +607,7 @@ def hexagon_check(
                 packets,
                 sum(t.array.size for t in case.outputs),
                 case.default_shape,
+                prepared,
             )
         )
     return results
@@ -607,8 +628,10 @@ def host_results(
 
 
 def _host_status(library: KernelLibrary, case: KernelCase, outputs: list[KernelTensor]) -> int:
-    """The kernel's status on the host (a refusal is a result to compare, not an error)."""
+    """The kernel's status on the host, after what it prepares ahead, as every other build runs
+    it (a refusal is a result to compare, not an error)."""
     try:
+        library.prepare_ahead(case.op, outputs, case.inputs, case.params)
         library.run(case.op, outputs, case.inputs, case.params)
     except KernelError as error:
         return error.status

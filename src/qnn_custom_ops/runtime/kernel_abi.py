@@ -131,13 +131,43 @@ class KernelLibrary:
     ) -> Callable[[], None]:
         """A call of ``op`` on these tensors with the C views built once: what a timing loop
         repeats, so it measures the kernel and not ctypes marshalling."""
+        return self._bound(f"qco_{self.package_name}_{op}", op, outputs, inputs, params)
+
+    def prepare_ahead(
+        self,
+        op: str,
+        outputs: Sequence[KernelTensor],
+        inputs: Sequence[KernelTensor],
+        params: Sequence[KernelTensor] = (),
+    ) -> None:
+        """What ``op``'s kernel prepares ahead of its calls (its ``<Op>Prepare``: QHPI's precompute
+        runs it at graph load, the Hexagon check before each call); nothing from a library built
+        before the C ABI had it."""
+        symbol = f"qco_{self.package_name}_{op}_prepare"
+        if not hasattr(self._lib, symbol):
+            return
+        try:
+            self._bound(symbol, op, outputs, inputs, params)()
+        except KernelError as error:
+            if error.status != KernelStatus.NotImplemented:  # the kernel has nothing to prepare
+                raise
+
+    def _bound(
+        self,
+        symbol: str,
+        op: str,
+        outputs: Sequence[KernelTensor],
+        inputs: Sequence[KernelTensor],
+        params: Sequence[KernelTensor],
+    ) -> Callable[[], None]:
+        """``symbol`` of the C ABI bound to these tensors' views."""
         read_only = [index for index, tensor in enumerate(outputs) if not tensor.array.flags.writeable]
         if read_only:
             raise ValueError(
                 f"{op}: output(s) {read_only} are read-only arrays and the kernel writes into its "
                 "outputs: pass writable arrays (KernelTensor.empty, or array.copy())"
             )
-        function = getattr(self._lib, f"qco_{self.package_name}_{op}")
+        function = getattr(self._lib, symbol)
         function.restype = ctypes.c_int32
         arrays, keep_alive = [], []
         for group in (outputs, inputs, params):

@@ -198,6 +198,17 @@ inline bool is_8_bit_code(DType dtype) { return dtype == DType::kUFixed8 || dtyp
 //   on the scalar core (some 100 packets per element on Hexagon for a sigmoid): 16-bit codes
 //   have no table lookup here (vlut16 reads 256 entries; the LlmOpPackage's gated activations fit
 //   their 16-bit math in integers instead, gated_codes.h).
+// What map_elementwise(y, x, f) prepares at these encodings, made ahead of its calls: for 8-bit
+// codes, f's table of 256 output codes. Call it from the kernel's <Op>Prepare with the very f the
+// kernel maps (one named lambda: tables are kept per lambda type, for its last 8 encodings).
+template <typename F>
+void prepare_elementwise(const TensorView& y, const TensorView& x, const F& f) {
+  if (y.same_shape(x) && detail::is_8_bit_code(x.dtype) && detail::is_8_bit_code(y.dtype)) {
+    uint8_t table[256];
+    detail::code_table(table, y, x, f);
+  }
+}
+
 template <typename F>
 Status map_elementwise(TensorView& y, const TensorView& x, const F& f) {
   if (!y.same_shape(x)) return Status::kShapeMismatch;

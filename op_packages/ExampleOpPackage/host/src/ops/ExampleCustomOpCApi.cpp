@@ -2,6 +2,7 @@
 // The C ABI of ExampleCustomOp: the kernel in kernels/ExampleCustomOp.h over arrays of views.
 #include "../capi.h"
 #include "ExampleCustomOp.h"
+#include "qco/prepare.h"
 
 QCO_EXPORT int32_t qco_ExampleOpPackage_ExampleCustomOp(
     qco::TensorView* outputs, int32_t num_outputs,
@@ -18,5 +19,32 @@ QCO_EXPORT int32_t qco_ExampleOpPackage_ExampleCustomOp(
     return ExampleOpPackage::ExampleCustomOp(
         outputs[0],
         arg_at(inputs, num_inputs, 0));
+  });
+}
+
+namespace ExampleOpPackage {
+QCO_PREPARE_HOOK(ExampleCustomOp)
+}  // namespace ExampleOpPackage
+
+// What a call of ExampleCustomOp prepares from encodings, shapes and static inputs alone, ahead of
+// the call (ExampleCustomOpPrepare when kernels/ExampleCustomOp.h defines one: kOk; else nothing is
+// done: kNotImplemented): what QHPI's precompute runs on the HTP, counted apart from the call
+// by the Hexagon check.
+QCO_EXPORT int32_t qco_ExampleOpPackage_ExampleCustomOp_prepare(
+    qco::TensorView* outputs, int32_t num_outputs,
+    const qco::TensorView* inputs, int32_t num_inputs,
+    const qco::TensorView* params, int32_t num_params) {
+  using qco_capi::arg_at;
+  if (!qco_capi::counts_ok(num_outputs, 1, 1, outputs) ||
+      !qco_capi::counts_ok(num_inputs, 1, 1, inputs) ||
+      !qco_capi::counts_ok(num_params, 0, 0, params)) {
+    return static_cast<int32_t>(qco::Status::kInvalidArgument);
+  }
+  (void)params;
+  return qco_capi::guarded("ExampleCustomOp", [&] {
+    const bool prepared = ExampleOpPackage::qco_prepare_ExampleCustomOp(0,
+        outputs[0],
+        arg_at(inputs, num_inputs, 0));
+    return prepared ? qco::Status::kOk : qco::Status::kNotImplemented;
   });
 }

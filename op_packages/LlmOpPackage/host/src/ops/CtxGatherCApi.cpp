@@ -2,6 +2,7 @@
 // The C ABI of CtxGather: the kernel in kernels/CtxGather.h over arrays of views.
 #include "../capi.h"
 #include "CtxGather.h"
+#include "qco/prepare.h"
 
 QCO_EXPORT int32_t qco_LlmOpPackage_CtxGather(
     qco::TensorView* outputs, int32_t num_outputs,
@@ -20,5 +21,34 @@ QCO_EXPORT int32_t qco_LlmOpPackage_CtxGather(
         arg_at(inputs, num_inputs, 0),
         arg_at(inputs, num_inputs, 1),
         arg_at(params, num_params, 0));
+  });
+}
+
+namespace LlmOpPackage {
+QCO_PREPARE_HOOK(CtxGather)
+}  // namespace LlmOpPackage
+
+// What a call of CtxGather prepares from encodings, shapes and static inputs alone, ahead of
+// the call (CtxGatherPrepare when kernels/CtxGather.h defines one: kOk; else nothing is
+// done: kNotImplemented): what QHPI's precompute runs on the HTP, counted apart from the call
+// by the Hexagon check.
+QCO_EXPORT int32_t qco_LlmOpPackage_CtxGather_prepare(
+    qco::TensorView* outputs, int32_t num_outputs,
+    const qco::TensorView* inputs, int32_t num_inputs,
+    const qco::TensorView* params, int32_t num_params) {
+  using qco_capi::arg_at;
+  if (!qco_capi::counts_ok(num_outputs, 1, 1, outputs) ||
+      !qco_capi::counts_ok(num_inputs, 2, 2, inputs) ||
+      !qco_capi::counts_ok(num_params, 0, 1, params)) {
+    return static_cast<int32_t>(qco::Status::kInvalidArgument);
+  }
+  (void)params;
+  return qco_capi::guarded("CtxGather", [&] {
+    const bool prepared = LlmOpPackage::qco_prepare_CtxGather(0,
+        outputs[0],
+        arg_at(inputs, num_inputs, 0),
+        arg_at(inputs, num_inputs, 1),
+        arg_at(params, num_params, 0));
+    return prepared ? qco::Status::kOk : qco::Status::kNotImplemented;
   });
 }

@@ -2,6 +2,7 @@
 // The C ABI of FusedAddRmsNorm: the kernel in kernels/FusedAddRmsNorm.h over arrays of views.
 #include "../capi.h"
 #include "FusedAddRmsNorm.h"
+#include "qco/prepare.h"
 
 QCO_EXPORT int32_t qco_LlmOpPackage_FusedAddRmsNorm(
     qco::TensorView* outputs, int32_t num_outputs,
@@ -22,5 +23,36 @@ QCO_EXPORT int32_t qco_LlmOpPackage_FusedAddRmsNorm(
         arg_at(inputs, num_inputs, 1),
         arg_at(inputs, num_inputs, 2),
         arg_at(params, num_params, 0));
+  });
+}
+
+namespace LlmOpPackage {
+QCO_PREPARE_HOOK(FusedAddRmsNorm)
+}  // namespace LlmOpPackage
+
+// What a call of FusedAddRmsNorm prepares from encodings, shapes and static inputs alone, ahead of
+// the call (FusedAddRmsNormPrepare when kernels/FusedAddRmsNorm.h defines one: kOk; else nothing is
+// done: kNotImplemented): what QHPI's precompute runs on the HTP, counted apart from the call
+// by the Hexagon check.
+QCO_EXPORT int32_t qco_LlmOpPackage_FusedAddRmsNorm_prepare(
+    qco::TensorView* outputs, int32_t num_outputs,
+    const qco::TensorView* inputs, int32_t num_inputs,
+    const qco::TensorView* params, int32_t num_params) {
+  using qco_capi::arg_at;
+  if (!qco_capi::counts_ok(num_outputs, 2, 2, outputs) ||
+      !qco_capi::counts_ok(num_inputs, 3, 3, inputs) ||
+      !qco_capi::counts_ok(num_params, 0, 1, params)) {
+    return static_cast<int32_t>(qco::Status::kInvalidArgument);
+  }
+  (void)params;
+  return qco_capi::guarded("FusedAddRmsNorm", [&] {
+    const bool prepared = LlmOpPackage::qco_prepare_FusedAddRmsNorm(0,
+        outputs[0],
+        outputs[1],
+        arg_at(inputs, num_inputs, 0),
+        arg_at(inputs, num_inputs, 1),
+        arg_at(inputs, num_inputs, 2),
+        arg_at(params, num_params, 0));
+    return prepared ? qco::Status::kOk : qco::Status::kNotImplemented;
   });
 }

@@ -2,6 +2,7 @@
 // The C ABI of SiluAndMul: the kernel in kernels/SiluAndMul.h over arrays of views.
 #include "../capi.h"
 #include "SiluAndMul.h"
+#include "qco/prepare.h"
 
 QCO_EXPORT int32_t qco_LlmOpPackage_SiluAndMul(
     qco::TensorView* outputs, int32_t num_outputs,
@@ -18,5 +19,32 @@ QCO_EXPORT int32_t qco_LlmOpPackage_SiluAndMul(
     return LlmOpPackage::SiluAndMul(
         outputs[0],
         arg_at(inputs, num_inputs, 0));
+  });
+}
+
+namespace LlmOpPackage {
+QCO_PREPARE_HOOK(SiluAndMul)
+}  // namespace LlmOpPackage
+
+// What a call of SiluAndMul prepares from encodings, shapes and static inputs alone, ahead of
+// the call (SiluAndMulPrepare when kernels/SiluAndMul.h defines one: kOk; else nothing is
+// done: kNotImplemented): what QHPI's precompute runs on the HTP, counted apart from the call
+// by the Hexagon check.
+QCO_EXPORT int32_t qco_LlmOpPackage_SiluAndMul_prepare(
+    qco::TensorView* outputs, int32_t num_outputs,
+    const qco::TensorView* inputs, int32_t num_inputs,
+    const qco::TensorView* params, int32_t num_params) {
+  using qco_capi::arg_at;
+  if (!qco_capi::counts_ok(num_outputs, 1, 1, outputs) ||
+      !qco_capi::counts_ok(num_inputs, 1, 1, inputs) ||
+      !qco_capi::counts_ok(num_params, 0, 0, params)) {
+    return static_cast<int32_t>(qco::Status::kInvalidArgument);
+  }
+  (void)params;
+  return qco_capi::guarded("SiluAndMul", [&] {
+    const bool prepared = LlmOpPackage::qco_prepare_SiluAndMul(0,
+        outputs[0],
+        arg_at(inputs, num_inputs, 0));
+    return prepared ? qco::Status::kOk : qco::Status::kNotImplemented;
   });
 }

@@ -2,6 +2,7 @@
 // The C ABI of SplitCustomOp: the kernel in kernels/SplitCustomOp.h over arrays of views.
 #include "../capi.h"
 #include "SplitCustomOp.h"
+#include "qco/prepare.h"
 
 QCO_EXPORT int32_t qco_SplitCustomOpPackage_SplitCustomOp(
     qco::TensorView* outputs, int32_t num_outputs,
@@ -19,5 +20,33 @@ QCO_EXPORT int32_t qco_SplitCustomOpPackage_SplitCustomOp(
         outputs[0],
         outputs[1],
         arg_at(inputs, num_inputs, 0));
+  });
+}
+
+namespace SplitCustomOpPackage {
+QCO_PREPARE_HOOK(SplitCustomOp)
+}  // namespace SplitCustomOpPackage
+
+// What a call of SplitCustomOp prepares from encodings, shapes and static inputs alone, ahead of
+// the call (SplitCustomOpPrepare when kernels/SplitCustomOp.h defines one: kOk; else nothing is
+// done: kNotImplemented): what QHPI's precompute runs on the HTP, counted apart from the call
+// by the Hexagon check.
+QCO_EXPORT int32_t qco_SplitCustomOpPackage_SplitCustomOp_prepare(
+    qco::TensorView* outputs, int32_t num_outputs,
+    const qco::TensorView* inputs, int32_t num_inputs,
+    const qco::TensorView* params, int32_t num_params) {
+  using qco_capi::arg_at;
+  if (!qco_capi::counts_ok(num_outputs, 2, 2, outputs) ||
+      !qco_capi::counts_ok(num_inputs, 1, 1, inputs) ||
+      !qco_capi::counts_ok(num_params, 0, 0, params)) {
+    return static_cast<int32_t>(qco::Status::kInvalidArgument);
+  }
+  (void)params;
+  return qco_capi::guarded("SplitCustomOp", [&] {
+    const bool prepared = SplitCustomOpPackage::qco_prepare_SplitCustomOp(0,
+        outputs[0],
+        outputs[1],
+        arg_at(inputs, num_inputs, 0));
+    return prepared ? qco::Status::kOk : qco::Status::kNotImplemented;
   });
 }
