@@ -108,6 +108,8 @@ CHECKPOINT_CASES = {
                          "random values"),
     "a weight of another shape": (edit_weights(lambda t: t.update({"model.norm.weight": t["model.norm.weight"][:8]})),
                                   "the weights have another shape for model.norm.weight (1 in all)"),
+    "a NaN weight": (edit_weights(lambda t: t["model.norm.weight"].__setitem__(3, float("nan"))),
+                     "weight model.norm.weight holds NaN or infinite values"),
     "an index outside the checkpoint": (index_to("../../etc/passwd"), "weight_map.lm_head.weight is '../../etc/"),
     "an index naming a missing file": (index_to("model-2.safetensors"), "names model-2.safetensors, which is not in"),
     # the tokenizer

@@ -13,6 +13,7 @@ a quantized program's encodings, the data file), all of them or none. ``load_exp
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
@@ -221,6 +222,12 @@ def load_checkpoint(directory: Path, progress: Progress = _silent) -> tuple[Any,
                 f"{directory}: the weights {'lack' if kind == 'missing_keys' else 'have another shape for'} "
                 f"{', '.join(absent[:3])}{', ...' if len(absent) > 3 else ''} ({len(absent)} in all), which the "
                 "model would get as random values: save the whole checkpoint again"
+            )
+    for name, parameter in model.named_parameters():  # a sum is 10 GB/s here, isfinite 0.3
+        if not math.isfinite(float(parameter.sum())) and not bool(torch.isfinite(parameter).all()):
+            raise LlmCheckpointError(
+                f"{directory}: weight {name} holds NaN or infinite values, so would every output: use a "
+                "checkpoint whose weights are finite"
             )
     count = sum(p.numel() for p in model.parameters())
     progress(f"loaded {config.model_type} ({count / 1e6:.1f} M parameters) in {time.monotonic() - started:.1f} s")
