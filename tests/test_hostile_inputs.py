@@ -148,6 +148,18 @@ def test_a_bad_checkpoint_is_one_line_naming_the_file_and_value(case, checkpoint
     assert "internal error" not in error and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("positions, ctx, said", [
+    (128, 10**9, "--ctx 1000000000: past the 128 positions the model was made for (max_position_embeddings in"),
+    (2**31 - 1, 2**30, "--ctx 1073741824: the KV caches the export makes would take 550 GB, more than this machine's"),
+])
+def test_a_context_past_the_model_or_the_machine_is_one_line(positions, ctx, said, checkpoint, tmp_path,  # noqa: F811
+                                                             capsys):
+    copy = shutil.copytree(checkpoint, tmp_path / "checkpoint")
+    edit_config(max_position_embeddings=positions)(copy)
+    error = cli_error(capsys, "llm", "export", str(copy), "-o", str(tmp_path / "out"), "--ctx", str(ctx))
+    assert said in error, error
+
+
 def manifest_body() -> dict:
     """A float host export's manifest as llm export writes it (its files listed, sealed)."""
     sha = "0" * 64

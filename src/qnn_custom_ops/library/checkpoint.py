@@ -26,7 +26,7 @@ import torch
 
 from ..atomic_files import Contents
 from ..errors import UsageError
-from .config_checks import check_config, check_tokenizer_files, check_weights, first_line
+from .config_checks import check_config, check_context, check_tokenizer_files, check_weights, first_line
 from .export_files import (
     MANIFEST,
     PROGRAM,
@@ -436,6 +436,7 @@ def export_checkpoint(
     _require_choice("--quant", quant, ("none", *QUANT_MODES))
     _require_choice("--target", target, TARGETS)
     check_replaceable(out_dir)  # before the long steps, and again when written
+    check_context(checkpoint, ctx_len)
     spec = _compile_spec(soc) if target == "qnn" else None
     staged = _programs_to_lower(
         checkpoint, prefill_len, ctx_len, quant, calibration, target, progress, decoder_model_version

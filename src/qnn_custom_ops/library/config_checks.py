@@ -7,6 +7,7 @@ SafetensorError), allocate what a wrong size asks for, or cast integer weights s
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -284,4 +285,29 @@ def check_tokenizer_files(directory: Path) -> None:
         raise CheckpointFileError(
             f"{directory}: no tokenizer ({', '.join(TOKENIZER_FILES)}); save one beside the weights "
             "(tokenizer.save_pretrained)"
+        )
+
+
+def check_context(directory: Path, ctx_len: int) -> None:
+    """``--ctx`` within the positions the checkpoint's model was made for, and its KV caches
+    (float32, prefill's and decode's example inputs) within this machine's memory: refused
+    before the checkpoint is loaded, where an export would try to allocate them."""
+    if not (directory / "config.json").is_file():
+        return  # load_checkpoint says so
+    body = check_config(directory)
+    positions = body.get("max_position_embeddings")
+    if positions is not None and ctx_len > positions:
+        raise CheckpointFileError(
+            f"--ctx {ctx_len}: past the {positions} positions the model was made for (max_position_embeddings in "
+            f"{directory}/config.json); export --ctx {positions} or less"
+        )
+    heads = body.get("num_attention_heads") or 1
+    head_dim = body.get("head_dim") or (body.get("hidden_size") or 0) // heads
+    per_position = 2 * (body.get("num_hidden_layers") or 0) * (body.get("num_key_value_heads") or heads) * head_dim
+    cache_bytes = 2 * 4 * per_position * ctx_len
+    machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if cache_bytes > machine:
+        raise CheckpointFileError(
+            f"--ctx {ctx_len}: the KV caches the export makes would take {cache_bytes / 1e9:.3g} GB, more than this "
+            f"machine's {machine / 1e9:.3g} GB; export a shorter context"
         )
