@@ -436,8 +436,8 @@ def export_checkpoint(
     _require_choice("--quant", quant, ("none", *QUANT_MODES))
     _require_choice("--target", target, TARGETS)
     check_replaceable(out_dir)  # before the long steps, and again when written
-    check_context(checkpoint, ctx_len)
     spec = _compile_spec(soc) if target == "qnn" else None
+    check_context(checkpoint, ctx_len)
     staged = _programs_to_lower(
         checkpoint, prefill_len, ctx_len, quant, calibration, target, progress, decoder_model_version
     )
