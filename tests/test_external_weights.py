@@ -107,9 +107,9 @@ def _tied_checkpoint(directory: Path) -> Path:
     return directory
 
 
-def _generated(capsys, export: Path, prompt: str, tokens: int) -> str:
+def _generated(capsys, export: Path, prompt: str, tokens: int, *options: str) -> str:
     capsys.readouterr()
-    assert main(["llm", "generate", str(export), "--prompt", prompt, "--max-new-tokens", str(tokens)]) == 0
+    assert main(["llm", "generate", str(export), "--prompt", prompt, "--max-new-tokens", str(tokens), *options]) == 0
     return capsys.readouterr().out.strip()
 
 
@@ -145,14 +145,19 @@ def test_llm_export_stores_a_tied_embedding_once_and_llm_generate_runs_it(tmp_pa
     assert main(["llm", "export", str(checkpoint), "-o", str(old), "--prefill", "8", "--ctx", "64"]) == 0
     manifest = json.loads((old / "manifest.json").read_text())
     assert manifest.pop("program_data") is None and not (old / "model.ptd").exists()
+    manifest.pop("files"), manifest.pop("checksum")  # nor did it list its files
     assert (old / "model.pte").read_bytes().count(matrices["model.embed_tokens.weight"]) == 2  # as it was
     (old / "manifest.json").write_text(json.dumps(manifest))
-    assert _generated(capsys, old, "The host runtime", 12) == text
+    assert _generated(capsys, old, "The host runtime", 12, "--no-verify") == text  # its files cannot be checked
 
     # An export whose data file is gone: one line saying to export again.
-    shutil.copytree(out, tmp_path / "lost")
-    (tmp_path / "lost" / "model.ptd").unlink()
-    capsys.readouterr()
-    assert main(["llm", "generate", str(tmp_path / "lost"), "--prompt", "hi"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.endswith(f"{tmp_path / 'lost'}: no model.ptd; export again") and len(err.splitlines()) == 1, err
+    lost = shutil.copytree(out, tmp_path / "lost")
+    (lost / "model.ptd").unlink()
+    for options, said in (((), f"{lost}/model.ptd: missing, though the export's manifest.json lists it; export "
+                               "again (or pass --no-verify to use it as it is)"),
+                          (("--no-verify",), f"{lost}: no model.ptd; export again")):
+        capsys.readouterr()
+        assert main(["llm", "generate", str(lost), "--prompt", "hi", *options]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.endswith(said) and len(err.splitlines()) == 1, err
+
