@@ -503,8 +503,9 @@ def export_llm(
     static cache of ``ctx_len`` rows, for ``batch`` sequences at a time, each at its own
     positions. The model's RMSNorms and MLPs are swapped in place (``swap_modules(model,
     select)``; its own forward computes the same after). ``runner_version``: the
-    ``qnn_llama_runner`` version that will run ``cache="runner"`` programs (the family's by
-    default), which decides their masks."""
+    ``qnn_llama_runner`` version that will run ``cache="runner"`` programs, which decides their
+    masks (by default the family's; ``model_type`` llama's, told by its tokenizer in
+    ``llm export``, is then llama2: the same masks as its other versions)."""
     family = family_of(getattr(getattr(model, "config", None), "model_type", None))
     version = runner_version_of(family, (), runner_version)
     _require(cache in CACHE_LAYOUTS, f"cache={cache!r}; use one of {', '.join(CACHE_LAYOUTS)}")
