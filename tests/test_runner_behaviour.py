@@ -22,6 +22,7 @@ tokenizers = pytest.importorskip("tokenizers")
 
 from .hf_models import hf_model  # noqa: E402
 from .test_hf_export import NEW_TOKENS, PROMPT, hf_tokens  # noqa: E402
+from .test_llm_runner import checkpoint, cli_error  # noqa: E402, F401  (the saved Qwen3 checkpoint, a fixture)
 
 LLAMA3 = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 SENTENCEPIECE = ["<unk>", "<s>", "</s>"]  # Llama 2, TinyLlama: no added token says bos, eos, begin or end
@@ -130,3 +131,10 @@ def test_a_tokenizer_without_tokenizer_json_is_one_error_naming_what_the_runner_
 
     with pytest.raises(LlmExportError, match=r"^SlowTokenizer has no tokenizer.json, which qnn_llama_runner reads"):
         RunnerText.of(SlowTokenizer(), "qwen3")
+
+
+def test_an_unknown_decoder_model_version_is_one_line_before_anything_is_written(checkpoint, tmp_path, capsys):  # noqa: F811
+    err = cli_error(capsys, "llm", "export", str(checkpoint), "-o", str(tmp_path / "out"), "--ctx", "64",
+                    "--decoder-model-version", "llama4")
+    assert err.startswith("error: --decoder-model-version 'llama4': use one of llama2, llama3, gemma"), err
+    assert not (tmp_path / "out").exists()

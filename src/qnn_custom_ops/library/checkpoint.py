@@ -435,6 +435,8 @@ def export_checkpoint(
 
     _require_choice("--quant", quant, ("none", *QUANT_MODES))
     _require_choice("--target", target, TARGETS)
+    if decoder_model_version is not None:  # before the checkpoint is read
+        _require_choice("--decoder-model-version", decoder_model_version, tuple(RUNNER_VERSIONS))
     check_replaceable(out_dir)  # before the long steps, and again when written
     spec = _compile_spec(soc) if target == "qnn" else None
     check_context(checkpoint, ctx_len)
