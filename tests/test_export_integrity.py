@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from qnn_custom_ops import atomic_files
 from qnn_custom_ops.atomic_files import OutputWriteError
 from qnn_custom_ops.library.export_files import ExportDirectoryError, verify_files, write_export
 from qnn_custom_ops.library.manifest_json import checksum
@@ -40,7 +41,10 @@ def tree(directory: Path) -> dict[str, bytes]:
     return {p.relative_to(directory).as_posix(): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
 
 
-def test_an_export_written_again_replaces_the_old_one_whole(tmp_path):
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two renames"])
+def test_an_export_written_again_replaces_the_old_one_whole(exchange, tmp_path, monkeypatch):
+    if not exchange:  # a system or filesystem without RENAME_EXCHANGE
+        monkeypatch.setattr(atomic_files, "_exchange", lambda first, second: False)
     out = written(tmp_path / "out", {**FILES, "tokenizer/chat_template.jinja": b"stale"})
     written(out)
     assert sorted(tree(out)) == ["manifest.json", "model.ptd", "model.pte", "tokenizer/tokenizer.json"]
