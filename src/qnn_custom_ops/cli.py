@@ -333,10 +333,14 @@ def _runner(args: argparse.Namespace):
         if args.package:
             libraries.append(_host_library(args.package, args.bind, args.imports))
         return HostRunner(libraries, isolated=args.isolated)
+    if args.target == "x86":
+        if args.build_folder:
+            return X86Runner(Path(args.build_folder))
+        from .runtime.simulator import SimulatorRunner
+
+        return SimulatorRunner()
     if not args.build_folder:
         raise UsageError(f"--target {args.target} needs --build-folder (your ExecuTorch build with the QNN backend)")
-    if args.target == "x86":
-        return X86Runner(Path(args.build_folder))
     if not args.device or not args.soc:
         raise UsageError("--target device needs --device SERIAL and --soc (e.g. SM8650)")
     device_libraries: dict[str, Path] = {}
@@ -495,7 +499,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="... or, for a quantized output, within LSB steps of its scale (default 1)",
     )
     run.add_argument("--library", action="append", default=[], help="host kernel library to load (host target)")
-    run.add_argument("--build-folder", help="ExecuTorch build with the QNN backend (x86 and device targets)")
+    run.add_argument(
+        "--build-folder",
+        help="ExecuTorch build with the QNN backend (device target; x86: its qnn_executor_runner, else ExecuTorch's "
+        "own runtime from its wheel on QAIRT's x86 HTP simulator, installed from PyPI once)",
+    )
     run.add_argument("--device", help="adb serial (device target)")
     run.add_argument("--adb-host", help="adb server host (adb -H)")
     run.add_argument("--soc", help="SoC of the device, e.g. SM8650 (device target)")

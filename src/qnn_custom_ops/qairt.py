@@ -9,6 +9,7 @@ QNN SDK's own download).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,12 +24,22 @@ from .progress import progress
 #: QAIRT release -> the ``onnxruntime-qnn`` wheel that ships its x86 HTP backend.
 QAIRT_WHEELS = {"2.47": "2.3.0", "2.50.40": "2.6.0", "2.51": "2.7.0"}
 QAIRT_VERSIONS = tuple(QAIRT_WHEELS)
+#: The libraries of a wheel's ``onnxruntime_qnn/`` that are kept (with its ``.libs``, their C++ runtime).
+KEPT = ("libQnnHtp.so", "libQnnSystem.so")
 #: The backend a QHPI package is linked against: the oldest, so it needs nothing newer.
 LINK_QAIRT = "2.47"
 
 
 class QairtError(ReportedError, RuntimeError):
-    """A QAIRT backend could not be installed."""
+    """A QAIRT backend could not be installed, or what is installed is not one."""
+
+
+def _check_libraries(entry: Path, library: Path) -> None:
+    """Each kept library is an ELF shared object: a file cut short or overwritten is one line."""
+    for path in (library.with_name(name) for name in KEPT):
+        with path.open("rb") as file:
+            if file.read(4) != b"\x7fELF":
+                raise QairtError(f"{path}: not a shared library (damaged?): delete {entry} and it is installed again")
 
 
 def qairt_dir() -> Path:
@@ -42,15 +53,18 @@ def qairt_dir() -> Path:
 
 def qairt_backend(version: str) -> Path:
     """The x86 ``libQnnHtp.so`` of QAIRT ``version``, from its pinned ``onnxruntime-qnn`` wheel
-    (downloaded with pip the first time: only the backend and its C++ runtime are kept)."""
+    (downloaded with pip the first time: only the backend, ``libQnnSystem.so`` and the C++ runtime
+    they link are kept)."""
     if version not in QAIRT_WHEELS:
         raise QairtError(f"--qairt {version}: use one of {', '.join(QAIRT_WHEELS)}")
     entry = qairt_dir() / version
     library = entry / "onnxruntime_qnn" / "libQnnHtp.so"
     entry.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(entry) + ".lock"):
-        if library.is_file():
+        if all(library.with_name(name).is_file() for name in KEPT):
+            _check_libraries(entry, library)
             return library
+        shutil.rmtree(entry, ignore_errors=True)  # an install cut short, or one that kept less
         wheel = f"onnxruntime-qnn=={QAIRT_WHEELS[version]}"
         progress(f"installing QAIRT {version}'s x86 HTP backend from {wheel} into {entry} (about 100 MB, once)")
         with tempfile.TemporaryDirectory(prefix=".qairt-", dir=entry.parent) as tmp:
@@ -62,7 +76,7 @@ def qairt_backend(version: str) -> Path:
                 raise QairtError(f"QAIRT {version}: pip could not download {wheel}: {said}")
             staging = Path(tmp) / "backend"
             with zipfile.ZipFile(wheels[0]) as archive:
-                members = [n for n in archive.namelist() if n.endswith("/libQnnHtp.so") or ".libs/" in n]
+                members = [n for n in archive.namelist() if n.rsplit("/", 1)[-1] in KEPT or ".libs/" in n]
                 archive.extractall(staging, members)
             staging.rename(entry)
     return library

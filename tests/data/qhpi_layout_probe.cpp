@@ -78,7 +78,8 @@ int main() {
   AT(QnnInterface_t, FUNCTIONS.graphCreate); AT(QnnInterface_t, FUNCTIONS.graphAddNode);
   AT(QnnInterface_t, FUNCTIONS.graphFinalize); AT(QnnInterface_t, FUNCTIONS.graphExecute);
   AT(QnnInterface_t, FUNCTIONS.tensorCreateGraphTensor); AT(QnnInterface_t, FUNCTIONS.logCreate);
-  AT(QnnInterface_t, FUNCTIONS.logFree);
+  AT(QnnInterface_t, FUNCTIONS.logFree); AT(QnnInterface_t, FUNCTIONS.deviceCreate);
+  AT(QnnInterface_t, FUNCTIONS.deviceSetConfig);
 
   VALUE(QNN_SUCCESS); VALUE(QNN_COMMON_ERROR_GENERAL); VALUE(QNN_OP_PACKAGE_ERROR_LIBRARY_ALREADY_INITIALIZED);
   VALUE(QNN_OP_PACKAGE_ERROR_LIBRARY_NOT_INITIALIZED); VALUE(QNN_OP_PACKAGE_ERROR_INVALID_INFO);

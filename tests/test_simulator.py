@@ -1,0 +1,54 @@
+"""Lowering to QNN for real, with no SDK: ExecuTorch's own QnnPartitioner and compiler on this
+machine (its wheel's QNN adaptor, over QAIRT 2.51's x86 backend through our shim), our package
+registered as QHPI, and ExecuTorch's runtime executing the context binary on the x86 HTP
+simulator, compared with the converted model."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from qnn_custom_ops.cli import main
+from qnn_custom_ops.qairt import QairtError
+from qnn_custom_ops.runtime.loading import program_facts
+from qnn_custom_ops.runtime.simulator import SimulatorRunner
+
+from .conftest import REPO
+
+
+@pytest.mark.slow
+def test_the_demo_lowers_through_executorchs_qnn_partitioner_and_runs_on_the_x86_simulator(tmp_path, capsys):
+    environment = {key: value for key, value in os.environ.items() if key not in ("QNN_SDK_ROOT", "LD_LIBRARY_PATH")}
+    result = subprocess.run([sys.executable, str(REPO / "examples/custom_op_mul3.py"), "--target", "x86",
+                             "--output-dir", str(tmp_path)], capture_output=True, text=True, env=environment)
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr[-2000:]
+    assert "by ExecuTorch's QnnPartitioner, ExampleOpPackage as QHPI" in out
+    # my_ops::mul3 within one step inside the program; the model output's larger steps after it, named
+    assert "the bound ops' own outputs in the program" in out
+    probe_line = next(line for line in out.splitlines() if line.startswith("  output 0: "))
+    assert probe_line.endswith(" ok") and "(1 step of" in probe_line or "(0 steps of" in probe_line, probe_line
+    assert "from QNN's built-in softmax" in out and out.rstrip().endswith("OK")
+    pte = (tmp_path / "mul3_x86.pte").read_bytes()
+    facts = program_facts(pte)
+    assert facts.backends == {"QnnBackend"} and not any("my_ops" in op for op in facts.operators)  # mul3 is in QNN
+
+    torch.save(torch.randn(1, 3, 16, 16), tmp_path / "x.pt")
+    assert main(["run", str(tmp_path / "mul3_x86.pte"), "--target", "x86", "--inputs", str(tmp_path / "x.pt")]) == 0
+    assert capsys.readouterr().out.startswith("output 0: [1, 8, 16, 16] float32")
+
+
+def test_a_damaged_qairt_backend_is_one_line_naming_the_fix(tmp_path, monkeypatch):
+    release = tmp_path / "2.51" / "onnxruntime_qnn"
+    release.mkdir(parents=True)
+    for name in ("libQnnHtp.so", "libQnnSystem.so"):
+        (release / name).write_bytes(b"cut short")
+    monkeypatch.setenv("QCO_QAIRT_DIR", str(tmp_path))
+    with pytest.raises(QairtError) as raised:
+        SimulatorRunner().run(b"", [])
+    assert str(raised.value) == (f"{release / 'libQnnHtp.so'}: not a shared library (damaged?): delete "
+                                 f"{tmp_path / '2.51'} and it is installed again")
