@@ -138,3 +138,15 @@ def test_an_unknown_decoder_model_version_is_one_line_before_anything_is_written
                     "--decoder-model-version", "llama4")
     assert err.startswith("error: --decoder-model-version 'llama4': use one of llama2, llama3, gemma"), err
     assert not (tmp_path / "out").exists()
+
+
+def test_calibration_prompts_are_the_tokens_the_phone_is_given():
+    """Each calibration line as the runner encodes a --prompt: its BOS at position 0 (where a
+    model keeps its attention sink) and the version's template."""
+    from qnn_custom_ops.library.checkpoint import calibration_prompts
+    from qnn_custom_ops.library.hf import LlmShape
+
+    tokenizer = tokenizer_with(SMOLLM2)
+    shape = LlmShape(layers=1, kv_heads=2, head_dim=16, vocab=300, ctx_len=64, prefill_len=8, cache="runner")
+    (prompt,) = calibration_prompts(tokenizer, shape, ["hello world"], version="qwen3")
+    assert tokenizer.decode(prompt) == "<|endoftext|><|im_start|>user\nhello world<|im_end|>\n<|im_start|>assistant"

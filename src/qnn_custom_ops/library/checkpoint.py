@@ -242,17 +242,27 @@ def _eos_ids(text: RunnerText) -> tuple[int, ...]:
 
 
 def calibration_prompts(
-    tokenizer: Any, shape: LlmShape, lines: Sequence[str] | None, where: str = "calibration"
+    tokenizer: Any,
+    shape: LlmShape,
+    lines: Sequence[str] | None,
+    where: str = "calibration",
+    version: str | None = None,
 ) -> list[list[int]]:
-    """Each non-empty line tokenized, cut to what the programs take with room for the
-    calibration tokens (``ctx_len - len(prompt)`` at most, as the runner generates). However
-    short the lines, calibration covers every chunk and the whole context (``quantize_llm``
-    walks them as one text repeated to the context's length)."""
+    """Each non-empty line tokenized as the phone will be given it: with ``version``, as
+    ``qnn_llama_runner --decoder_model_version version --prompt LINE`` encodes it (its BOS, at
+    position 0 where a model keeps its attention sink, and the version's template), else by the
+    tokenizer alone; cut to what the programs take with room for the calibration tokens
+    (``ctx_len - len(prompt)`` at most, as the runner generates). However short the lines,
+    calibration covers every chunk and the whole context (``quantize_llm`` walks them as one
+    text repeated to the context's length)."""
     texts = [line for line in (lines if lines is not None else DEFAULT_CALIBRATION) if line.strip()]
     if not texts:
         raise LlmCheckpointError(f"{where}: no text to calibrate on; give one prompt per line")
     longest = min(shape.ctx_len - shape.prefill_len, shape.ctx_len - CALIBRATION_TOKENS)
-    return [tokenizer(text)["input_ids"][:longest] for text in texts]
+    if version is None:
+        return [tokenizer(text)["input_ids"][:longest] for text in texts]
+    runner = RunnerText.of(tokenizer, version)
+    return [runner.prompt_ids(text)[:longest] for text in texts]
 
 
 def _runner_metadata(programs: LlmPrograms, model: Any, text: RunnerText, quant: str) -> dict[str, Any]:
@@ -352,7 +362,7 @@ def _programs_to_lower(
     modules: tuple[torch.nn.Module, torch.nn.Module] = (programs.prefill.module, programs.decode.module)
     encodings = None
     if quant != "none":
-        prompts = calibration_prompts(tokenizer, programs.shape, calibration)
+        prompts = calibration_prompts(tokenizer, programs.shape, calibration, version=version)
         started = time.monotonic()
         modules = quantize_llm(programs, quant, prompts, CALIBRATION_TOKENS, progress=progress)
         progress(f"quantized {quant} in {time.monotonic() - started:.1f} s")
