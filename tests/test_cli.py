@@ -42,7 +42,7 @@ def test_generate_defaults_to_the_current_directory(tmp_path):
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
     result = run("generate-op-package", DATA / "every_feature.xml", "-o", tmp_path / "out", "--dry-run")
     assert result.returncode == 0
-    assert "create    " in result.stdout and "would write 18 files" in result.stdout
+    assert "create    " in result.stdout and "would write 19 files" in result.stdout
     assert not (tmp_path / "out").exists()
 
 
