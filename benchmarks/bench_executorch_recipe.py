@@ -16,7 +16,8 @@ whole window per call, greedy by rerunning the prefix.
 Ours: ``quantize_llm`` 16a8w, evaluated eagerly through ``RunnerLoop`` (the same kind of run as
 theirs) and as ``bench_llm_accuracy.py`` reports it, lowered and run on ExecuTorch (host, each
 quantized op's integer kernel). Both calibrate on the same 16 sequences: each calibration prompt
-and the 16 tokens float generates from it. Eager rows compare with float eager, the ExecuTorch
+and the 16 tokens float generates from it (ours also walks them, as one text, through every
+prefill chunk of the context with decode calls after each: ``quantize_llm``). Eager rows compare with float eager, the ExecuTorch
 row with float on ExecuTorch.
 
     .venv/bin/python benchmarks/bench_executorch_recipe.py [--recipes 16a8w,qwen3-0_6b] [--windows 12]
