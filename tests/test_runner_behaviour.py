@@ -22,7 +22,7 @@ tokenizers = pytest.importorskip("tokenizers")
 
 from .hf_models import hf_model  # noqa: E402
 from .test_hf_export import NEW_TOKENS, PROMPT, hf_tokens  # noqa: E402
-from .test_llm_runner import checkpoint, cli_error  # noqa: E402, F401  (the saved Qwen3 checkpoint, a fixture)
+from .test_llm_runner import checkpoint, cli_error, float_export  # noqa: E402, F401  (fixtures: a saved Qwen3, its export)
 
 LLAMA3 = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 SENTENCEPIECE = ["<unk>", "<s>", "</s>"]  # Llama 2, TinyLlama: no added token says bos, eos, begin or end
@@ -150,3 +150,19 @@ def test_calibration_prompts_are_the_tokens_the_phone_is_given():
     shape = LlmShape(layers=1, kv_heads=2, head_dim=16, vocab=300, ctx_len=64, prefill_len=8, cache="runner")
     (prompt,) = calibration_prompts(tokenizer, shape, ["hello world"], version="qwen3")
     assert tokenizer.decode(prompt) == "<|endoftext|><|im_start|>user\nhello world<|im_end|>\n<|im_start|>assistant"
+
+
+@pytest.mark.slow
+def test_llm_generate_chat_gives_the_runners_prompt_and_hfs_only_when_asked_saying_so(float_export, capsys):  # noqa: F811
+    from qnn_custom_ops.cli import main
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(float_export / "tokenizer")
+    for chat, template in (("--chat", "runner"), ("hf", "hf")):
+        capsys.readouterr()
+        argv = ["llm", "generate", str(float_export), "--prompt", "What is an NPU?", "--max-new-tokens", "4", "--chat"]
+        assert main(argv + ([] if chat == "--chat" else [chat])) == 0
+        err = capsys.readouterr().err
+        count = len(prompt_ids(tokenizer, "qwen3", "What is an NPU?", template))
+        assert f"prefill: {count} tokens at " in err, err
+        said = "note: --chat hf wraps the prompt in the tokenizer's chat template, not qnn_llama_runner's"
+        assert (said in err) == (template == "hf"), err
