@@ -75,7 +75,8 @@ def test_a_runner_bos_or_eos_other_than_the_checkpoints_is_said_once_with_what_r
         warn_of_other_tokens(RunnerText.of(llama3, "llama3"))  # <|eot_id|> is llama3's stop token: nothing said
 
 
-@pytest.mark.parametrize("specials, version", [(LLAMA3, "llama3"), (SMOLLM2, "smollm2_135m"), (SENTENCEPIECE, "llama2")])
+@pytest.mark.parametrize("specials, version",
+                         [(LLAMA3, "llama3"), (SMOLLM2, "smollm2_135m"), (SENTENCEPIECE, "llama2")])
 def test_a_llama_checkpoint_gets_the_runners_version_its_tokenizer_tells(specials, version):
     assert runner_version_of(FAMILIES["llama"], set(specials)) == version
     assert runner_version_of(FAMILIES["llama"], set(specials), "smollm3") == "smollm3"  # --decoder-model-version
