@@ -4,10 +4,17 @@
 #include "ExampleCustomOp.h"
 #include "qco/prepare.h"
 
-QCO_EXPORT int32_t qco_ExampleOpPackage_ExampleCustomOp(
-    qco::TensorView* outputs, int32_t num_outputs,
-    const qco::TensorView* inputs, int32_t num_inputs,
-    const qco::TensorView* params, int32_t num_params) {
+namespace ExampleOpPackage {
+QCO_PREPARE_HOOK(ExampleCustomOp)
+}  // namespace ExampleOpPackage
+
+namespace {
+
+// `call` on the op's arguments (outputs, inputs, params, in OpDef order; absent optional ones as
+// absent views) once their counts are checked, its C++ exceptions caught.
+template <typename Call>
+int32_t with_arguments(qco::TensorView* outputs, int32_t num_outputs, const qco::TensorView* inputs,
+                       int32_t num_inputs, const qco::TensorView* params, int32_t num_params, const Call& call) {
   using qco_capi::arg_at;
   if (!qco_capi::counts_ok(num_outputs, 1, 1, outputs) ||
       !qco_capi::counts_ok(num_inputs, 1, 1, inputs) ||
@@ -16,15 +23,21 @@ QCO_EXPORT int32_t qco_ExampleOpPackage_ExampleCustomOp(
   }
   (void)params;
   return qco_capi::guarded("ExampleCustomOp", [&] {
-    return ExampleOpPackage::ExampleCustomOp(
+    return call(
         outputs[0],
         arg_at(inputs, num_inputs, 0));
   });
 }
 
-namespace ExampleOpPackage {
-QCO_PREPARE_HOOK(ExampleCustomOp)
-}  // namespace ExampleOpPackage
+}  // namespace
+
+QCO_EXPORT int32_t qco_ExampleOpPackage_ExampleCustomOp(
+    qco::TensorView* outputs, int32_t num_outputs,
+    const qco::TensorView* inputs, int32_t num_inputs,
+    const qco::TensorView* params, int32_t num_params) {
+  return with_arguments(outputs, num_outputs, inputs, num_inputs, params, num_params,
+                        [](auto&... views) { return ExampleOpPackage::ExampleCustomOp(views...); });
+}
 
 // What a call of ExampleCustomOp prepares from encodings, shapes and static inputs alone, ahead of
 // the call (ExampleCustomOpPrepare when kernels/ExampleCustomOp.h defines one: kOk; else nothing is
@@ -34,17 +47,7 @@ QCO_EXPORT int32_t qco_ExampleOpPackage_ExampleCustomOp_prepare(
     qco::TensorView* outputs, int32_t num_outputs,
     const qco::TensorView* inputs, int32_t num_inputs,
     const qco::TensorView* params, int32_t num_params) {
-  using qco_capi::arg_at;
-  if (!qco_capi::counts_ok(num_outputs, 1, 1, outputs) ||
-      !qco_capi::counts_ok(num_inputs, 1, 1, inputs) ||
-      !qco_capi::counts_ok(num_params, 0, 0, params)) {
-    return static_cast<int32_t>(qco::Status::kInvalidArgument);
-  }
-  (void)params;
-  return qco_capi::guarded("ExampleCustomOp", [&] {
-    const bool prepared = ExampleOpPackage::qco_prepare_ExampleCustomOp(0,
-        outputs[0],
-        arg_at(inputs, num_inputs, 0));
-    return prepared ? qco::Status::kOk : qco::Status::kNotImplemented;
+  return with_arguments(outputs, num_outputs, inputs, num_inputs, params, num_params, [](auto&... views) {
+    return ExampleOpPackage::qco_prepare_ExampleCustomOp(0, views...) ? qco::Status::kOk : qco::Status::kNotImplemented;
   });
 }

@@ -4,10 +4,17 @@
 #include "CtxGatherCb.h"
 #include "qco/prepare.h"
 
-QCO_EXPORT int32_t qco_LlmOpPackage_CtxGatherCb(
-    qco::TensorView* outputs, int32_t num_outputs,
-    const qco::TensorView* inputs, int32_t num_inputs,
-    const qco::TensorView* params, int32_t num_params) {
+namespace LlmOpPackage {
+QCO_PREPARE_HOOK(CtxGatherCb)
+}  // namespace LlmOpPackage
+
+namespace {
+
+// `call` on the op's arguments (outputs, inputs, params, in OpDef order; absent optional ones as
+// absent views) once their counts are checked, its C++ exceptions caught.
+template <typename Call>
+int32_t with_arguments(qco::TensorView* outputs, int32_t num_outputs, const qco::TensorView* inputs,
+                       int32_t num_inputs, const qco::TensorView* params, int32_t num_params, const Call& call) {
   using qco_capi::arg_at;
   if (!qco_capi::counts_ok(num_outputs, 1, 1, outputs) ||
       !qco_capi::counts_ok(num_inputs, 3, 3, inputs) ||
@@ -16,7 +23,7 @@ QCO_EXPORT int32_t qco_LlmOpPackage_CtxGatherCb(
   }
   (void)params;
   return qco_capi::guarded("CtxGatherCb", [&] {
-    return LlmOpPackage::CtxGatherCb(
+    return call(
         outputs[0],
         arg_at(inputs, num_inputs, 0),
         arg_at(inputs, num_inputs, 1),
@@ -25,9 +32,15 @@ QCO_EXPORT int32_t qco_LlmOpPackage_CtxGatherCb(
   });
 }
 
-namespace LlmOpPackage {
-QCO_PREPARE_HOOK(CtxGatherCb)
-}  // namespace LlmOpPackage
+}  // namespace
+
+QCO_EXPORT int32_t qco_LlmOpPackage_CtxGatherCb(
+    qco::TensorView* outputs, int32_t num_outputs,
+    const qco::TensorView* inputs, int32_t num_inputs,
+    const qco::TensorView* params, int32_t num_params) {
+  return with_arguments(outputs, num_outputs, inputs, num_inputs, params, num_params,
+                        [](auto&... views) { return LlmOpPackage::CtxGatherCb(views...); });
+}
 
 // What a call of CtxGatherCb prepares from encodings, shapes and static inputs alone, ahead of
 // the call (CtxGatherCbPrepare when kernels/CtxGatherCb.h defines one: kOk; else nothing is
@@ -37,20 +50,7 @@ QCO_EXPORT int32_t qco_LlmOpPackage_CtxGatherCb_prepare(
     qco::TensorView* outputs, int32_t num_outputs,
     const qco::TensorView* inputs, int32_t num_inputs,
     const qco::TensorView* params, int32_t num_params) {
-  using qco_capi::arg_at;
-  if (!qco_capi::counts_ok(num_outputs, 1, 1, outputs) ||
-      !qco_capi::counts_ok(num_inputs, 3, 3, inputs) ||
-      !qco_capi::counts_ok(num_params, 0, 1, params)) {
-    return static_cast<int32_t>(qco::Status::kInvalidArgument);
-  }
-  (void)params;
-  return qco_capi::guarded("CtxGatherCb", [&] {
-    const bool prepared = LlmOpPackage::qco_prepare_CtxGatherCb(0,
-        outputs[0],
-        arg_at(inputs, num_inputs, 0),
-        arg_at(inputs, num_inputs, 1),
-        arg_at(inputs, num_inputs, 2),
-        arg_at(params, num_params, 0));
-    return prepared ? qco::Status::kOk : qco::Status::kNotImplemented;
+  return with_arguments(outputs, num_outputs, inputs, num_inputs, params, num_params, [](auto&... views) {
+    return LlmOpPackage::qco_prepare_CtxGatherCb(0, views...) ? qco::Status::kOk : qco::Status::kNotImplemented;
   });
 }

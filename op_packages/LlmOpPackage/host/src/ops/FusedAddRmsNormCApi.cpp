@@ -4,10 +4,17 @@
 #include "FusedAddRmsNorm.h"
 #include "qco/prepare.h"
 
-QCO_EXPORT int32_t qco_LlmOpPackage_FusedAddRmsNorm(
-    qco::TensorView* outputs, int32_t num_outputs,
-    const qco::TensorView* inputs, int32_t num_inputs,
-    const qco::TensorView* params, int32_t num_params) {
+namespace LlmOpPackage {
+QCO_PREPARE_HOOK(FusedAddRmsNorm)
+}  // namespace LlmOpPackage
+
+namespace {
+
+// `call` on the op's arguments (outputs, inputs, params, in OpDef order; absent optional ones as
+// absent views) once their counts are checked, its C++ exceptions caught.
+template <typename Call>
+int32_t with_arguments(qco::TensorView* outputs, int32_t num_outputs, const qco::TensorView* inputs,
+                       int32_t num_inputs, const qco::TensorView* params, int32_t num_params, const Call& call) {
   using qco_capi::arg_at;
   if (!qco_capi::counts_ok(num_outputs, 2, 2, outputs) ||
       !qco_capi::counts_ok(num_inputs, 3, 3, inputs) ||
@@ -16,7 +23,7 @@ QCO_EXPORT int32_t qco_LlmOpPackage_FusedAddRmsNorm(
   }
   (void)params;
   return qco_capi::guarded("FusedAddRmsNorm", [&] {
-    return LlmOpPackage::FusedAddRmsNorm(
+    return call(
         outputs[0],
         outputs[1],
         arg_at(inputs, num_inputs, 0),
@@ -26,9 +33,15 @@ QCO_EXPORT int32_t qco_LlmOpPackage_FusedAddRmsNorm(
   });
 }
 
-namespace LlmOpPackage {
-QCO_PREPARE_HOOK(FusedAddRmsNorm)
-}  // namespace LlmOpPackage
+}  // namespace
+
+QCO_EXPORT int32_t qco_LlmOpPackage_FusedAddRmsNorm(
+    qco::TensorView* outputs, int32_t num_outputs,
+    const qco::TensorView* inputs, int32_t num_inputs,
+    const qco::TensorView* params, int32_t num_params) {
+  return with_arguments(outputs, num_outputs, inputs, num_inputs, params, num_params,
+                        [](auto&... views) { return LlmOpPackage::FusedAddRmsNorm(views...); });
+}
 
 // What a call of FusedAddRmsNorm prepares from encodings, shapes and static inputs alone, ahead of
 // the call (FusedAddRmsNormPrepare when kernels/FusedAddRmsNorm.h defines one: kOk; else nothing is
@@ -38,21 +51,7 @@ QCO_EXPORT int32_t qco_LlmOpPackage_FusedAddRmsNorm_prepare(
     qco::TensorView* outputs, int32_t num_outputs,
     const qco::TensorView* inputs, int32_t num_inputs,
     const qco::TensorView* params, int32_t num_params) {
-  using qco_capi::arg_at;
-  if (!qco_capi::counts_ok(num_outputs, 2, 2, outputs) ||
-      !qco_capi::counts_ok(num_inputs, 3, 3, inputs) ||
-      !qco_capi::counts_ok(num_params, 0, 1, params)) {
-    return static_cast<int32_t>(qco::Status::kInvalidArgument);
-  }
-  (void)params;
-  return qco_capi::guarded("FusedAddRmsNorm", [&] {
-    const bool prepared = LlmOpPackage::qco_prepare_FusedAddRmsNorm(0,
-        outputs[0],
-        outputs[1],
-        arg_at(inputs, num_inputs, 0),
-        arg_at(inputs, num_inputs, 1),
-        arg_at(inputs, num_inputs, 2),
-        arg_at(params, num_params, 0));
-    return prepared ? qco::Status::kOk : qco::Status::kNotImplemented;
+  return with_arguments(outputs, num_outputs, inputs, num_inputs, params, num_params, [](auto&... views) {
+    return LlmOpPackage::qco_prepare_FusedAddRmsNorm(0, views...) ? qco::Status::kOk : qco::Status::kNotImplemented;
   });
 }

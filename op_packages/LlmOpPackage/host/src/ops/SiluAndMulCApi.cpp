@@ -4,10 +4,17 @@
 #include "SiluAndMul.h"
 #include "qco/prepare.h"
 
-QCO_EXPORT int32_t qco_LlmOpPackage_SiluAndMul(
-    qco::TensorView* outputs, int32_t num_outputs,
-    const qco::TensorView* inputs, int32_t num_inputs,
-    const qco::TensorView* params, int32_t num_params) {
+namespace LlmOpPackage {
+QCO_PREPARE_HOOK(SiluAndMul)
+}  // namespace LlmOpPackage
+
+namespace {
+
+// `call` on the op's arguments (outputs, inputs, params, in OpDef order; absent optional ones as
+// absent views) once their counts are checked, its C++ exceptions caught.
+template <typename Call>
+int32_t with_arguments(qco::TensorView* outputs, int32_t num_outputs, const qco::TensorView* inputs,
+                       int32_t num_inputs, const qco::TensorView* params, int32_t num_params, const Call& call) {
   using qco_capi::arg_at;
   if (!qco_capi::counts_ok(num_outputs, 1, 1, outputs) ||
       !qco_capi::counts_ok(num_inputs, 1, 1, inputs) ||
@@ -16,15 +23,21 @@ QCO_EXPORT int32_t qco_LlmOpPackage_SiluAndMul(
   }
   (void)params;
   return qco_capi::guarded("SiluAndMul", [&] {
-    return LlmOpPackage::SiluAndMul(
+    return call(
         outputs[0],
         arg_at(inputs, num_inputs, 0));
   });
 }
 
-namespace LlmOpPackage {
-QCO_PREPARE_HOOK(SiluAndMul)
-}  // namespace LlmOpPackage
+}  // namespace
+
+QCO_EXPORT int32_t qco_LlmOpPackage_SiluAndMul(
+    qco::TensorView* outputs, int32_t num_outputs,
+    const qco::TensorView* inputs, int32_t num_inputs,
+    const qco::TensorView* params, int32_t num_params) {
+  return with_arguments(outputs, num_outputs, inputs, num_inputs, params, num_params,
+                        [](auto&... views) { return LlmOpPackage::SiluAndMul(views...); });
+}
 
 // What a call of SiluAndMul prepares from encodings, shapes and static inputs alone, ahead of
 // the call (SiluAndMulPrepare when kernels/SiluAndMul.h defines one: kOk; else nothing is
@@ -34,17 +47,7 @@ QCO_EXPORT int32_t qco_LlmOpPackage_SiluAndMul_prepare(
     qco::TensorView* outputs, int32_t num_outputs,
     const qco::TensorView* inputs, int32_t num_inputs,
     const qco::TensorView* params, int32_t num_params) {
-  using qco_capi::arg_at;
-  if (!qco_capi::counts_ok(num_outputs, 1, 1, outputs) ||
-      !qco_capi::counts_ok(num_inputs, 1, 1, inputs) ||
-      !qco_capi::counts_ok(num_params, 0, 0, params)) {
-    return static_cast<int32_t>(qco::Status::kInvalidArgument);
-  }
-  (void)params;
-  return qco_capi::guarded("SiluAndMul", [&] {
-    const bool prepared = LlmOpPackage::qco_prepare_SiluAndMul(0,
-        outputs[0],
-        arg_at(inputs, num_inputs, 0));
-    return prepared ? qco::Status::kOk : qco::Status::kNotImplemented;
+  return with_arguments(outputs, num_outputs, inputs, num_inputs, params, num_params, [](auto&... views) {
+    return LlmOpPackage::qco_prepare_SiluAndMul(0, views...) ? qco::Status::kOk : qco::Status::kNotImplemented;
   });
 }

@@ -4,10 +4,17 @@
 #include "SplitCustomOp.h"
 #include "qco/prepare.h"
 
-QCO_EXPORT int32_t qco_SplitCustomOpPackage_SplitCustomOp(
-    qco::TensorView* outputs, int32_t num_outputs,
-    const qco::TensorView* inputs, int32_t num_inputs,
-    const qco::TensorView* params, int32_t num_params) {
+namespace SplitCustomOpPackage {
+QCO_PREPARE_HOOK(SplitCustomOp)
+}  // namespace SplitCustomOpPackage
+
+namespace {
+
+// `call` on the op's arguments (outputs, inputs, params, in OpDef order; absent optional ones as
+// absent views) once their counts are checked, its C++ exceptions caught.
+template <typename Call>
+int32_t with_arguments(qco::TensorView* outputs, int32_t num_outputs, const qco::TensorView* inputs,
+                       int32_t num_inputs, const qco::TensorView* params, int32_t num_params, const Call& call) {
   using qco_capi::arg_at;
   if (!qco_capi::counts_ok(num_outputs, 2, 2, outputs) ||
       !qco_capi::counts_ok(num_inputs, 1, 1, inputs) ||
@@ -16,16 +23,22 @@ QCO_EXPORT int32_t qco_SplitCustomOpPackage_SplitCustomOp(
   }
   (void)params;
   return qco_capi::guarded("SplitCustomOp", [&] {
-    return SplitCustomOpPackage::SplitCustomOp(
+    return call(
         outputs[0],
         outputs[1],
         arg_at(inputs, num_inputs, 0));
   });
 }
 
-namespace SplitCustomOpPackage {
-QCO_PREPARE_HOOK(SplitCustomOp)
-}  // namespace SplitCustomOpPackage
+}  // namespace
+
+QCO_EXPORT int32_t qco_SplitCustomOpPackage_SplitCustomOp(
+    qco::TensorView* outputs, int32_t num_outputs,
+    const qco::TensorView* inputs, int32_t num_inputs,
+    const qco::TensorView* params, int32_t num_params) {
+  return with_arguments(outputs, num_outputs, inputs, num_inputs, params, num_params,
+                        [](auto&... views) { return SplitCustomOpPackage::SplitCustomOp(views...); });
+}
 
 // What a call of SplitCustomOp prepares from encodings, shapes and static inputs alone, ahead of
 // the call (SplitCustomOpPrepare when kernels/SplitCustomOp.h defines one: kOk; else nothing is
@@ -35,18 +48,7 @@ QCO_EXPORT int32_t qco_SplitCustomOpPackage_SplitCustomOp_prepare(
     qco::TensorView* outputs, int32_t num_outputs,
     const qco::TensorView* inputs, int32_t num_inputs,
     const qco::TensorView* params, int32_t num_params) {
-  using qco_capi::arg_at;
-  if (!qco_capi::counts_ok(num_outputs, 2, 2, outputs) ||
-      !qco_capi::counts_ok(num_inputs, 1, 1, inputs) ||
-      !qco_capi::counts_ok(num_params, 0, 0, params)) {
-    return static_cast<int32_t>(qco::Status::kInvalidArgument);
-  }
-  (void)params;
-  return qco_capi::guarded("SplitCustomOp", [&] {
-    const bool prepared = SplitCustomOpPackage::qco_prepare_SplitCustomOp(0,
-        outputs[0],
-        outputs[1],
-        arg_at(inputs, num_inputs, 0));
-    return prepared ? qco::Status::kOk : qco::Status::kNotImplemented;
+  return with_arguments(outputs, num_outputs, inputs, num_inputs, params, num_params, [](auto&... views) {
+    return SplitCustomOpPackage::qco_prepare_SplitCustomOp(0, views...) ? qco::Status::kOk : qco::Status::kNotImplemented;
   });
 }
