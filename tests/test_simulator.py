@@ -52,3 +52,24 @@ def test_a_damaged_qairt_backend_is_one_line_naming_the_fix(tmp_path, monkeypatc
         SimulatorRunner().run(b"", [])
     assert str(raised.value) == (f"{release / 'libQnnHtp.so'}: not a shared library (damaged?): delete "
                                  f"{tmp_path / '2.51'} and it is installed again")
+
+
+@pytest.mark.slow
+def test_a_quantized_llms_transposes_keep_one_datatype_as_qnn_requires():
+    """QNN refuses a Transpose whose input and output datatypes differ (3110): the new K and V
+    rows, unsigned 16-bit codes out of RoPE and the projections, are requantized to the cache's
+    signed encoding before they are transposed, in both programs."""
+    from qnn_custom_ops.library import export_llm
+    from qnn_custom_ops.library.generation import quantize_llm
+
+    from .hf_models import hf_model
+
+    programs = export_llm(hf_model("qwen3", num_hidden_layers=1), prefill_len=8, ctx_len=32, cache="runner")
+    for converted in quantize_llm(programs, "16a8w", [[1, 5, 9, 20, 33, 7]], 4):
+        moves = [n for n in converted.graph.nodes if n.target in (torch.ops.aten.transpose.int,
+                                                                  torch.ops.aten.permute.default)]
+        assert moves
+        for node in moves:
+            (dequantize,) = [a for a in node.args if isinstance(a, torch.fx.Node)]
+            quantizes = [u for u in node.users if "quantize_per_tensor" in str(u.target)]
+            assert quantizes and all(q.args[-1] == dequantize.args[-1] for q in quantizes), node.name

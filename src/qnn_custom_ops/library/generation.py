@@ -489,5 +489,26 @@ def share_cache_encodings(prepared: Sequence[torch.fx.GraphModule], shape: LlmSh
         for module, node in nodes:
             module.add_submodule(name, shared)
             node.target = name
+            _encoded_before_moving(module, node)
     for module in prepared:
         module.recompile()
+
+
+#: Ops that only move data: QNN validates them with one datatype in and out.
+_DATA_MOVEMENT = frozenset({torch.ops.aten.transpose.int, torch.ops.aten.permute.default})
+
+
+def _encoded_before_moving(module: torch.fx.GraphModule, observer: torch.fx.Node) -> None:
+    """The cache's encoding applied before the transpose that makes the new rows as well as
+    after it: the rows come in as RoPE's (or a projection's) unsigned 16-bit codes and the cache
+    is signed (QNN's MatMul takes its second input symmetric), and QNN refuses a Transpose whose
+    input and output datatypes differ ("mismatching datatypes. 0x416 != 0x316", error 3110,
+    measured with ExecuTorch's QnnPartitioner on QAIRT 2.51). The same values either way."""
+    moved = observer.args[0]
+    if not isinstance(moved, torch.fx.Node) or moved.target not in _DATA_MOVEMENT:
+        return
+    source = moved.args[0]
+    assert isinstance(source, torch.fx.Node)  # a transpose's input is a tensor
+    with module.graph.inserting_before(moved):
+        before = module.graph.call_module(str(observer.target), (source,))
+    moved.replace_input_with(source, before)
