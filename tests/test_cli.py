@@ -28,9 +28,9 @@ def test_generate_op_package_writes_the_package(tmp_path):
     result = run("generate-op-package", FIXTURES / "example_op_package_htp.xml", "-o", tmp_path)
     assert result.returncode == 0, result.stderr
     assert f"create    {tmp_path}/ExampleOpPackage/kernels/ExampleCustomOp.h" in result.stdout
-    assert result.stdout.strip().endswith("wrote 15 files (15 create)")
+    assert result.stdout.strip().endswith("wrote 16 files (16 create)")
     again = run("generate-op-package", FIXTURES / "example_op_package_htp.xml", "-o", tmp_path)
-    assert again.stdout.strip().splitlines() == [f"{tmp_path}/ExampleOpPackage: wrote 0 files (15 unchanged)"]
+    assert again.stdout.strip().splitlines() == [f"{tmp_path}/ExampleOpPackage: wrote 0 files (16 unchanged)"]
 
 
 def test_generate_defaults_to_the_current_directory(tmp_path):

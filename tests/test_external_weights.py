@@ -17,6 +17,7 @@ from qnn_custom_ops.atomic_files import write_atomic
 from qnn_custom_ops.cli import main
 from qnn_custom_ops.errors import UsageError
 from qnn_custom_ops.library import llm_binding
+from qnn_custom_ops.library.checkpoint import prompt_ids
 from qnn_custom_ops.lowering.program import lower_methods
 from qnn_custom_ops.lowering.weight_sharing import TensorBackedData
 from qnn_custom_ops.runtime import HostRunner
@@ -130,7 +131,7 @@ def test_llm_export_stores_a_tied_embedding_once_and_llm_generate_runs_it(tmp_pa
     assert weights < len(ptd) < 1.05 * weights, (len(ptd), weights)  # and the RoPE tables
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
-    ids = tokenizer("The host runtime")["input_ids"]
+    ids = prompt_ids(tokenizer, "qwen3", "The host runtime")  # as qnn_llama_runner encodes it: its BOS first
     with torch.no_grad():
         want = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0, len(ids):].tolist()
     text = tokenizer.decode(want, skip_special_tokens=True).strip()
