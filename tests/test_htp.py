@@ -198,3 +198,13 @@ def test_our_abi_declarations_match_the_real_qhpi_and_qnn_headers(tmp_path):
     real = _probe(tmp_path, "real", ["-DQCO_REAL", f"-I{REAL_HEADERS}"])
     assert ours.splitlines() == real.splitlines()
     assert len(ours.splitlines()) > 150
+
+
+@pytest.mark.slow
+def test_a_fresh_skeleton_is_not_checked_and_says_to_write_the_kernel(tmp_path, capsys):
+    root = generate(_package(OP_PACKAGES / "ExampleOpPackage"), tmp_path, api="qhpi").package_dir
+    assert main(["htp-check", str(root), "--qairt", "2.51"]) == 3
+    lines = capsys.readouterr().out.splitlines()
+    assert all("NOT CHECKED: the kernel refuses this case (not implemented), on both: write the op's math in "
+               "kernels/ExampleCustomOp.h" in line for line in lines[:-1]), lines
+    assert lines[-1].startswith("0 of 2 case run(s) bit-exact")

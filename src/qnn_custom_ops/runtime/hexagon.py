@@ -462,12 +462,12 @@ class CheckResult:
         if self.host_status != KernelStatus.Ok:
             return (
                 f"{self.op:<16}{self.label:<48}NOT CHECKED: the kernel refuses this case on both "
-                f"({_status(self.host_status)}): {_refusal_fix(self.host_status, self.op)}"
+                f"({_status(self.host_status)}): {refusal_fix(self.host_status, self.op)}"
             )
         return f"{self.op:<16}{self.label:<48}ok  {cost}"
 
 
-def _refusal_fix(status: int, op: str) -> str:
+def refusal_fix(status: int, op: str) -> str:
     """What to do about a case the kernel refuses, by the status it returned."""
     if status == KernelStatus.NotImplemented:
         return f"write the op's math in kernels/{op}.h (the generated skeleton returns this)"

@@ -38,7 +38,7 @@ from ..progress import progress
 from ..qairt import LINK_QAIRT, QairtError, qairt_backend
 from .cmake_build import cache_root, content_key, files_under, unusable_cache
 from .cost import KernelCase
-from .hexagon import case_time_limit, first_mismatch, host_results
+from .hexagon import case_time_limit, first_mismatch, host_results, refusal_fix
 from .host_build import build_host_kernels, generated_package
 from .isolation import call_isolated, ending_with_parent
 
@@ -264,7 +264,10 @@ class HtpResult:
         if self.not_applicable:
             return where + f"not applicable: the default dims are not a shape {self.op} takes"
         if self.both_refused:
-            return where + f"NOT CHECKED: the kernel refuses this case ({_status(self.host_status)}), on both"
+            return where + (
+                f"NOT CHECKED: the kernel refuses this case ({_status(self.host_status)}), on both: "
+                + refusal_fix(self.host_status, self.op)
+            )
         if self.failed_step:
             return (
                 where
