@@ -17,7 +17,13 @@ from collections.abc import Iterator
 from typing import Any
 
 # Lines the ExecuTorch runtime's C++ prints on the process's stderr while loading.
-_NATIVE_NOISE = re.compile(r"^\[cpuinfo_utils\.cpp:\d+\]")
+# The runtime's cpuinfo notes; ExecuTorch's QNN adaptor's INFO and WARNING lines (backend set-up
+# and tear-down, its API version note) and the one harmless ERROR of QAIRT 2.51 ("unexpected
+# GraphHtpSettings option 66", for every graph), with the blank line that follows it.
+_NATIVE_NOISE = re.compile(
+    r"^\[cpuinfo_utils\.cpp:\d+\]|^\[(INFO|WARNING)\] \[Qnn ExecuTorch\]|"
+    r"^\[ERROR\] \[Qnn ExecuTorch\]:\s+<E> unexpected GraphHtpSettings option 66|^\s*$"
+)
 
 # torchao, torch and executorch warn of their own deprecations with these; qnn-custom-ops warns
 # with UserWarning subclasses (OpDefWarning, SwapWarning, ...), which are never filtered.
