@@ -14,6 +14,7 @@ Every decision is made here; the templates under ``templates/qhpi/`` only place 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -134,17 +135,10 @@ def _signatures(args: list[QhpiArg]) -> list[tuple[str, ...]]:
     """Every combination of the arguments' element types, at most ``MAX_SIGNATURES``: the
     arguments with the most types are widened to ANY until the product fits."""
     choices = [list(a.element_types) or ["ELEMENT_TYPE_ANY"] for a in args]
-    while _product(choices) > MAX_SIGNATURES:
+    while math.prod(len(options) for options in choices) > MAX_SIGNATURES:
         widest = max(range(len(choices)), key=lambda i: (len(choices[i]), -i))
         choices[widest] = ["ELEMENT_TYPE_ANY"]
     return list(itertools.product(*choices))
-
-
-def _product(choices: list[list[str]]) -> int:
-    count = 1
-    for options in choices:
-        count *= len(options)
-    return count
 
 
 def qhpi_op(op: OpDef) -> QhpiOp:

@@ -64,17 +64,15 @@ def build_harness() -> Path:
             staging = Path(tmp) / "entry"
             (staging / "qco").mkdir(parents=True)
             (staging / "qco" / "qhpi_abi.h").write_text(header)
-            _compile(
-                ["g++", "-std=c++17", "-O2", "-Wall", "-Werror", f"-I{staging}", str(HARNESS), "-ldl"],
-                staging / "harness",
-                "the htp-check harness",
-            )
+            command = ["g++", "-std=c++17", "-O2", "-Wall", "-Werror", f"-I{staging}", str(HARNESS), "-ldl"]
+            _build([*command, "-o", str(staging / "harness")], "the htp-check harness")
             staging.rename(entry)
     return program
 
 
-def _compile(command: list[str], output: Path, what: str, cwd: Path | None = None) -> None:
-    result = subprocess.run([*command, "-o", str(output)], capture_output=True, text=True, cwd=cwd)
+def _build(command: list[str], what: str, cwd: Path | None = None) -> None:
+    """Run a compiler or make; on failure, one error naming ``what`` with the tool's error lines."""
+    result = subprocess.run(command, capture_output=True, text=True, cwd=cwd)
     if result.returncode != 0:
         lines = (result.stdout + result.stderr).strip().splitlines()
         errors = [line for line in lines if "error" in line.lower()] or lines[-10:]
@@ -106,11 +104,7 @@ def build_qhpi_package(package_dir: Path, package: OpPackage) -> Path:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_bytes(planned.content)
                 command = ["make", "-s", "htp_x86", "X86_CXX=g++", f"QNN_HTP_LIB={link_with}"]
-                result = subprocess.run(command, cwd=staging, capture_output=True, text=True)
-                if result.returncode != 0:
-                    lines = (result.stdout + result.stderr).strip().splitlines()
-                    errors = [line for line in lines if "error" in line.lower()] or lines[-10:]
-                    raise HtpCheckError(f"{package.name}: the QHPI package did not build:\n" + "\n".join(errors[:20]))
+                _build(command, f"{package.name}: the QHPI package", cwd=staging)
                 staging.rename(entry)
     except OSError as exc:
         raise HtpCheckError(unusable_cache(f"QHPI build of {package.name}", entry.parent, exc)) from exc
