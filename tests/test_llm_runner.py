@@ -101,6 +101,16 @@ def quantized_export(checkpoint, tmp_path_factory) -> Path:
     return export(checkpoint, "llm-export-16a8w", "--quant", "16a8w", "--calibration", str(text))
 
 
+@pytest.fixture(scope="module")
+def qnn_export(checkpoint, tmp_path_factory) -> Path:
+    """``quantized_export`` lowered for QNN: ExecuTorch's QnnPartitioner on QAIRT's x86 libraries
+    (no SDK here: ``llm export`` runs itself again with them), the LlmOpPackage as QHPI."""
+    text = tmp_path_factory.mktemp("calibration") / "prompts.txt"
+    text.write_text("The host runtime runs the program.\nqnn-custom-ops llm export\nA kernel for the HTP\n")
+    return export(checkpoint, "llm-export-16a8w-qnn", "--quant", "16a8w", "--calibration", str(text),
+                  "--target", "qnn", "--soc", "SM8650")
+
+
 def program_of(directory: Path):
     from executorch.runtime import Runtime
 
@@ -173,10 +183,7 @@ def test_llm_export_says_how_far_calibration_and_float_lowering_are_with_the_tim
 @pytest.mark.slow
 def test_llm_generate_gives_hfs_greedy_tokens_streams_text_and_prints_tokens_per_second(checkpoint, float_export,
                                                                                        capsys):
-    import qnn_custom_ops as qco
-    from qnn_custom_ops.library import llm_binding, package_dir
     from qnn_custom_ops.library.checkpoint import generate_text, load_export
-    from qnn_custom_ops.runtime import HostRunner
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, attn_implementation="eager").eval()
@@ -184,9 +191,8 @@ def test_llm_generate_gives_hfs_greedy_tokens_streams_text_and_prints_tokens_per
     assert ids == [tokenizer.convert_tokens_to_ids("<|endoftext|>"), *tokenizer("The host runtime")["input_ids"]]
     with torch.no_grad():
         want = model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)[0, len(ids):].tolist()
-    runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
     pieces: list[str] = []
-    got = generate_text(load_export(float_export), runner, "The host runtime", 24, on_text=pieces.append)
+    got = generate_text(load_export(float_export), "The host runtime", 24, on_text=pieces.append)
     assert got.tokens == want and got.text == tokenizer.decode(want, skip_special_tokens=True)
     assert got.text.startswith("".join(pieces))  # streamed as it grew (a character's last byte awaited)
     capsys.readouterr()
@@ -194,7 +200,7 @@ def test_llm_generate_gives_hfs_greedy_tokens_streams_text_and_prints_tokens_per
                  "--progress"]) == 0
     out, err = capsys.readouterr()
     assert out.strip() == "".join(pieces).strip()
-    assert "preparing the LlmOpPackage host library" in err
+    assert "generating (none) on the host, as qnn_llama_runner runs the program" in err
     assert f"prefill: {len(ids)} tokens at " in err and " tokens/s; decode: 24 tokens at " in err
 
 
@@ -380,12 +386,6 @@ def test_llm_export_of_what_is_not_a_checkpoint_is_one_line(tmp_path, capsys):
 def test_llm_options_that_cannot_work_are_one_line(checkpoint, tmp_path, capsys, monkeypatch):
     out = str(tmp_path / "out")
     monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
-    assert "error: llm export --target qnn needs the QNN SDK: libQnnHtp.so not found" in cli_error(
-        capsys, "llm", "export", str(checkpoint), "-o", out, "--target", "qnn", "--soc", "SM8650")
-    sdk = tmp_path / "sdk" / "lib" / "x86_64-linux-clang"  # a stand-in SDK: what is asked next is --soc
-    sdk.mkdir(parents=True)
-    (sdk / "libQnnHtp.so").touch()
-    monkeypatch.setenv("QNN_SDK_ROOT", str(tmp_path / "sdk"))
     assert "--target qnn needs --soc" in cli_error(capsys, "llm", "export", str(checkpoint), "-o", out,
                                                    "--target", "qnn")
     assert "--calibration nope.txt: no such file" in cli_error(capsys, "llm", "export", str(checkpoint), "-o", out,
@@ -440,3 +440,29 @@ def test_every_fixed_rope_type_generates_hfs_tokens(rope):
     programs = export_llm(model, prefill_len=8, ctx_len=40, cache="runner")
     step = eager_step(programs.prefill.module)
     assert RunnerLoop(programs.shape, step, step).generate(PROMPT, NEW_TOKENS).tokens == want
+
+
+@pytest.mark.slow
+def test_a_qnn_export_runs_on_the_x86_htp_simulator_and_generates_the_host_programs_tokens(
+        quantized_export, qnn_export, capfd, monkeypatch):
+    """The whole one-layer 16a8w decoder in one QNN context binary per method (RmsNorm, SiluAndMul,
+    Rope from the LlmOpPackage; the rest QNN's built-ins), its mask, caches and logits as codes;
+    prefill over two chunks, then decode, on the simulator: the host program's tokens."""
+    from qnn_custom_ops.library.checkpoint import generate_text, load_export
+    from qnn_custom_ops.runtime.loading import program_facts
+
+    host, qnn = LlmManifest.read(quantized_export), LlmManifest.read(qnn_export)
+    assert qnn.target == "qnn" and qnn.encodings == host.encodings  # one calibration, two lowerings
+    facts = program_facts((qnn_export / "model.pte").read_bytes())
+    assert facts.backends == {"QnnBackend"} and not any(op.startswith("qco_llm::") for op in facts.operators)
+    prompt = "A kernel for the HTP runs the program"  # longer than one prefill chunk
+    want = generate_text(load_export(quantized_export), prompt, 12)
+    assert want.prompt_tokens > PREFILL
+    got = generate_text(load_export(qnn_export), prompt, 12)
+    assert got.tokens == want.tokens and got.text == want.text
+
+    monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
+    assert main(["llm", "generate", str(qnn_export), "--prompt", prompt, "--max-new-tokens", "12", "--progress"]) == 0
+    out, err = capfd.readouterr()
+    assert out.strip() == want.text.strip()
+    assert "on QAIRT 2.51's x86 HTP simulator (ExecuTorch's QNN backend, the context binary the phone runs)" in err

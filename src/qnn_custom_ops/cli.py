@@ -787,6 +787,7 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # a command run again in another environment
     quiet_third_party(args.verbose)
     show_progress(sys.stderr.isatty() and not getattr(args, "quiet", False))
     with _signals_end_the_command():

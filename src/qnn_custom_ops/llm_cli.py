@@ -7,6 +7,8 @@ Progress goes to stderr, one line per step, when stderr is a terminal or with ``
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import time
 import warnings
@@ -73,14 +75,32 @@ def _check_utf8(option: str, text: str) -> None:
         ) from None
 
 
+def _lowered_on_simulator_libraries(args: argparse.Namespace) -> int:
+    """``llm export --target qnn`` without a QNN SDK: the same command in a child process started
+    with the simulator's environment (QAIRT's x86 libraries from PyPI, ExecuTorch's QNN adaptor
+    over them; the loader reads ``LD_LIBRARY_PATH`` only at start); its exit status."""
+    from .runtime.simulator_sdk import SIMULATOR_QAIRT, simulator_environment
+
+    _progress(args)(f"no QNN SDK: lowering with QAIRT {SIMULATOR_QAIRT}'s x86 libraries (installed from PyPI once)")
+    environment = {**os.environ, **simulator_environment()}
+    sys.stdout.flush()
+    return subprocess.run([sys.executable, "-m", "qnn_custom_ops", *args.argv], env=environment).returncode
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     import transformers
 
     from .library.checkpoint import export_checkpoint
+    from .qnn_sdk import sdk_root
+    from .runtime.simulator_sdk import in_simulator_environment
 
+    if args.target == "qnn" and args.soc is None:
+        raise UsageError("--target qnn needs --soc (e.g. SM8650), the phone's chipset")
+    if args.target == "qnn" and sdk_root() is None and not in_simulator_environment():
+        return _lowered_on_simulator_libraries(args)
     if not args.verbose:
         transformers.utils.logging.disable_progress_bar()  # "Loading weights": progress says it once
-    with _own_warnings_as_lines():
+    with _own_warnings_as_lines(), native_noise_filtered(args.verbose):
         manifest = export_checkpoint(
             Path(args.checkpoint),
             Path(args.output),
@@ -98,6 +118,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         f"ctx {manifest.shape.ctx_len}; on a phone: qnn_llama_runner --decoder_model_version "
         f"{manifest.decoder_model_version} --tokenizer_path tokenizer.json (see the README)"
     )
+    if manifest.target == "qnn":
+        print(f"here: qnn-custom-ops llm generate {args.output} runs it on QAIRT's x86 HTP simulator")
     return EXIT_OK
 
 
@@ -117,24 +139,20 @@ def _template_errors_named(export_dir: Path) -> Iterator[None]:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from . import build_host_library
-    from .library import llm_binding, package_dir
     from .library.checkpoint import generate_text, load_export
-    from .runtime import HostRunner
+    from .library.export_targets import RUNS_ON
 
     say = _progress(args)
     _check_utf8("--prompt", args.prompt)
     export = load_export(Path(args.export_dir), verify=not args.no_verify, progress=say)
-    say("preparing the LlmOpPackage host library (built once, then cached)")
-    runner = HostRunner([build_host_library(package_dir(), llm_binding())])
-    say(f"generating ({export.manifest.quant}) on the host, as qnn_llama_runner runs the program")
+    say(f"generating ({export.manifest.quant}) {RUNS_ON[export.manifest.target].where}")
 
     def stream(piece: str) -> None:
         sys.stdout.write(piece)
         sys.stdout.flush()
 
     with native_noise_filtered(args.verbose), _template_errors_named(export.directory):
-        result = generate_text(export, runner, args.prompt, args.max_new_tokens, chat=args.chat, on_text=stream)
+        result = generate_text(export, args.prompt, args.max_new_tokens, chat=args.chat, on_text=stream)
     print()
     print(
         f"prefill: {result.prompt_tokens} tokens at {result.prefill_tokens_per_second:.1f} tokens/s; "

@@ -38,6 +38,7 @@ from .export_files import (
     verify_files,
     write_export,
 )
+from .export_targets import METHODS, RUNS_ON, ExportedMethods, qnn_compile_spec
 from .families import FAMILIES, RUNNER_VERSIONS, family_of, runner_version_of
 from .hf import LlmPrograms, LlmShape, export_llm, warn_float32_cast
 from .json_values import JsonValueError, integer, load_object, required, sequence, string
@@ -52,10 +53,8 @@ from .manifest_json import (
 )
 from .runner_loop import MethodEncodings, RunnerLoop, check_fits, method_encodings
 from .runner_text import RunnerText, warn_of_other_tokens
-from .steps import host_step
 
 TARGETS = ("host", "qnn")
-METHODS = ("prefill_forward", "kv_forward")
 #: Calibration text when the user gives none: varied English, one prompt a line.
 DEFAULT_CALIBRATION = (
     "The quick brown fox jumps over the lazy dog near the river bank.",
@@ -301,24 +300,6 @@ def _runner_metadata(programs: LlmPrograms, model: Any, text: RunnerText, quant:
     return metadata
 
 
-def _compile_spec(soc: str | None) -> list:
-    """The QNN compile spec of the LlmOpPackage's builds for ``soc`` (its HTP architecture).
-    The QNN SDK is asked for first: without it nothing else of a QNN export can be done, so
-    its absence is the one line said (not the op package's libraries it would have built)."""
-    from executorch.backends.qualcomm.serialization.qc_schema import _soc_info_table
-
-    from ..lowering import compile_spec, makefile_builds
-    from ..lowering.compile_spec import chipset
-    from ..qnn_sdk import require_sdk
-    from .llm import PACKAGE_NAME, llm_binding, package_dir
-
-    require_sdk("llm export --target qnn")
-    if soc is None:
-        raise LlmCheckpointError("--target qnn needs --soc (e.g. SM8650), the phone's chipset")
-    arch = int(_soc_info_table[chipset(soc)].htp_info.htp_arch)
-    return compile_spec(soc, llm_binding(), makefile_builds(package_dir(), PACKAGE_NAME, arch))
-
-
 @dataclass(frozen=True)
 class _ToLower:
     """What lowering needs of a checkpoint: the two methods' modules and example inputs, the
@@ -448,7 +429,7 @@ def export_checkpoint(
     if decoder_model_version is not None:  # before the checkpoint is read
         _require_choice("--decoder-model-version", decoder_model_version, tuple(RUNNER_VERSIONS))
     check_replaceable(out_dir)  # before the long steps, and again when written
-    spec = _compile_spec(soc) if target == "qnn" else None
+    spec = qnn_compile_spec(soc, quant) if target == "qnn" else None
     check_context(checkpoint, ctx_len)
     staged = _programs_to_lower(
         checkpoint, prefill_len, ctx_len, quant, calibration, target, progress, decoder_model_version
@@ -522,11 +503,6 @@ def load_export(directory: Path, verify: bool = True, progress: Progress = _sile
     import transformers
 
     manifest = LlmManifest.read(directory, verify)
-    if manifest.target != "host":
-        raise LlmCheckpointError(
-            f"{directory}: its program was lowered for {manifest.target}; it runs on the phone "
-            "(qnn_llama_runner, see the README), not on the host: export with --target host to run it here"
-        )
     if verify:
         started = time.monotonic()
         verify_files(directory, manifest.files)
@@ -588,15 +564,14 @@ class TextGeneration:
 
 def generate_text(
     export: LlmExport,
-    runner: Any,
     text: str,
     max_new_tokens: int = 64,
     chat: str | None = None,
     on_text: Callable[[str], None] | None = None,
 ) -> TextGeneration:
-    """Greedy generation from ``text`` as the device runner does it (``RunnerLoop``), on the
-    host (``runner``: a ``HostRunner`` with the LlmOpPackage's library); ``on_text`` hears the
-    text as it grows, piece by piece."""
+    """Greedy generation from ``text`` as the device runner does it (``RunnerLoop``), where the
+    export's target runs here (``RUNS_ON``: a host export on the host, a QNN export on QAIRT's x86
+    HTP simulator); ``on_text`` hears the text as it grows, piece by piece."""
     manifest, tokenizer = export.manifest, export.tokenizer
     ids = prompt_ids(tokenizer, manifest.decoder_model_version, text, chat)
     room = manifest.shape.ctx_len - len(ids)  # the runner's last decode is at ctx_len - 2 (RunnerLoop.generate)
@@ -604,11 +579,29 @@ def generate_text(
     encodings = None
     if manifest.encodings is not None:
         encodings = (manifest.encodings[METHODS[0]], manifest.encodings[METHODS[1]])
-    if not runner.isolated:  # tokens/s count the calls, not the methods' one-time loading
-        for method in METHODS:
-            runner.load(export.program, method, export.data)
-    prefill, decode = (host_step(runner, export.program, method, export.data) for method in METHODS)
-    loop = RunnerLoop(manifest.shape, prefill, decode, encodings=encodings)
+    methods = ExportedMethods(export.program, export.data, manifest.encodings)
+    with RUNS_ON[manifest.target].steps(methods) as (prefill, decode):
+        return _generated(
+            RunnerLoop(manifest.shape, prefill, decode, encodings),
+            tokenizer,
+            ids,
+            max_new_tokens,
+            room,
+            manifest.eos_ids,
+            on_text,
+        )
+
+
+def _generated(
+    loop: RunnerLoop,
+    tokenizer: Any,
+    ids: list[int],
+    max_new_tokens: int,
+    room: int,
+    eos: Sequence[int],
+    on_text: Callable[[str], None] | None,
+) -> TextGeneration:
+    """``loop``'s generation from the prompt ``ids``, streamed to ``on_text`` and timed."""
     shown = ""
     times: list[float] = []
 
@@ -623,7 +616,7 @@ def generate_text(
             shown = text_so_far
 
     started = time.monotonic()
-    result = loop.generate(ids, min(max_new_tokens, room), eos=manifest.eos_ids, on_token=heard)
+    result = loop.generate(ids, min(max_new_tokens, room), eos=eos, on_token=heard)
     prefill_seconds = times[0] - started
     decode_seconds = times[-1] - times[0]
     text = tokenizer.decode(result.tokens, skip_special_tokens=True)

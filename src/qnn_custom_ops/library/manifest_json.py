@@ -113,14 +113,16 @@ def check_against_program(
 ) -> None:
     """The manifest's shape and encodings are the program's own (its methods' input and output
     shapes, quantized or float), checked before the host loop sizes a cache by them."""
+    from ..lowering.quantized_io import RUNNER_CODE_DTYPES
     from ..runtime import method_specs
     from ..runtime.loading import program_operators
 
     methods = {"prefill_forward": shape.prefill_len, "kv_forward": 1}
+    takes_codes = False  # a QNN program lowered with codes IO: its mask, caches and logits are codes
     for method, ar in methods.items():
-        inputs, outputs = (
-            [tuple(spec.shape) for spec in specs] for specs in method_specs(pte, method, f"{where}'s program")
-        )
+        specs = method_specs(pte, method, f"{where}'s program")
+        takes_codes |= any(spec.dtype in RUNNER_CODE_DTYPES.values() for spec in specs[0])
+        inputs, outputs = ([tuple(spec.shape) for spec in side] for side in specs)
         expected_inputs, expected_outputs = _runner_shapes(shape, ar)
         for side, expected, actual in (("inputs", expected_inputs, inputs), ("outputs", expected_outputs, outputs)):
             if expected != actual:
@@ -136,7 +138,9 @@ def check_against_program(
                     f"encodings.{method} lists {counts[0]} inputs and {counts[1]} outputs, the program's method "
                     f"takes {len(inputs)} and gives {len(outputs)}"
                 )
-    quantized = any(op.startswith(("qco_quantized::", "quantized_decomposed::")) for op in program_operators(pte))
+    quantized = takes_codes or any(
+        op.startswith(("qco_quantized::", "quantized_decomposed::")) for op in program_operators(pte)
+    )
     if quantized != (encodings is not None):
         said, holds = ("quantized", "a float") if encodings is not None else ("float", "a quantized")
         raise JsonValueError(f"it describes a {said} program, and the program is {holds} one")

@@ -1,6 +1,6 @@
-"""What a generation loop calls and returns: one program call (``Step``), run eagerly or on the
-host ExecuTorch runtime, the tokens it chose (``Generation``), and the check every token id
-passes before it reaches a program.
+"""What a generation loop calls and returns: one program call (``Step``), run eagerly, on the
+host ExecuTorch runtime or on QAIRT's x86 HTP simulator, the tokens it chose (``Generation``),
+and the check every token id passes before it reaches a program.
 """
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ from pathlib import Path
 
 import torch
 
+from ..lowering.quantized_io import from_io_codes, to_io_codes
 from ..runtime import HostRunner
+from ..runtime.simulator import SimulatorSession
+from ..torch_bridge.quantized import Encoding, dequantize_codes, quantize_codes
 from .families import LlmExportError
 
 #: One call of a program: its inputs -> its outputs.
@@ -33,6 +36,23 @@ def host_step(runner: HostRunner, program: bytes, method: str = "forward", data:
     """A lowered program's method (``qco.lower(...).buffer``) run by ExecuTorch on the host;
     ``data``: the data file its weights are in, for a program lowered with ``external_weights=True``."""
     return lambda inputs: runner.run(program, [inputs], method=method, data=data)[0]
+
+
+def codes_step(run: Step, inputs: Sequence[Encoding | None], outputs: Sequence[Encoding | None]) -> Step:
+    """A method lowered with ``codes_io`` (it takes and gives codes, as the phone's runner passes
+    them) as a step on reals: each input quantized under its encoding, each output dequantized
+    under its (the round trip is exact on the codes a ``RunnerLoop`` holds)."""
+
+    def step(reals: tuple) -> list[torch.Tensor]:
+        codes = tuple(to_io_codes(quantize_codes(t, e), e) for t, e in zip(reals, inputs))
+        return [dequantize_codes(from_io_codes(t, e), e) for t, e in zip(run(codes), outputs)]
+
+    return step
+
+
+def simulator_step(session: SimulatorSession, method: str) -> Step:
+    """A method of the program ``session`` holds, on QAIRT's x86 HTP simulator."""
+    return lambda inputs: session.run(method, inputs)
 
 
 @dataclass

@@ -36,7 +36,7 @@ from .lowering_progress import Stages, partitions_reported
 from .op_builder import bound_visitors
 from .partitioner import QnnCustomOpPartitioner
 from .preflight import PreflightError, preflight
-from .quantized_io import QuantizedIo, quantized_io
+from .quantized_io import DelegatesTracedOnCodes, QuantizedIo, quantized_io
 from .weight_sharing import share_equal_constants, weights_held_once
 
 TARGETS = ("host", "qnn")
@@ -241,7 +241,7 @@ def lower_methods(
         edge = _lower_qnn(exported, binding, compile_spec, dict(constant_methods or {}), io)
     config = ExecutorchBackendConfig(
         memory_planning_pass=MemoryPlanningPass(alloc_graph_output=plan_outputs),
-        passes=[BuildQuantIo()] if codes_io else [],
+        passes=[DelegatesTracedOnCodes(), BuildQuantIo()] if codes_io else [],
         external_constants=weights_tag if external_weights else False,
     )
     stages.ended("edge dialect, passes and delegation", then="emitting the program")
