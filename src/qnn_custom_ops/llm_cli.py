@@ -7,6 +7,8 @@ Progress goes to stderr, one line per step, when stderr is a terminal or with ``
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -15,11 +17,47 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 from .errors import UsageError
 from .quiet import native_noise_filtered
 
 EXIT_OK = 0
+
+
+def _light(name: str) -> ModuleType:
+    """``library/<name>.py`` without ``library/__init__.py``, which imports torch, executorch and
+    transformers (7 s): for the registries (``families``, ``family_table``) that import nothing
+    heavy, so ``llm families`` answers and an option is checked at once. Registered under its
+    own name, so a later ``import qnn_custom_ops.library`` uses this module (one copy of each
+    class); a module it imports from ``library`` must be loaded here first."""
+    full = f"{__package__}.library.{name}"
+    if full in sys.modules:
+        return sys.modules[full]
+    spec = importlib.util.spec_from_file_location(full, Path(__file__).parent / "library" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[full] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[full]
+        raise
+    return module
+
+
+def _family_table() -> ModuleType:
+    _light("families")
+    return _light("family_table")
+
+
+def _cmd_families(args: argparse.Namespace) -> int:
+    table = _family_table()
+    if args.json:
+        print(json.dumps(table.as_json(), indent=2))
+    else:
+        sys.stdout.write(table.render("markdown" if args.markdown else "text"))
+    return EXIT_OK
 
 
 def _progress(args: argparse.Namespace):
@@ -189,6 +227,13 @@ def add_llm_commands(commands) -> None:
     imports nothing heavy: ``export_checkpoint`` checks ``--quant`` and ``--target``)."""
     llm = commands.add_parser("llm", help="a Hugging Face checkpoint to the phone: export, then generate")
     actions = llm.add_subparsers(dest="llm_command", required=True, metavar="ACTION")
+    families = actions.add_parser(
+        "families", help="the model families exported, their runner versions, RoPE types, windows, what is refused"
+    )
+    form = families.add_mutually_exclusive_group()
+    form.add_argument("--markdown", action="store_true", help="as Markdown tables (docs/llm-commands.md holds them)")
+    form.add_argument("--json", action="store_true", help="as JSON")
+    families.set_defaults(handler=_cmd_families)
     export = actions.add_parser(
         "export", help="a checkpoint directory -> OUT_DIR/model.pte (ExecuTorch's qnn_llama_runner contract)"
     )
