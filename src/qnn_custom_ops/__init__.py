@@ -22,6 +22,8 @@ _LAZY = {
     "opdef_from_torch": "torch_bridge.from_torch",
     "define_torch_ops": "torch_bridge.define",
     "register_out_variant": "torch_bridge.define",
+    "register_backward": "torch_bridge.autograd",
+    "BackwardError": "torch_bridge.autograd",
     "compile_spec": "lowering",
     "OpPackageBuild": "lowering",
     "CompileSpecError": "lowering",

@@ -1,8 +1,8 @@
 """The LlmOpPackage's ops as torch ops (namespace ``qco_llm``), their binding and the
 quantizer overrides a deployment uses.
 
-One small spec per op (QNN type, reference, fake): the torch schemas come from the OpDef
-(``define_torch_ops``), so the XML and the torch ops cannot drift apart. Each ``.out`` variant
+One small spec per op (QNN type, reference, fake, backward): the torch schemas come from the
+OpDef (``define_torch_ops``), so the XML and the torch ops cannot drift apart. Each ``.out`` variant
 refuses an ``out`` of another dtype or shape than the result, eagerly and under export.
 """
 
@@ -22,7 +22,16 @@ from ..opdef import OpDef, OpPackage, Role, load_package
 from ..quantizer import Share
 from ..quantizer.annotation import Override
 from ..torch_bridge import OpPackageBinding, bind
+from ..torch_bridge.autograd import Backward
 from ..torch_bridge.define import define_torch_ops, out_arguments, returns_schema, schema_arguments
+from .autograd import (
+    NO_CACHE_GRADIENT,
+    fused_add_rms_norm_backward,
+    gelu_and_mul_backward,
+    rms_norm_backward,
+    rope_backward,
+    silu_and_mul_backward,
+)
 from .reference import (
     ctx_gather,
     ctx_gather_cb,
@@ -62,11 +71,13 @@ Result = torch.Tensor | tuple[torch.Tensor, ...]
 
 @dataclass(frozen=True)
 class LlmOp:
-    """One op of the library: its QNN type, PyTorch reference and fake (output shapes only)."""
+    """One op of the library: its QNN type, PyTorch reference, fake (output shapes only) and
+    backward (written out, or ``NO_CACHE_GRADIENT``)."""
 
     qnn_type: str
     reference: Callable[..., Result]
     fake: Callable[..., Result]
+    backward: Backward
 
     @property
     def name(self) -> str:
@@ -90,11 +101,16 @@ def _fused_add_rms_norm_fake(
 
 
 LLM_OPS: tuple[LlmOp, ...] = (
-    LlmOp("RmsNorm", rms_norm, _like(lambda x, weight, eps=1e-6: rms_norm_shape(x, weight))),
-    LlmOp("FusedAddRmsNorm", fused_add_rms_norm, _fused_add_rms_norm_fake),
-    LlmOp("SiluAndMul", silu_and_mul, _like(lambda x: gated_shape("silu_and_mul", x))),
-    LlmOp("GeluAndMul", gelu_and_mul, _like(lambda x, approximate="none": gelu_and_mul_shape(x, approximate))),
-    LlmOp("Rope", rope, _like(lambda x, cos, sin, style="neox": rope_shape(x, cos, sin, style))),
+    LlmOp("RmsNorm", rms_norm, _like(lambda x, weight, eps=1e-6: rms_norm_shape(x, weight)), rms_norm_backward),
+    LlmOp("FusedAddRmsNorm", fused_add_rms_norm, _fused_add_rms_norm_fake, fused_add_rms_norm_backward),
+    LlmOp("SiluAndMul", silu_and_mul, _like(lambda x: gated_shape("silu_and_mul", x)), silu_and_mul_backward),
+    LlmOp(
+        "GeluAndMul",
+        gelu_and_mul,
+        _like(lambda x, approximate="none": gelu_and_mul_shape(x, approximate)),
+        gelu_and_mul_backward,
+    ),
+    LlmOp("Rope", rope, _like(lambda x, cos, sin, style="neox": rope_shape(x, cos, sin, style)), rope_backward),
     LlmOp(
         "CtxScatter",
         ctx_scatter,
@@ -103,6 +119,7 @@ LLM_OPS: tuple[LlmOp, ...] = (
                 cache, position_ids, updates, None, "ctx_scatter", negative
             )
         ),
+        NO_CACHE_GRADIENT,
     ),
     LlmOp(
         "CtxGather",
@@ -112,6 +129,7 @@ LLM_OPS: tuple[LlmOp, ...] = (
                 cache, ctx_indices, None, "ctx_gather", negative
             )
         ),
+        NO_CACHE_GRADIENT,
     ),
     LlmOp(
         "CtxScatterCb",
@@ -121,6 +139,7 @@ LLM_OPS: tuple[LlmOp, ...] = (
                 cache, position_ids, updates, batch_index, "ctx_scatter_cb", negative
             )
         ),
+        NO_CACHE_GRADIENT,
     ),
     LlmOp(
         "CtxGatherCb",
@@ -130,6 +149,7 @@ LLM_OPS: tuple[LlmOp, ...] = (
                 cache, ctx_indices, batch_index, "ctx_gather_cb", negative
             )
         ),
+        NO_CACHE_GRADIENT,
     ),
 )
 OPS_BY_NAME = {op.name: op for op in LLM_OPS}
@@ -182,7 +202,7 @@ def _define_checked_out(library: torch.library.Library, op: LlmOp, opdef: OpDef)
 
 @functools.cache
 def llm_ops() -> dict[str, torch._ops.OpOverload]:
-    """``qco_llm::<op>`` (functional, ``.out``, fake) by torch name, defined once per process."""
+    """``qco_llm::<op>`` (functional, ``.out``, fake, autograd) by torch name, defined once per process."""
     library = torch.library.Library(NAMESPACE, "FRAGMENT")
     _LIBRARIES.append(library)
     for op in LLM_OPS:
@@ -193,6 +213,7 @@ def llm_ops() -> dict[str, torch._ops.OpOverload]:
         {op.qnn_type: op.reference for op in LLM_OPS},
         names={op.qnn_type: op.name for op in LLM_OPS},
         fakes={op.qnn_type: op.fake for op in LLM_OPS},
+        backwards={op.qnn_type: op.backward for op in LLM_OPS},
     )
     return {op.name: overloads[op.qnn_type] for op in LLM_OPS}
 

@@ -2,7 +2,8 @@
 
 Each op has a shape check (shared by the reference and the fake kernel, so a bad call fails
 the same way eagerly and under ``torch.export``) and a reference computed in float32 and
-cast back to the input's dtype, as the kernels compute.
+cast back to the input's dtype, as the kernels compute (float64 stays float64: gradcheck
+checks the backward formulas of ``autograd`` in it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ NEGATIVE_INDICES = ("skip", "from_end")
 
 class LlmOpInputError(ReportedError, ValueError):
     """An LLM op was called with tensors its semantics do not accept."""
+
+
+def real(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in the precision the math runs in: float32, or float64 for a float64 tensor."""
+    return tensor.to(torch.promote_types(tensor.dtype, torch.float32))
 
 
 def _require(condition: bool, op: str, message: str) -> None:
@@ -85,8 +91,8 @@ def rms_norm_shape(x: torch.Tensor, weight: torch.Tensor) -> torch.Size:
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     rms_norm_shape(x, weight)
-    real = x.float()
-    return (real * torch.rsqrt(real.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+    values = real(x)
+    return (values * torch.rsqrt(values.pow(2).mean(-1, keepdim=True) + eps) * real(weight)).to(x.dtype)
 
 
 def fused_add_rms_norm_shape(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> torch.Size:
@@ -102,7 +108,7 @@ def fused_add_rms_norm(
     sum is taken in float32 and normalised before it is rounded to x's dtype, as vLLM does;
     the residual returned is that sum in x's dtype."""
     fused_add_rms_norm_shape(x, residual, weight)
-    summed = x.float() + residual.float()
+    summed = real(x) + real(residual)
     return rms_norm(summed, weight, eps).to(x.dtype), summed.to(x.dtype)
 
 
@@ -118,8 +124,8 @@ def gated_shape(op: str, x: torch.Tensor) -> torch.Size:
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     d = gated_shape("silu_and_mul", x)[-1]
-    real = x.float()
-    return (F.silu(real[..., :d]) * real[..., d:]).to(x.dtype)
+    values = real(x)
+    return (F.silu(values[..., :d]) * values[..., d:]).to(x.dtype)
 
 
 def gelu_and_mul_shape(x: torch.Tensor, approximate: str) -> torch.Size:
@@ -129,12 +135,12 @@ def gelu_and_mul_shape(x: torch.Tensor, approximate: str) -> torch.Size:
 
 def gelu_and_mul(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     d = gelu_and_mul_shape(x, approximate)[-1]
-    real = x.float()
-    gate = real[..., :d]
+    values = real(x)
+    gate = values[..., :d]
     # GELU(+inf) is +inf; torch 2.13's float32 CPU GELU says NaN there on some machines, and the
     # kernel is judged by this reference.
     activated = torch.where(torch.isposinf(gate), gate, F.gelu(gate, approximate=approximate))
-    return (activated * real[..., d:]).to(x.dtype)
+    return (activated * values[..., d:]).to(x.dtype)
 
 
 def rope_shape(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str) -> torch.Size:
@@ -162,20 +168,33 @@ def rope_shape(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str
     return x.shape
 
 
+def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin as they broadcast against [batch, heads, seq, half]: [seq, half] over batch
+    and heads, [batch, seq, half] over heads."""
+    if cos.dim() == 2:
+        return real(cos), real(sin)
+    return real(cos)[:, None], real(sin)[:, None]
+
+
+def rope_pairs(rotary: torch.Tensor, style: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two halves each position rotates: neox's first and second half, gptj's even and odd
+    elements."""
+    half = rotary.shape[-1] // 2
+    return (rotary[..., :half], rotary[..., half:]) if style == "neox" else (rotary[..., 0::2], rotary[..., 1::2])
+
+
+def rope_join(a: torch.Tensor, b: torch.Tensor, style: str) -> torch.Tensor:
+    """The inverse of ``rope_pairs``."""
+    return torch.cat((a, b), dim=-1) if style == "neox" else torch.stack((a, b), dim=-1).flatten(-2)
+
+
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str = "neox") -> torch.Tensor:
     rope_shape(x, cos, sin, style)
-    real = x.float()
-    # [seq, half] broadcasts over batch and heads; [batch, seq, half] over heads
-    c, s = (cos.float(), sin.float()) if cos.dim() == 2 else (cos.float()[:, None], sin.float()[:, None])
-    half = cos.shape[-1]
-    rotary, passed = real[..., : 2 * half], real[..., 2 * half :]
-    if style == "neox":
-        a, b = rotary[..., :half], rotary[..., half:]
-        rotated = torch.cat((a * c - b * s, b * c + a * s), dim=-1)
-    else:
-        a, b = rotary[..., 0::2], rotary[..., 1::2]
-        rotated = torch.stack((a * c - b * s, b * c + a * s), dim=-1).flatten(-2)
-    return torch.cat((rotated, passed), dim=-1).to(x.dtype)
+    values = real(x)
+    c, s = rope_tables(cos, sin)
+    rotary, passed = values[..., : 2 * cos.shape[-1]], values[..., 2 * cos.shape[-1] :]
+    a, b = rope_pairs(rotary, style)
+    return torch.cat((rope_join(a * c - b * s, b * c + a * s, style), passed), dim=-1).to(x.dtype)
 
 
 def _slots(op: str, cache: torch.Tensor, name: str, indices: torch.Tensor, batch_index: torch.Tensor | None) -> None:

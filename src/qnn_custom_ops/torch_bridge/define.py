@@ -1,4 +1,5 @@
-"""OpDef -> torch ops, for users who start from XML: functional op, ``.out`` variant, fake kernel."""
+"""OpDef -> torch ops, for users who start from XML: functional op, ``.out`` variant, fake kernel,
+autograd kernel."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 
 from ..errors import UsageError
 from ..opdef import Datatype, OpDef, OpPackage, TensorDef
+from .autograd import Backward, derived_backward, install_backward, rule_of
 from .op_name import OperatorName
 
 _LIBRARIES: list[torch.library.Library] = []  # a Library deregisters its ops when collected
@@ -85,16 +87,20 @@ def define_torch_ops(
     *,
     names: Mapping[str, str] | None = None,
     fakes: Mapping[str, Callable[..., Any]] | None = None,
+    backwards: Mapping[str, Backward] | None = None,
 ) -> dict[str, torch._ops.OpOverload]:
     """Define ``namespace::<op>`` (and ``.out``) for each QNN op type in ``impls``.
 
     ``impls`` maps a QNN op type to its Python reference implementation; the torch name is
     ``names[qnn_type]`` or the snake_case of the type. The fake kernel is ``fakes[qnn_type]``
-    or the reference itself (which must then use torch ops only). Returns the functional
-    overloads by QNN op type, ready for ``bind``.
+    or the reference itself (which must then use torch ops only). The backward is
+    ``backwards[qnn_type]`` (``backward(ctx, *grads)`` reading ``ctx.inputs``, as
+    ``register_backward`` takes it) or derived from the reference (``derived_backward``).
+    Returns the functional overloads by QNN op type, ready for ``bind``.
     """
     names = names or {}
     fakes = fakes or {}
+    backwards = backwards or {}
     unknown = [t for t in impls if t not in package.ops]
     if unknown:
         raise UsageError(f"{', '.join(unknown)}: not an op of {package.name} (ops: {', '.join(package.ops)})")
@@ -104,7 +110,8 @@ def define_torch_ops(
     for qnn_type, impl in impls.items():
         op = package.ops[qnn_type]
         name = names.get(qnn_type, torch_name_for(qnn_type))
-        overloads[qnn_type] = _define(library, namespace, name, op, impl, fakes.get(qnn_type, impl))
+        backward = backwards.get(qnn_type, derived_backward(impl))
+        overloads[qnn_type] = _define(library, namespace, name, op, impl, fakes.get(qnn_type, impl), backward)
     return overloads
 
 
@@ -115,6 +122,7 @@ def _define(
     op: OpDef,
     impl: Callable[..., Any],
     fake: Callable[..., Any],
+    backward: Backward,
 ) -> torch._ops.OpOverload:
     outputs = len(op.outputs)
     functional = f"{name}({schema_arguments(op)}) -> {returns_schema(outputs, out=False)}"
@@ -130,6 +138,7 @@ def _define(
     library.impl(name, impl, "CompositeExplicitAutograd")
     torch.library.register_fake(f"{namespace}::{name}", fake, lib=library)
     overload = getattr(getattr(torch.ops, namespace), name).default
+    install_backward(overload, rule_of(backward), library)
     register_out_variant(overload)
     return overload
 
