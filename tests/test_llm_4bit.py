@@ -16,6 +16,7 @@ pytest.importorskip("transformers", reason="transformers is a dev extra (pip ins
 from qnn_custom_ops.library import RunnerLoop, export_llm, quantize_llm  # noqa: E402
 from qnn_custom_ops.library.steps import eager_step  # noqa: E402
 from qnn_custom_ops.quantizer import QUANT_MODES  # noqa: E402
+from qnn_custom_ops.quantizer.block_scales import block_scales_on_qnn_grid  # noqa: E402
 from qnn_custom_ops.torch_bridge.quantized import encoding_of, is_dequantize  # noqa: E402
 
 from .hf_models import hf_model, lowered_steps  # noqa: E402
@@ -72,7 +73,27 @@ def check_4bit(module: torch.fx.GraphModule, block: int | None, weights: dict[st
             scales = getattr(module, dequantize.args[2].target)
             assert tuple(dequantize.args[1]) == (1, block), path
             assert tuple(scales.shape) == (codes.shape[0], codes.shape[1] // block), path
+            assert_on_qnn_grid(scales)
         assert sqnr_db(weights[f"{path}.weight"], dequantized(module, dequantize)) >= MIN_WEIGHT_SQNR_DB, path
+
+
+def assert_on_qnn_grid(scales: torch.Tensor) -> None:
+    """``scales`` are what QNN stores of them: ExecuTorch's QNN builder (``make_qnn_per_block_config``)
+    keeps per channel the largest scale / 16 and per block a multiple of it, round(scale / unit)
+    clamped to 1..16; the decomposition must give back every scale."""
+    unit = scales.amax(dim=-1, keepdim=True) / 16
+    multiples = torch.clamp(torch.round(scales / unit), 1, 16)
+    torch.testing.assert_close(multiples * unit, scales, rtol=1e-6, atol=0)
+
+
+def test_block_scales_move_up_onto_qnns_grid_never_down():
+    scales = torch.tensor([[0.8, 0.05, 0.33, 0.8], [1e-4, 2e-3, 3e-3, 1e-3]])
+    moved = block_scales_on_qnn_grid(scales)
+    assert_on_qnn_grid(moved)
+    unit = scales.amax(dim=-1, keepdim=True) / 16
+    assert bool((moved >= scales).all()) and bool((moved - scales < unit).all())  # no code leaves 4 bits
+    assert moved[0, 1] == unit[0, 0] and moved[1, 0] == unit[1, 0]  # below one unit: one unit
+    torch.testing.assert_close(block_scales_on_qnn_grid(moved), moved, rtol=1e-6, atol=0)
 
 
 #: The datatypes each library op of the model takes, as 16a8w gives them (its OpDef declares no

@@ -211,7 +211,8 @@ def quantize_llm(
 
 
 def _convert(prepared: torch.fx.GraphModule, codes: _WeightCodes) -> torch.fx.GraphModule:
-    """``convert_pt2e`` with the weights' quantization folded by ``codes``: each weight's codes
+    """``convert_pt2e`` with per-block weight scales as QNN stores them (``block_scales``) and the
+    weights' quantization folded by ``codes``: each weight's codes
     computed once for every program. torchao's folding would quantize them again per program,
     and evaluates every constant subgraph on the way, dequantized weights included (with a 3B
     model: two programs' codes and a float copy beside the float weights); it runs only where a
@@ -219,7 +220,10 @@ def _convert(prepared: torch.fx.GraphModule, codes: _WeightCodes) -> torch.fx.Gr
     from torchao.quantization.pt2e.constant_fold import constant_fold
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
+    from ..quantizer.block_scales import move_block_scales_onto_qnn_grid
+
     module = convert_pt2e(prepared, fold_quantize=False)
+    move_block_scales_onto_qnn_grid(module)
     codes.fold(module)
     if _constant_quantizes_left(module):
         constant_fold(module, _is_quantize)

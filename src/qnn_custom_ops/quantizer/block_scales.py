@@ -1,0 +1,44 @@
+"""Per-block weight scales as QNN stores them, so the host computes what the HTP does.
+
+QNN takes 4-bit per-block weights (``16a4w_block``) in its block-wise expansion encoding:
+ExecuTorch's QNN builder (``make_qnn_per_block_config``) keeps one float scale per output
+channel, its largest block scale / 16, and each block's scale as a 4-bit multiple of it, 1 to
+16, while the weights' codes stay those computed with the blocks' own scales. A block whose
+scale is not such a multiple is then dequantized with another scale on the phone than in the
+converted model (measured on QAIRT 2.51's x86 HTP: a one-layer Qwen3's greedy tokens differ from
+the first). Moving each block scale onto that grid before the weights' codes are computed gives
+both the same weights: up, never down, so no code leaves the 4-bit range.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: QNN's block-scale multiples: 4 bits, 1 to 16 (ExecuTorch's ``bitwidth_of_scale``).
+BLOCK_SCALE_STEPS = 16
+
+
+def block_scales_on_qnn_grid(scales: torch.Tensor) -> torch.Tensor:
+    """``scales`` ``[channels, blocks]`` each rounded up to a multiple of its channel's largest / 16."""
+    unit = scales.amax(dim=-1, keepdim=True) / BLOCK_SCALE_STEPS
+    return torch.ceil(scales / unit).clamp(1, BLOCK_SCALE_STEPS) * unit
+
+
+def _is_per_block(node: torch.fx.Node) -> bool:
+    """A torchao affine quantize of a weight with blocks along its input channels (``16a4w_block``)."""
+    quantize = torch.ops.torchao.quantize_affine
+    if node.op != "call_function" or node.target not in (quantize, quantize.default):
+        return False
+    block_size = node.args[1]
+    return len(block_size) == 2 and block_size[0] == 1 and block_size[1] > 1
+
+
+def move_block_scales_onto_qnn_grid(module: torch.fx.GraphModule) -> None:
+    """Each per-block weight scale of ``module`` (converted, its weights' quantizes not yet folded)
+    rounded up onto QNN's grid, in place: the codes folded next, and the dequantize reading the
+    same scale, then compute with what the HTP computes."""
+    for node in module.graph.nodes:
+        if _is_per_block(node) and isinstance(node.args[2], torch.fx.Node) and node.args[2].op == "get_attr":
+            owner_path, _, name = str(node.args[2].target).rpartition(".")
+            owner = module.get_submodule(owner_path)
+            setattr(owner, name, block_scales_on_qnn_grid(getattr(owner, name)))
