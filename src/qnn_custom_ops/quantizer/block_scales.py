@@ -25,12 +25,13 @@ def block_scales_on_qnn_grid(scales: torch.Tensor) -> torch.Tensor:
 
 
 def _is_per_block(node: torch.fx.Node) -> bool:
-    """A torchao affine quantize of a weight with blocks along its input channels (``16a4w_block``)."""
+    """A torchao affine quantize of a weight with blocks along its input channels (``16a4w_block``:
+    block size ``(1, n)``, n > 1)."""
     quantize = torch.ops.torchao.quantize_affine
     if node.op != "call_function" or node.target not in (quantize, quantize.default):
         return False
     block_size = node.args[1]
-    return len(block_size) == 2 and block_size[0] == 1 and block_size[1] > 1
+    return isinstance(block_size, (tuple, list)) and [b == 1 for b in block_size] == [True, False]
 
 
 def move_block_scales_onto_qnn_grid(module: torch.fx.GraphModule) -> None:
