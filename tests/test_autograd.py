@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import qnn_custom_ops as qco
-from qnn_custom_ops.library import llm_ops, reference, swap_modules
+from qnn_custom_ops.library import llm_ops, llm_package, reference, swap_modules
 from qnn_custom_ops.opdef import parse_package
 
 from .conftest import opdef_xml
@@ -85,6 +85,23 @@ def test_cache_ops_say_in_one_line_that_they_have_no_gradient(name):
 @pytest.mark.parametrize("op", [MUL3, SPLIT], ids=["mul3", "split_half"])
 def test_shipped_example_ops_pass_gradcheck_with_the_backward_derived_from_their_reference(op):
     assert torch.autograd.gradcheck(op, (f64(1, 2, 2, 4),))
+
+
+DERIVED_RMS_NORM = qco.define_torch_ops(llm_package(), NAMESPACE, {"RmsNorm": reference.rms_norm},
+                                        names={"RmsNorm": "rms_norm"})["RmsNorm"]
+
+
+@pytest.mark.parametrize("eps", [(), (1e-3,)], ids=["eps left to its default", "eps given"])
+def test_a_backward_derived_from_a_reference_takes_defaults_and_equals_the_written_one(eps):
+    """The dispatcher drops an argument equal to its default: the derived backward still sees
+    every input, and returns gradients for the ones passed."""
+    args = (f64(2, 3, 8), f64(8), *eps)
+    assert torch.autograd.gradcheck(DERIVED_RMS_NORM, args)
+    seed = torch.randn(2, 3, 8, dtype=torch.float64)
+    derived = torch.autograd.grad(DERIVED_RMS_NORM(*args), args[:2], seed)
+    written = torch.autograd.grad(llm_ops()["rms_norm"](*args), args[:2], seed)
+    for mine, theirs in zip(derived, written):
+        torch.testing.assert_close(mine, theirs)
 
 
 def _train(model: torch.nn.Module, inputs: torch.Tensor, target: torch.Tensor, steps: int = 30) -> list[float]:

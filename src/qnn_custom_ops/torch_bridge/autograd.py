@@ -89,15 +89,17 @@ class NoGradient:
         raise BackwardError(f"{ctx.operator.qualified} has no gradient ({self.why}): {self.fix}")
 
 
-def _gradients(name: str, count: int, arguments: Sequence[str], result: Any) -> tuple[Any, ...]:
-    """A backward's result as one gradient per input, or one line saying what it should be."""
+def _gradients(name: str, arguments: Sequence[str], passed: int, result: Any) -> tuple[Any, ...]:
+    """A backward's result, one gradient per input, as torch takes it: for the ``passed`` inputs
+    only (the dispatcher drops trailing arguments equal to their defaults); or one line saying
+    what it should be."""
     gradients = result if isinstance(result, tuple) else (result,)
-    if len(gradients) != count:
+    if len(gradients) != len(arguments):
         raise BackwardError(
-            f"{name}: its backward returned {len(gradients)} gradient(s), expected {count}, "
+            f"{name}: its backward returned {len(gradients)} gradient(s), expected {len(arguments)}, "
             f"one per input ({', '.join(arguments)}): return None for an input without one"
         )
-    return gradients
+    return gradients[:passed]
 
 
 def install_backward(overload: torch._ops.OpOverload, rule: BackwardRule, lib: torch.library.Library) -> None:
@@ -114,7 +116,9 @@ def install_backward(overload: torch._ops.OpOverload, rule: BackwardRule, lib: t
         ctx.rule.setup_context(ctx, inputs, output)
 
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
-        return _gradients(name, len(arguments), arguments, ctx.rule.backward(ctx, *grads))
+        passed = len(ctx.needs_input_grad)  # as ctx.inputs, one per input: defaults need none
+        ctx.needs_input_grad = (*ctx.needs_input_grad, *[False] * (len(arguments) - passed))
+        return _gradients(name, arguments, passed, ctx.rule.backward(ctx, *grads))
 
     torch.library.register_autograd(name, backward, setup_context=setup_context, lib=lib)
 
