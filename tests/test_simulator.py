@@ -15,7 +15,7 @@ import torch
 from qnn_custom_ops.cli import main
 from qnn_custom_ops.qairt import QairtError
 from qnn_custom_ops.runtime.loading import program_facts
-from qnn_custom_ops.runtime.simulator import SimulatorRunner
+from qnn_custom_ops.runtime.simulator import SimulatorRunError, SimulatorRunner, SimulatorSession
 
 from .conftest import REPO
 
@@ -73,3 +73,16 @@ def test_a_quantized_llms_transposes_keep_one_datatype_as_qnn_requires():
             (dequantize,) = [a for a in node.args if isinstance(a, torch.fx.Node)]
             quantizes = [u for u in node.users if "quantize_per_tensor" in str(u.target)]
             assert quantizes and all(q.args[-1] == dequantize.args[-1] for q in quantizes), node.name
+
+
+@pytest.mark.slow
+def test_a_program_the_simulator_refuses_is_one_line_per_call_and_the_session_goes_on():
+    """The child answers each call; a program its runtime cannot load is said for each call, and
+    the session keeps serving (no hang, no traceback)."""
+    with SimulatorSession(b"not a program") as session:
+        for method in ("forward", "kv_forward"):
+            with pytest.raises(SimulatorRunError) as raised:
+                session.run(method, [torch.zeros(1)])
+            said = str(raised.value)
+            assert said.startswith("the program did not run on QAIRT 2.51's HTP simulator: Failed to load program")
+            assert "\n" not in said
