@@ -5,6 +5,7 @@ exports with ``torch.export`` and compiles."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -14,7 +15,7 @@ import qnn_custom_ops as qco
 from qnn_custom_ops.library import llm_ops, llm_package, reference, swap_modules
 from qnn_custom_ops.opdef import parse_package
 
-from .conftest import opdef_xml
+from .conftest import REPO, opdef_xml
 from .test_llm_swap import Block
 from .torch_ops import MUL3, SPLIT, ConvMul3
 
@@ -307,3 +308,18 @@ def test_a_compiled_training_graph_has_the_eager_gradients():
     compiled = _gradients(model, torch.compile(model, backend="aot_eager", fullgraph=True), inputs)
     for name, gradient in compiled.items():
         torch.testing.assert_close(gradient, eager[name], msg=name)
+
+
+TRAINING_DOCS = REPO / "docs" / "training.md"
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["an OpDef op", "a swapped module, exported"])
+def test_the_training_docs_examples_run_print_what_the_docs_say_and_their_loss_goes_down(index, monkeypatch, capsys):
+    docs = TRAINING_DOCS.read_text()
+    monkeypatch.chdir(REPO)
+    exec(re.findall(r"```python\n(.*?)```", docs, re.S)[index], {})
+    printed = capsys.readouterr().out.splitlines()
+    losses = [float(line.rpartition(" ")[2]) for line in printed if "loss" in line]
+    assert len(losses) == 2 and losses[1] < losses[0] / 2, printed
+    for line in printed:
+        assert f"`{line}`" in docs
