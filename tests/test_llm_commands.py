@@ -5,8 +5,12 @@ import. The exports are the ones ``tests/test_llm_runner.py`` builds once per ru
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
+
+import pytest
+import torch
 
 from qnn_custom_ops.cli import main
 
@@ -58,3 +62,90 @@ def test_llm_families_prints_one_row_per_family_and_the_docs_hold_the_same_table
     code, markdown, _ = run_cli(capsys, "llm", "families", "--markdown")
     assert code == 0 and "| gemma2 | gemma2 |" in markdown
     assert markdown in DOCS.read_text(), "regenerate docs/llm-commands.md's tables: qnn-custom-ops llm families --markdown"
+
+
+# ---------------------------------------------------------------- llm eval
+
+transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
+
+from .test_llm_runner import checkpoint, float_export, quantized_export  # noqa: E402,F401  (the shared exports)
+
+#: The README's opening: about 500 tokens of this tokenizer, ten windows of 56.
+EVAL_TEXT = "\n".join((REPO / "README.md").read_text().splitlines()[:12])
+
+
+def hf_perplexity(checkpoint_dir, ids: list[int], window: int) -> tuple[float, list[torch.Tensor]]:
+    """Perplexity and per-window logits of the checkpoint in transformers, each window the BOS and
+    the next ``window - 1`` ids: computed here without the library, as a reference."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint_dir)
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint_dir).eval()
+    bos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    total, count, logits = 0.0, 0, []
+    for start in range(0, len(ids), window - 1):
+        chunk = [bos, *ids[start:start + window - 1]]
+        with torch.no_grad():
+            out = model(torch.tensor([chunk]), labels=torch.tensor([chunk]))
+        total += float(out.loss) * (len(chunk) - 1)
+        count += len(chunk) - 1
+        logits.append(out.logits[0])
+    return math.exp(total / count), logits
+
+
+@pytest.mark.slow
+def test_llm_eval_scores_perplexity_and_agreement_as_transformers_computes_them(checkpoint, float_export,
+                                                                              quantized_export, tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text(EVAL_TEXT)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    ids = tokenizer(EVAL_TEXT, add_special_tokens=False)["input_ids"]
+    want, _ = hf_perplexity(checkpoint, ids, 56)  # ctx 64 - prefill 8
+    windows = math.ceil(len(ids) / 55)  # each the BOS and 55 text tokens
+    assert windows > 2
+
+    code, out, err = run_cli(capsys, "llm", "eval", str(float_export), "--text", str(text), "--against",
+                             str(checkpoint), "--progress")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{float_export} (none, host): perplexity ")
+    assert lines[0].endswith(f" over {len(ids)} tokens ({windows} windows of up to 56)")
+    float_ppl = float(lines[0].split("perplexity ")[1].split()[0])
+    assert float_ppl == pytest.approx(want, rel=1e-4)  # the float export is the checkpoint, through the runner's loop
+    assert lines[1].startswith(f"{checkpoint} (checkpoint, float32 in transformers): perplexity ")
+    assert float(lines[1].split()[-1]) == pytest.approx(want, rel=1e-6)
+    assert lines[2].startswith(f"top-1 agreement 100.0% of {len(ids) + windows} positions; logits SQNR per position: min ")
+    assert f"eval: window 1 of {windows} scored, about " in err and f"eval: window {windows} of {windows} scored" in err
+
+    code, out, err = run_cli(capsys, "llm", "eval", str(quantized_export), "--text", str(text), "--against",
+                             str(float_export), "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert (got["quant"], got["tokens"], got["windows"], got["window"]) == ("16a8w", len(ids), windows, 56)
+    against = got["against"]
+    assert against["perplexity"] == pytest.approx(want, rel=1e-4)
+    assert against["kind"] == "export, none, on the host, as qnn_llama_runner runs the program"
+    assert against["positions"] == len(ids) + windows
+    # 16a8w beside float on random weights: the floors test_llm_runner.py states for generation
+    assert against["sqnr_median_db"] >= 24.0 and against["sqnr_min_db"] >= 8.0
+    assert 0.8 <= against["top1_agreement"] < 1.0
+    assert got["perplexity"] != pytest.approx(want, rel=1e-4)  # quantized: close, not the same
+
+
+def test_llm_eval_refuses_what_it_cannot_score_in_one_line(tmp_path, capsys):
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "manifest.json").write_text("{}")
+    text = tmp_path / "text.txt"
+    text.write_text("some text")
+    for argv, message in (
+        (["llm", "eval", str(tmp_path / "nothing"), "--text", str(text)],
+         f"error: {tmp_path / 'nothing'}: no manifest.json; pass a directory written by qnn-custom-ops llm export"),
+        (["llm", "eval", str(export), "--text", str(tmp_path / "nope.txt")],
+         f"error: --text {tmp_path / 'nope.txt'}: no such file; give a UTF-8 text file"),
+        (["llm", "eval", str(export), "--text", str(text), "--against", str(tmp_path)],
+         f"error: --against {tmp_path}: neither an export (manifest.json) nor a checkpoint (config.json); pass one"),
+    ):
+        code, out, err = run_cli(capsys, *argv)
+        assert (code, out, err.strip()) == (2, "", message)
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    code, _, err = run_cli(capsys, "llm", "eval", str(export), "--text", str(tmp_path / "latin1.txt"))
+    assert code == 2 and err.strip() == f"error: --text {tmp_path / 'latin1.txt'}: byte 3 is not UTF-8; give a UTF-8 text file"

@@ -7,8 +7,10 @@ Progress goes to stderr, one line per step, when stderr is a terminal or with ``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -49,6 +51,57 @@ def _light(name: str) -> ModuleType:
 def _family_table() -> ModuleType:
     _light("families")
     return _light("family_table")
+
+
+def _export_files() -> ModuleType:
+    _light("json_values")
+    return _light("export_files")
+
+
+#: ``--quant``'s names (float, and ``quantizer.QUANT_MODES``, which imports executorch; the
+#: tests hold the two equal) and ``--target``'s (``checkpoint.TARGETS``): checked at once.
+QUANT_CHOICES = ("none", "8a8w", "16a8w", "16a16w", "16a4w", "16a4w_block")
+TARGET_CHOICES = ("host", "qnn")
+
+
+def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise UsageError(f"{option} {value!r}: use one of {', '.join(choices)}")
+
+
+def _check_export_arguments(args: argparse.Namespace) -> None:
+    """``llm export``'s options and paths, before any heavy import: every value checked that
+    needs no model (the checkpoint's config.json read for its family, its tokenizer's files
+    there, ``-o`` one an export may replace, the calibration file)."""
+    _check_choice("--quant", args.quant, QUANT_CHOICES)
+    _check_choice("--target", args.target, TARGET_CHOICES)
+    families, files = _light("families"), _export_files()
+    if args.decoder_model_version is not None:
+        _check_choice("--decoder-model-version", args.decoder_model_version, tuple(families.RUNNER_VERSIONS))
+    if args.target == "qnn" and args.soc is None:
+        raise UsageError("--target qnn needs --soc (e.g. SM8650), the phone's chipset")
+    checkpoint = Path(args.checkpoint)
+    config = checkpoint / "config.json"
+    if not config.is_file():
+        raise UsageError(f"{checkpoint}: no config.json; pass a Hugging Face checkpoint directory")
+    checks, values = _light("config_checks"), _light("json_values")
+    try:
+        body = values.load_object(config, checks.CONFIG_LIMIT)
+        model_type = values.string(values.required(body, "model_type"), "model_type")
+    except values.JsonValueError as exc:
+        raise UsageError(f"{config}: {exc}; fix it, or save the config again (config.save_pretrained)") from None
+    families.family_of(model_type)
+    checks.check_tokenizer_files(checkpoint)
+    files.check_replaceable(Path(args.output))
+    _calibration_lines(args.calibration)
+
+
+def _check_export_directory(option: str, directory: str) -> Path:
+    """An export directory: one holding a manifest (read and checked in full later)."""
+    path, manifest = Path(directory), _export_files().MANIFEST
+    if not (path / manifest).is_file():
+        raise UsageError(f"{option}{directory}: no {manifest}; pass a directory written by qnn-custom-ops llm export")
+    return path
 
 
 def _cmd_families(args: argparse.Namespace) -> int:
@@ -126,14 +179,13 @@ def _lowered_on_simulator_libraries(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    _check_export_arguments(args)
     import transformers
 
     from .library.checkpoint import export_checkpoint
     from .qnn_sdk import sdk_root
     from .runtime.simulator_sdk import in_simulator_environment
 
-    if args.target == "qnn" and args.soc is None:
-        raise UsageError("--target qnn needs --soc (e.g. SM8650), the phone's chipset")
     if args.target == "qnn" and sdk_root() is None and not in_simulator_environment():
         return _lowered_on_simulator_libraries(args)
     if not args.verbose:
@@ -206,6 +258,71 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _text_file(option: str, path: str) -> str:
+    """A UTF-8 text file's contents, or one line saying what is wrong with it."""
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"{option} {path}: no such file; give a UTF-8 text file")
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{option} {path}: byte {exc.start} is not UTF-8; give a UTF-8 text file") from None
+
+
+#: ``--against``: an export (its manifest) or a checkpoint (its config.json), as
+#: ``evaluation.REFERENCES`` tells them apart.
+REFERENCE_MARKERS = ("manifest.json", "config.json")
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    directory = _check_export_directory("", args.export_dir)
+    text = _text_file("--text", args.text)
+    against = None if args.against is None else Path(args.against)
+    if against is not None and not any((against / marker).is_file() for marker in REFERENCE_MARKERS):
+        raise UsageError(
+            f"--against {args.against}: neither an export (manifest.json) nor a checkpoint (config.json); pass one"
+        )
+    import transformers
+
+    from .library.checkpoint import load_export
+    from .library.evaluation import evaluate
+
+    if not args.verbose:
+        transformers.utils.logging.disable_progress_bar()  # "Loading weights" of --against CHECKPOINT_DIR
+    say = _progress(args)
+    with _own_warnings_as_lines(), native_noise_filtered(args.verbose):
+        export = load_export(directory, verify=not args.no_verify, progress=say)
+        result = evaluate(export, text, against, verify=not args.no_verify, progress=say)
+    if args.json:
+        print(json.dumps(_json_ready(dataclasses.asdict(result)), indent=2))
+        return EXIT_OK
+    print(
+        f"{result.export} ({result.quant}, {result.target}): perplexity {result.perplexity:.3f} over "
+        f"{result.tokens} tokens ({result.windows} windows of up to {result.window})"
+    )
+    other = result.against
+    if other is not None:
+        print(f"{other.reference} ({other.kind}): perplexity {other.perplexity:.3f}")
+        print(
+            f"top-1 agreement {100 * other.top1_agreement:.1f}% of {other.positions} positions; logits SQNR per "
+            f"position: min {other.sqnr_min_db:.1f} dB, median {other.sqnr_median_db:.1f} dB, mean "
+            f"{other.sqnr_mean_db:.1f} dB"
+        )
+    return EXIT_OK
+
+
+def _json_ready(value: object) -> object:
+    """``value`` with every float JSON can hold: infinity (an SQNR where the logits are equal) as
+    the string "inf"."""
+    if isinstance(value, dict):
+        return {key: _json_ready(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -276,3 +393,22 @@ def add_llm_commands(commands) -> None:
     )
     _add_progress_flags(generate)
     generate.set_defaults(handler=_cmd_generate)
+    evaluation = actions.add_parser(
+        "eval",
+        help="an export's perplexity on a text; with --against, top-1 agreement and per-position logits SQNR",
+    )
+    evaluation.add_argument("export_dir", metavar="EXPORT_DIR")
+    evaluation.add_argument(
+        "--text", required=True, metavar="FILE", help="UTF-8 text, scored whole in windows the programs take"
+    )
+    evaluation.add_argument(
+        "--against",
+        metavar="OTHER_EXPORT_DIR|CHECKPOINT_DIR",
+        help="a reference: another export, or the checkpoint (float32, in transformers), scored on the same tokens",
+    )
+    evaluation.add_argument("--json", action="store_true", help="the figures as JSON on stdout")
+    evaluation.add_argument(
+        "--no-verify", action="store_true", help="use the exports' files without checking them against their manifests"
+    )
+    _add_progress_flags(evaluation)
+    evaluation.set_defaults(handler=_cmd_eval)

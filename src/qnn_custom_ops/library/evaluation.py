@@ -1,0 +1,227 @@
+"""``llm eval``: how good an export is on a text: its perplexity, and against a reference (another
+export, or the checkpoint in transformers) the top-1 agreement and the per-position logits SQNR.
+
+The text is tokenized once and cut into windows the programs take whole (``ctx_len -
+prefill_len`` tokens, the longest prompt the runner's prompt processor chunks), each starting
+with the runner's BOS, as a prompt does on the phone; each window is scored teacher-forced
+through every prefill chunk (``RunnerLoop.score``: the runner's own calls, where the export's
+target runs here), so every text token is predicted once, from the tokens before it in its window.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..progress import time_left
+from .checkpoint import LlmCheckpointError, LlmExport, Progress, load_checkpoint, load_export
+from .export_files import MANIFEST
+from .export_targets import METHODS, RUNS_ON, ExportedMethods
+from .runner_loop import RunnerLoop
+from .runner_text import RunnerText
+
+#: Seconds between two progress lines (the first and last window are always said).
+EVERY_SECONDS = 10.0
+#: Token ids of one window -> the logits (reals) ``[len(ids), vocab]`` predicting each next one.
+Scorer = Callable[[Sequence[int]], torch.Tensor]
+
+
+def _silent(line: str) -> None:
+    """The default ``progress``: say nothing."""
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """The export's logits beside a reference's, position by position."""
+
+    reference: str
+    kind: str
+    perplexity: float
+    #: Positions where both pick the same next token, of all positions scored.
+    top1_agreement: float
+    positions: int
+    #: Per-position logits SQNR (dB, the reference's power over the difference's; inf where equal).
+    sqnr_min_db: float
+    sqnr_median_db: float
+    sqnr_mean_db: float
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """An export's perplexity on a text, and, with a reference, how far its logits are from it."""
+
+    export: str
+    quant: str
+    target: str
+    #: Text tokens predicted (every one, once), in ``windows`` windows of up to ``window`` tokens.
+    tokens: int
+    windows: int
+    window: int
+    perplexity: float
+    seconds: float
+    against: Agreement | None = None
+
+
+def _windows(ids: Sequence[int], bos: int, length: int) -> list[list[int]]:
+    """``ids`` cut into windows of at most ``length`` tokens, each BOS then the next text tokens."""
+    step = length - 1
+    return [[bos, *ids[start : start + step]] for start in range(0, len(ids), step)]
+
+
+def _negative_log_likelihood(logits: torch.Tensor, window: Sequence[int]) -> float:
+    """The sum over a window of -log p(next token), from its logits."""
+    log_p = torch.log_softmax(logits[:-1].double(), dim=-1)
+    return float(-log_p.gather(1, torch.tensor(window[1:]).unsqueeze(1)).sum())
+
+
+def _sqnr_db(reference: torch.Tensor, other: torch.Tensor) -> float:
+    reference, other = reference.double(), other.double()
+    noise = float((reference - other).pow(2).sum())
+    return math.inf if noise == 0 else 10 * math.log10(float(reference.pow(2).sum()) / noise)
+
+
+@contextmanager
+def export_scorer(export: LlmExport) -> Iterator[Scorer]:
+    """The export's programs where its target runs here (``RUNS_ON``), in ``RunnerLoop``: each
+    window through the runner's prompt processor, the logits as reals."""
+    manifest = export.manifest
+    encodings = None
+    if manifest.encodings is not None:
+        encodings = (manifest.encodings[METHODS[0]], manifest.encodings[METHODS[1]])
+    methods = ExportedMethods(export.program, export.data, manifest.encodings)
+    with RUNS_ON[manifest.target].steps(methods) as (prefill, decode):
+        loop = RunnerLoop(manifest.shape, prefill, decode, encodings)
+        yield loop.score
+
+
+@dataclass(frozen=True)
+class _Reference:
+    """A reference to score beside the export: what it is, its vocabulary, the longest window
+    it takes (None: any), and its scorer."""
+
+    kind: str
+    vocab: int
+    longest: int | None
+    scorer: AbstractContextManager[Scorer]
+
+
+def _export_reference(directory: Path, verify: bool, progress: Progress) -> _Reference:
+    other = load_export(directory, verify=verify, progress=progress)
+    shape = other.manifest.shape
+    kind = f"export, {other.manifest.quant}, {RUNS_ON[other.manifest.target].where}"
+    return _Reference(kind, shape.vocab, shape.ctx_len - shape.prefill_len, export_scorer(other))
+
+
+def _checkpoint_reference(directory: Path, verify: bool, progress: Progress) -> _Reference:
+    model, _ = load_checkpoint(directory, progress)
+
+    @contextmanager
+    def scorer() -> Iterator[Scorer]:
+        def score(ids: Sequence[int]) -> torch.Tensor:
+            with torch.no_grad():
+                return model(torch.tensor([list(ids)])).logits[0].float()
+
+        yield score
+
+    return _Reference("checkpoint, float32 in transformers", int(model.config.vocab_size), None, scorer())
+
+
+#: What ``--against`` may name, told by the file it holds: an export, or a checkpoint.
+REFERENCES: dict[str, Callable[[Path, bool, Progress], _Reference]] = {
+    MANIFEST: _export_reference,
+    "config.json": _checkpoint_reference,
+}
+
+
+def reference_kind(directory: Path) -> str | None:
+    """The ``REFERENCES`` key ``directory`` holds, None when it holds neither."""
+    return next((marker for marker in REFERENCES if (directory / marker).is_file()), None)
+
+
+def evaluate(
+    export: LlmExport,
+    text: str,
+    against: Path | None = None,
+    verify: bool = True,
+    progress: Progress = _silent,
+) -> Evaluation:
+    """The export's perplexity on ``text`` and, with ``against`` (an export directory or a
+    checkpoint directory), the reference's perplexity, top-1 agreement and per-position logits
+    SQNR, on the same token ids."""
+    manifest, tokenizer = export.manifest, export.tokenizer
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if not ids:
+        raise LlmCheckpointError("--text: no tokens to score; give a text file with some text in it")
+    reference = None
+    if against is not None:
+        marker = reference_kind(against)
+        if marker is None:
+            raise LlmCheckpointError(
+                f"--against {against}: neither an export ({MANIFEST}) nor a checkpoint (config.json); pass one"
+            )
+        reference = REFERENCES[marker](against, verify, progress)
+        if reference.vocab != manifest.shape.vocab:
+            raise LlmCheckpointError(
+                f"--against {against}: a vocabulary of {reference.vocab} tokens, the export's is "
+                f"{manifest.shape.vocab}; compare an export with its own checkpoint"
+            )
+    length = manifest.shape.ctx_len - manifest.shape.prefill_len
+    if reference is not None and reference.longest is not None:
+        length = min(length, reference.longest)
+    windows = _windows(ids, RunnerText.of(tokenizer, manifest.decoder_model_version).bos, max(length, 2))
+    where = RUNS_ON[manifest.target].where
+    progress(f"eval: {len(ids)} tokens in {len(windows)} windows of up to {length} ({manifest.quant}, {where})")
+    started = time.monotonic()
+    with export_scorer(export) as score, reference.scorer if reference else _no_reference() as score_reference:
+        nll = reference_nll = 0.0
+        agreeing, sqnr = 0, []
+        said_at = started
+        for done, window in enumerate(windows, 1):
+            logits = score(window)
+            nll += _negative_log_likelihood(logits, window)
+            if score_reference is not None:
+                wanted = score_reference(window)
+                reference_nll += _negative_log_likelihood(wanted, window)
+                agreeing += int((wanted.argmax(-1) == logits.argmax(-1)).sum())
+                sqnr += [_sqnr_db(w, g) for w, g in zip(wanted, logits)]
+            now = time.monotonic()
+            if done in (1, len(windows)) or now - said_at >= EVERY_SECONDS:
+                said_at = now
+                left = time_left(now - started, done, len(windows))
+                progress(f"eval: window {done} of {len(windows)} scored{left}")
+    agreement = None
+    if reference is not None and against is not None:
+        agreement = Agreement(
+            str(against),
+            reference.kind,
+            math.exp(reference_nll / len(ids)),
+            agreeing / len(sqnr),
+            len(sqnr),
+            min(sqnr),
+            statistics.median(sqnr),
+            statistics.fmean(sqnr),
+        )
+    return Evaluation(
+        str(export.directory),
+        manifest.quant,
+        manifest.target,
+        len(ids),
+        len(windows),
+        length,
+        math.exp(nll / len(ids)),
+        time.monotonic() - started,
+        agreement,
+    )
+
+
+@contextmanager
+def _no_reference() -> Iterator[Any]:
+    yield None
