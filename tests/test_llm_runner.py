@@ -261,46 +261,18 @@ def test_the_16a8w_export_stays_within_the_stated_sqnr_of_the_float_export(float
 
 
 @pytest.mark.slow
-def test_a_qnn_export_passes_as_codes_what_the_runner_holds_as_codes():
-    """QNN's own edge passes (they run without the SDK) tag the converted decode method's
-    quantized IO: the mask, the caches in and out and the logits, as the uint16 codes of the
-    runner's buffers; tokens and positions stay integers. Our partitioner and QNN's compile
-    need the SDK; what is tagged here is what BuildQuantIo turns into the program's IO."""
-    from executorch.backends.qualcomm._passes.qnn_pass_manager import get_qnn_pass_manager_cls
-    from executorch.backends.qualcomm.serialization.qc_schema import QnnExecuTorchBackendType
-    from executorch.backends.qualcomm.utils.constants import QCOM_QUANTIZED_IO
-    from executorch.backends.qualcomm.utils.utils import qnn_edge_config
-    from executorch.exir import to_edge_transform_and_lower
-
+def test_calibration_says_each_prompt_and_how_many_calls_of_each_method_it_observed():
     from qnn_custom_ops.library import export_llm, quantize_llm
-    from qnn_custom_ops.library.runner_loop import method_encodings
-    from qnn_custom_ops.lowering.program import qnn_edge_passes
-    from qnn_custom_ops.lowering.quantized_io import quantized_io
 
     programs = export_llm(hf_model("llama", num_hidden_layers=1), prefill_len=4, ctx_len=16, cache="runner")
     said: list[str] = []
-    _, decode = quantize_llm(programs, "16a8w", [[5, 17, 42, 9], [3, 64, 21]], 4, progress=said.append)
+    quantize_llm(programs, "16a8w", [[5, 17, 42, 9], [3, 64, 21]], 4, progress=said.append)
     assert re.fullmatch(r"calibration: prompt 1 of 2 observed, about \d+ s left", said[0]), said
     assert said[1] == "calibration: prompt 2 of 2 observed", said
     # each prompt: a prefill chunk and 3 decode calls generating, then 2 chunks scoring its 7-8 tokens; then the
     # context's walk over 15 tokens: 3 chunks, 4 decode calls after each of the first two, 3 after the last
     # (positions 12 to 14, the runner's last at ctx - 2)
     assert said[3] == "calibration: prefill observed on 9 calls, decode on 17", said
-    exported = torch.export.export(decode, tuple(programs.decode.example_inputs), strict=True)
-    manager = get_qnn_pass_manager_cls(QnnExecuTorchBackendType.kHtpBackend)()
-    ready = manager.transform_for_export_pipeline(exported)
-    edge = to_edge_transform_and_lower(ready, transform_passes=qnn_edge_passes(manager, ready, quantized_io(exported)),
-                                       compile_config=qnn_edge_config()).exported_program()
-    nodes = list(edge.graph.nodes)
-    inputs = {n.name: n.meta.get(QCOM_QUANTIZED_IO) for n in nodes if n.name in edge.graph_signature.user_inputs}
-    (output,) = [n for n in nodes if n.op == "output"]
-    outputs = [n.meta.get(QCOM_QUANTIZED_IO) for n in output.args[0]]
-    encodings = method_encodings(decode)
-    # tokens, mask, input_pos, K cache, V cache; logits, new K, new V
-    assert list(inputs.values()) == [None, torch.uint16, None, torch.uint16, torch.uint16]
-    assert outputs == [torch.uint16] * 3
-    assert [e is not None for e in encodings.inputs] == [d is not None for d in inputs.values()]
-    assert [e is not None for e in encodings.outputs] == [d is not None for d in outputs]
 
 
 @pytest.mark.slow
@@ -453,8 +425,14 @@ def test_a_qnn_export_runs_on_the_x86_htp_simulator_and_generates_the_host_progr
 
     host, qnn = LlmManifest.read(quantized_export), LlmManifest.read(qnn_export)
     assert qnn.target == "qnn" and qnn.encodings == host.encodings  # one calibration, two lowerings
-    facts = program_facts((qnn_export / "model.pte").read_bytes())
+    pte = (qnn_export / "model.pte").read_bytes()
+    facts = program_facts(pte)
     assert facts.backends == {"QnnBackend"} and not any(op.startswith("qco_llm::") for op in facts.operators)
+    for method, ar in (("prefill_forward", PREFILL), ("kv_forward", 1)):  # codes where the runner holds codes
+        inputs, outputs = method_specs(pte, method)
+        assert shapes(inputs) == [((1, ar), "int32"), ((1, 1, ar, CTX), "uint16"), ((1, ar), "int32"),
+                                  ((1, 2, 16, CTX - ar), "uint16"), ((1, 2, CTX - ar, 16), "uint16")], method
+        assert [dtype for _, dtype in shapes(outputs)] == ["uint16"] * 3, method
     prompt = "A kernel for the HTP runs the program"  # longer than one prefill chunk
     want = generate_text(load_export(quantized_export), prompt, 12)
     assert want.prompt_tokens > PREFILL
