@@ -284,6 +284,8 @@ def test_the_joint_forward_backward_graph_exports_with_the_eager_gradients():
 
     model, inputs = TrainingLoss(), torch.randn(1, 2, 3, 8)
     joint = _export_forward_backward(torch.export.export(model, (inputs,)))
+    called = {str(n.target) for n in joint.graph.nodes if n.op == "call_function"}
+    assert {"qco_llm.rope.default", "qco_llm.rms_norm.default", "my_ops.mul3.default"} <= called
     loss, *gradients = _run_joint(joint, model, inputs)
     eager = _gradients(model, model, inputs)
     torch.testing.assert_close(loss, model(inputs).detach())

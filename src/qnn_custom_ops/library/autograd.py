@@ -55,19 +55,18 @@ def _gated_vjp(x: torch.Tensor, grad: torch.Tensor, activation: torch.Tensor, ga
     return torch.cat((gate_grad, real(grad) * activation), dim=-1).to(x.dtype)
 
 
-def _halves(x: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The gate a, the up half b and the gradient reaching act(a): g·b."""
+def _gate(x: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gate a and the gradient reaching act(a): g·b."""
     values = real(x)
     d = x.shape[-1] // 2
-    return values[..., :d], values[..., d:], real(grad) * values[..., d:]
+    return values[..., :d], real(grad) * values[..., d:]
 
 
 def silu_and_mul_backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
     """silu(a) = a·σ(a), silu'(a) = σ(a)·(1 + a·(1 − σ(a))): aten's ``silu_backward`` computes
-    g·b·silu'(a) in one pass (written as above it took twice the time of autograd through the
-    reference: four more passes over the gate)."""
+    g·b·silu'(a) in one pass over the gate, where these torch ops would take five."""
     (x,) = ctx.inputs
-    gate, _, up_grad = _halves(x, grad)
+    gate, up_grad = _gate(x, grad)
     return _gated_vjp(x, grad, F.silu(gate), torch.ops.aten.silu_backward(up_grad, gate))
 
 
@@ -75,7 +74,7 @@ def gelu_and_mul_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     """gelu(a) = a·Φ(a), gelu'(a) = Φ(a) + a·φ(a); with ``approximate="tanh"``, a/2·(1 + tanh(u)),
     u = √(2/π)·(a + 0.044715·a³), and its derivative: aten's ``gelu_backward``, one pass."""
     x, approximate = ctx.inputs
-    gate, _, up_grad = _halves(x, grad)
+    gate, up_grad = _gate(x, grad)
     gate_grad = torch.ops.aten.gelu_backward(up_grad, gate, approximate=approximate)
     return _gated_vjp(x, grad, F.gelu(gate, approximate=approximate), gate_grad), None
 
