@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -149,3 +150,93 @@ def test_llm_eval_refuses_what_it_cannot_score_in_one_line(tmp_path, capsys):
     (tmp_path / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
     code, _, err = run_cli(capsys, "llm", "eval", str(export), "--text", str(tmp_path / "latin1.txt"))
     assert code == 2 and err.strip() == f"error: --text {tmp_path / 'latin1.txt'}: byte 3 is not UTF-8; give a UTF-8 text file"
+
+
+# ---------------------------------------------------------------- llm generate: ids, JSON, sampling, repeats
+
+PROMPT = "The host runtime"
+
+
+@pytest.mark.slow
+def test_llm_generate_prints_the_runners_prompt_ids_and_hfs_greedy_ids(checkpoint, float_export, capsys):
+    from qnn_custom_ops.library.checkpoint import prompt_ids
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, attn_implementation="eager").eval()
+    ids = prompt_ids(tokenizer, "qwen3", PROMPT)
+    with torch.no_grad():
+        want = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0, len(ids):].tolist()
+    code, out, err = run_cli(capsys, "llm", "generate", str(float_export), "--prompt", PROMPT, "--max-new-tokens",
+                             "12", "--ids")
+    assert code == 0, err
+    assert out.splitlines()[-2:] == [f"prompt ids: {' '.join(map(str, ids))}", f"ids: {' '.join(map(str, want))}"]
+    code, out, err = run_cli(capsys, "llm", "generate", str(float_export), "--prompt", PROMPT, "--max-new-tokens",
+                             "12", "--json", "--warmup", "1", "--repeat", "3")
+    assert code == 0, err
+    got = json.loads(out)
+    assert (got["prompt_ids"], got["ids"]) == (ids, want)
+    assert got["text"] == tokenizer.decode(want, skip_special_tokens=True)
+    assert (got["warmup"], got["repeat"], got["sampling"]) == (1, 3, {"temperature": 0.0, "top_p": 1.0, "seed": None})
+    for phase in ("prefill_tokens_per_second", "decode_tokens_per_second"):
+        rates = got[phase]
+        assert len(rates["runs"]) == 3 and rates["min"] <= rates["median"] <= rates["max"]
+        assert rates["median"] == sorted(rates["runs"])[1] and rates["min"] > 0
+    assert re.fullmatch(rf"prefill: {len(ids)} tokens at median [\d.]+ tokens/s \(min [\d.]+, max [\d.]+\); decode: 12 "
+                        r"tokens at median [\d.]+ tokens/s \(min [\d.]+, max [\d.]+\); 3 timed runs after 1 warm-up",
+                        err.strip()), err
+
+
+@pytest.mark.slow
+def test_llm_generate_samples_reproducibly_from_a_seed(quantized_export, capsys):
+    def sampled(*options: str) -> list[int]:
+        code, out, err = run_cli(capsys, "llm", "generate", str(quantized_export), "--prompt", PROMPT,
+                                 "--max-new-tokens", "16", "--json", *options)
+        assert code == 0, err
+        return json.loads(out)["ids"]
+
+    greedy = sampled()
+    first = sampled("--temperature", "1.5", "--seed", "3")
+    assert sampled("--temperature", "1.5", "--seed", "3", "--repeat", "2") == first  # every run from the seed
+    assert sampled("--temperature", "1.5", "--seed", "4") != first
+    assert first != greedy
+    assert sampled("--temperature", "1.5", "--top-p", "1e-9", "--seed", "5") == greedy  # the nucleus: the top token
+
+
+def test_sampling_draws_from_the_softmax_at_the_temperature_within_the_nucleus():
+    from qnn_custom_ops.library.sampling import Sampling
+
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    for temperature, top_p in ((1.0, 1.0), (0.5, 1.0), (2.0, 0.8)):
+        choose = Sampling(temperature, top_p, seed=1).chooser()
+        counts = torch.bincount(torch.tensor([choose(logits) for _ in range(20000)]), minlength=4).double() / 20000
+        want = torch.softmax(logits.double() / temperature, 0)
+        kept = (want.cumsum(0) - want) < top_p  # the smallest set of tokens reaching top_p
+        want = torch.where(kept, want, 0) / want[kept].sum()
+        assert torch.allclose(counts, want, atol=0.012), (temperature, top_p, counts, want)
+    assert Sampling().chooser()(logits) == 0  # greedy: the argmax
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--seed", "3"], "--seed applies to sampling, and --temperature is 0 (greedy: the argmax, nothing drawn); "
+                      "give --temperature above 0 too, or leave it out"),
+    (["--temperature", "1", "--top-p", "0"], "--top-p 0.0: give a probability above 0, at most 1"),
+    (["--temperature", "-1"], "--temperature -1.0: give 0 (greedy) or a number above 0"),
+    (["--chat", "nope"], "--chat 'nope': use one of runner, hf"),
+])
+def test_llm_generate_refuses_options_that_cannot_work_in_one_line_before_loading_torch(tmp_path, options, message):
+    (tmp_path / "manifest.json").write_text("{}")
+    code = ("import sys; from qnn_custom_ops.cli import main; "
+            f"code = main(['llm', 'generate', {str(tmp_path)!r}, '--prompt', 'hi', *{options!r}]); "
+            "print(code, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.stdout.strip(), done.stderr.strip()) == ("2 False", f"error: {message}")
+
+
+def test_the_clis_early_choices_are_the_librarys():
+    from qnn_custom_ops import llm_cli
+    from qnn_custom_ops.library.checkpoint import CHAT_TEMPLATES, TARGETS
+    from qnn_custom_ops.quantizer import QUANT_MODES
+
+    assert llm_cli.QUANT_CHOICES == ("none", *QUANT_MODES)
+    assert llm_cli.TARGET_CHOICES == TARGETS
+    assert llm_cli.CHAT_CHOICES == CHAT_TEMPLATES

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from .errors import UsageError
 from .quiet import native_noise_filtered
@@ -228,27 +230,54 @@ def _template_errors_named(export_dir: Path) -> Iterator[None]:
         ) from None
 
 
+#: ``--chat``'s choices (``checkpoint.CHAT_TEMPLATES``; the tests hold the two equal).
+CHAT_CHOICES = ("runner", "hf")
+
+
+def _check_generate_arguments(args: argparse.Namespace) -> tuple[Path, Any]:
+    """``llm generate``'s options and export directory, before any heavy import; the export
+    directory and the sampling (a ``sampling.Sampling``)."""
+    directory = _check_export_directory("", args.export_dir)
+    _check_utf8("--prompt", args.prompt)
+    if args.chat is not None:
+        _check_choice("--chat", args.chat, CHAT_CHOICES)
+    return directory, _light("sampling").Sampling(args.temperature, args.top_p, args.seed)
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
+    directory, sampling = _check_generate_arguments(args)
     from .library.checkpoint import generate_text, load_export
     from .library.export_targets import RUNS_ON
 
     say = _progress(args)
-    _check_utf8("--prompt", args.prompt)
-    export = load_export(Path(args.export_dir), verify=not args.no_verify, progress=say)
-    say(f"generating ({export.manifest.quant}) {RUNS_ON[export.manifest.target].where}")
+    export = load_export(directory, verify=not args.no_verify, progress=say)
+    how = "greedy" if sampling.greedy else f"sampling at temperature {sampling.temperature:g}, top-p {sampling.top_p:g}"
+    runs = f"; {args.warmup} warm-up and {args.repeat} timed runs" if args.warmup or args.repeat > 1 else ""
+    say(f"generating ({export.manifest.quant}, {how}{runs}) {RUNS_ON[export.manifest.target].where}")
 
     def stream(piece: str) -> None:
         sys.stdout.write(piece)
         sys.stdout.flush()
 
     with native_noise_filtered(args.verbose), _template_errors_named(export.directory):
-        result = generate_text(export, args.prompt, args.max_new_tokens, chat=args.chat, on_text=stream)
-    print()
-    print(
-        f"prefill: {result.prompt_tokens} tokens at {result.prefill_tokens_per_second:.1f} tokens/s; "
-        f"decode: {len(result.tokens)} tokens at {result.decode_tokens_per_second:.1f} tokens/s",
-        file=sys.stderr,
-    )
+        result = generate_text(
+            export,
+            args.prompt,
+            args.max_new_tokens,
+            chat=args.chat,
+            on_text=None if args.json else stream,
+            sampling=sampling,
+            warmup=args.warmup,
+            repeat=args.repeat,
+        )
+    if args.json:
+        print(json.dumps(_json_ready(_generation_json(args, result)), indent=2))
+    else:
+        print()
+        if args.ids:
+            print(f"prompt ids: {' '.join(map(str, result.prompt_ids))}")
+            print(f"ids: {' '.join(map(str, result.tokens))}")
+    print(_speeds(result, args.warmup), file=sys.stderr)
     if args.chat == "hf":
         print(
             "note: --chat hf wraps the prompt in the tokenizer's chat template, not qnn_llama_runner's: the phone "
@@ -256,6 +285,41 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_OK
+
+
+def _spread(rates: tuple[float, ...]) -> dict[str, Any]:
+    return {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "runs": list(rates)}
+
+
+def _generation_json(args: argparse.Namespace, result: Any) -> dict[str, Any]:
+    """What ``--json`` prints: the text, the prompt's and the generated ids, the sampling, the speeds."""
+    return {
+        "text": result.text,
+        "prompt_ids": list(result.prompt_ids),
+        "ids": list(result.tokens),
+        "sampling": {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed},
+        "warmup": args.warmup,
+        "repeat": args.repeat,
+        "prefill_tokens_per_second": _spread(result.prefill_rates),
+        "decode_tokens_per_second": _spread(result.decode_rates),
+    }
+
+
+def _speeds(result: Any, warmup: int) -> str:
+    """The tokens/s line: one run's, or the median and spread of the timed runs."""
+    if len(result.prefill_rates) == 1:
+        return (
+            f"prefill: {result.prompt_tokens} tokens at {result.prefill_tokens_per_second:.1f} tokens/s; "
+            f"decode: {len(result.tokens)} tokens at {result.decode_tokens_per_second:.1f} tokens/s"
+        )
+
+    def spread(rates: tuple[float, ...]) -> str:
+        return f"median {statistics.median(rates):.1f} tokens/s (min {min(rates):.1f}, max {max(rates):.1f})"
+
+    return (
+        f"prefill: {result.prompt_tokens} tokens at {spread(result.prefill_rates)}; decode: {len(result.tokens)} "
+        f"tokens at {spread(result.decode_rates)}; {len(result.prefill_rates)} timed runs after {warmup} warm-up"
+    )
 
 
 def _text_file(option: str, path: str) -> str:
@@ -323,6 +387,16 @@ def _json_ready(value: object) -> object:
     return value
 
 
+def _whole(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
+    return value
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -377,7 +451,36 @@ def add_llm_commands(commands) -> None:
     generate = actions.add_parser("generate", help="generate text from an export on the host; tokens/s")
     generate.add_argument("export_dir", metavar="OUT_DIR")
     generate.add_argument("--prompt", required=True, metavar="TEXT")
-    generate.add_argument("--max-new-tokens", type=_positive, default=64, metavar="N")
+    generate.add_argument(
+        "--max-new-tokens", type=_positive, default=64, metavar="N", help="tokens to generate at most (64)"
+    )
+    generate.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        metavar="T",
+        help="0: greedy, the argmax, as qnn_llama_runner --temperature 0 (the default); above 0: sampled from "
+        "softmax(logits / T), reproducible with --seed but not the phone's draws",
+    )
+    generate.add_argument(
+        "--top-p", type=float, default=1.0, metavar="P", help="sample from the tokens whose probability reaches P (1)"
+    )
+    generate.add_argument("--seed", type=int, metavar="N", help="the sampling's seed (0)")
+    generate.add_argument(
+        "--warmup", type=_whole, default=0, metavar="N", help="untimed runs before the timed ones (0)"
+    )
+    generate.add_argument(
+        "--repeat",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="timed runs; tokens/s are their median, with the spread (1)",
+    )
+    output = generate.add_mutually_exclusive_group()
+    output.add_argument("--ids", action="store_true", help="print the prompt's and the generated token ids too")
+    output.add_argument(
+        "--json", action="store_true", help="print the text, ids, sampling and timings as JSON (nothing streamed)"
+    )
     generate.add_argument(
         "--no-verify",
         action="store_true",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -53,6 +54,7 @@ from .manifest_json import (
 )
 from .runner_loop import MethodEncodings, RunnerLoop, check_fits, method_encodings
 from .runner_text import RunnerText, warn_of_other_tokens
+from .sampling import Sampling
 
 TARGETS = ("host", "qnn")
 #: Calibration text when the user gives none: varied English, one prompt a line.
@@ -553,13 +555,19 @@ def prompt_ids(tokenizer: Any, version: str, text: str, chat: str | None = None)
 @dataclass(frozen=True)
 class TextGeneration:
     """Tokens and text generated, and how fast: the prompt's tokens per second through
-    ``prefill_forward``, the new tokens per second through ``kv_forward``."""
+    ``prefill_forward``, the new tokens per second through ``kv_forward`` (of several timed
+    runs, their medians; each run's in ``prefill_rates`` and ``decode_rates``)."""
 
     prompt_tokens: int
     tokens: list[int]
     text: str
     prefill_tokens_per_second: float
     decode_tokens_per_second: float
+    #: The prompt's token ids, as the runner computes them.
+    prompt_ids: tuple[int, ...] = ()
+    #: Each timed run's tokens per second (after the warm-up runs), in order.
+    prefill_rates: tuple[float, ...] = ()
+    decode_rates: tuple[float, ...] = ()
 
 
 def generate_text(
@@ -568,10 +576,18 @@ def generate_text(
     max_new_tokens: int = 64,
     chat: str | None = None,
     on_text: Callable[[str], None] | None = None,
+    sampling: Sampling | None = None,
+    warmup: int = 0,
+    repeat: int = 1,
 ) -> TextGeneration:
-    """Greedy generation from ``text`` as the device runner does it (``RunnerLoop``), where the
+    """Generation from ``text`` as the device runner does it (``RunnerLoop``), where the
     export's target runs here (``RUNS_ON``: a host export on the host, a QNN export on QAIRT's x86
-    HTP simulator); ``on_text`` hears the text as it grows, piece by piece."""
+    HTP simulator): greedy, or as ``sampling`` says (each run from the same seed, so every run
+    makes the same tokens); ``on_text`` hears the first run's text as it grows, piece by piece.
+    ``warmup`` runs first untimed, then ``repeat`` timed runs: the speeds are their medians."""
+    if warmup < 0 or repeat < 1:
+        raise LlmCheckpointError(f"warmup {warmup}, repeat {repeat}: give warmup >= 0 and repeat >= 1")
+    sampling = sampling or Sampling()
     manifest, tokenizer = export.manifest, export.tokenizer
     ids = prompt_ids(tokenizer, manifest.decoder_model_version, text, chat)
     room = manifest.shape.ctx_len - len(ids)  # the runner's last decode is at ctx_len - 2 (RunnerLoop.generate)
@@ -581,15 +597,23 @@ def generate_text(
         encodings = (manifest.encodings[METHODS[0]], manifest.encodings[METHODS[1]])
     methods = ExportedMethods(export.program, export.data, manifest.encodings)
     with RUNS_ON[manifest.target].steps(methods) as (prefill, decode):
-        return _generated(
-            RunnerLoop(manifest.shape, prefill, decode, encodings),
-            tokenizer,
-            ids,
-            max_new_tokens,
-            room,
-            manifest.eos_ids,
-            on_text,
-        )
+        loop = RunnerLoop(manifest.shape, prefill, decode, encodings)
+        runs = [
+            _generated(
+                loop, tokenizer, ids, max_new_tokens, room, manifest.eos_ids, on_text if run == 0 else None, sampling
+            )
+            for run in range(warmup + repeat)
+        ][warmup:]
+    prefill_rates = tuple(run.prefill_tokens_per_second for run in runs)
+    decode_rates = tuple(run.decode_tokens_per_second for run in runs)
+    return replace(
+        runs[0],
+        prefill_tokens_per_second=statistics.median(prefill_rates),
+        decode_tokens_per_second=statistics.median(decode_rates),
+        prompt_ids=tuple(ids),
+        prefill_rates=prefill_rates,
+        decode_rates=decode_rates,
+    )
 
 
 def _generated(
@@ -600,6 +624,7 @@ def _generated(
     room: int,
     eos: Sequence[int],
     on_text: Callable[[str], None] | None,
+    sampling: Sampling,
 ) -> TextGeneration:
     """``loop``'s generation from the prompt ``ids``, streamed to ``on_text`` and timed."""
     shown = ""
@@ -616,7 +641,8 @@ def _generated(
             shown = text_so_far
 
     started = time.monotonic()
-    result = loop.generate(ids, min(max_new_tokens, room), eos=eos, on_token=heard)
+    choose = None if sampling.greedy else sampling.chooser()  # greedy: the runner's argmax of the codes
+    result = loop.generate(ids, min(max_new_tokens, room), eos=eos, on_token=heard, choose=choose)
     prefill_seconds = times[0] - started
     decode_seconds = times[-1] - times[0]
     text = tokenizer.decode(result.tokens, skip_special_tokens=True)

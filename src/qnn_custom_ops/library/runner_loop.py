@@ -254,6 +254,7 @@ class RunnerLoop:
         forced: Sequence[int] | None = None,
         record: bool = False,
         on_token: Callable[[list[int]], None] | None = None,
+        choose: Callable[[torch.Tensor], int] | None = None,
     ) -> Generation:
         """The runner's greedy generation (``--temperature 0``): prefill ``prompt``, then one
         ``kv_forward`` call per token until ``new_tokens`` or an ``eos`` token (the runner does
@@ -262,7 +263,8 @@ class RunnerLoop:
         ``--seq_len`` clamped to the context (``token_generator.cpp:274``, ``runner.cpp:401-408``),
         so its last ``kv_forward`` call is at position ``ctx_len - 2``. ``forced`` feeds those tokens instead of the
         argmax (teacher forcing); ``record`` keeps every call's inputs, for calibration;
-        ``on_token`` hears the tokens so far after each one (to stream them)."""
+        ``on_token`` hears the tokens so far after each one (to stream them); ``choose`` picks each
+        token from the logits as reals instead of the argmax (sampling: ``library.sampling``)."""
         shape = self.shape
         prompt = token_ids(prompt, shape.vocab, "RunnerLoop: the prompt")
         check_fits(shape, len(prompt), new_tokens, "RunnerLoop")
@@ -273,7 +275,12 @@ class RunnerLoop:
         result = Generation([], [], *(self.record or ([], [])))
         masks = _Masks(shape, 1, len(prompt), self._mask_encoding(1))
         for position in range(len(prompt), len(prompt) + new_tokens):
-            token = int(row.double().argmax()) if forced is None else int(forced[len(result.tokens)])
+            if forced is not None:
+                token = int(forced[len(result.tokens)])
+            elif choose is not None:
+                token = choose(self._logits(phase, row))
+            else:
+                token = int(row.double().argmax())
             result.tokens.append(token)
             result.logits.append(self._logits(phase, row))
             if on_token is not None:
