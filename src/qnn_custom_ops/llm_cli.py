@@ -73,8 +73,8 @@ def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
 
 def _check_export_arguments(args: argparse.Namespace) -> None:
     """``llm export``'s options and paths, before any heavy import: every value checked that
-    needs no model (the checkpoint's config.json read for its family, its tokenizer's files
-    there, ``-o`` one an export may replace, the calibration file)."""
+    needs no model (the options, the calibration file, the checkpoint's config.json read for its
+    family, its tokenizer's files there, ``-o`` one an export may replace)."""
     _check_choice("--quant", args.quant, QUANT_CHOICES)
     _check_choice("--target", args.target, TARGET_CHOICES)
     families, files = _light("families"), _export_files()
@@ -82,6 +82,7 @@ def _check_export_arguments(args: argparse.Namespace) -> None:
         _check_choice("--decoder-model-version", args.decoder_model_version, tuple(families.RUNNER_VERSIONS))
     if args.target == "qnn" and args.soc is None:
         raise UsageError("--target qnn needs --soc (e.g. SM8650), the phone's chipset")
+    _calibration_lines(args.calibration)
     checkpoint = Path(args.checkpoint)
     config = checkpoint / "config.json"
     if not config.is_file():
@@ -95,7 +96,6 @@ def _check_export_arguments(args: argparse.Namespace) -> None:
     families.family_of(model_type)
     checks.check_tokenizer_files(checkpoint)
     files.check_replaceable(Path(args.output))
-    _calibration_lines(args.calibration)
 
 
 def _check_export_directory(option: str, directory: str) -> Path:
