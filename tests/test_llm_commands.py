@@ -267,3 +267,99 @@ def test_a_wrong_path_or_option_is_one_line_before_torch_is_imported(tmp_path, a
     code = f"import sys; from qnn_custom_ops.cli import main; print(main({argv!r}), 'torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (done.stdout.strip(), done.stderr.strip()) == ("2 False", "error: " + message.format(tmp=tmp_path))
+
+
+# ---------------------------------------------------------------- what llm export says, and when
+
+def export_says(tmp_path, config: dict, tokenizer: dict, *options: str) -> list[str]:
+    """stderr of ``llm export`` on a checkpoint of ``config.json`` and ``tokenizer.json`` alone,
+    stopped by ``-o`` naming a file (refused before anything heavy: the notes come first)."""
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    (checkpoint / "tokenizer.json").write_text(json.dumps(tokenizer))
+    argv = ["llm", "export", str(checkpoint), "-o", str(checkpoint / "config.json"), *options]
+    code = f"import sys; from qnn_custom_ops.cli import main; print(main({argv!r}), 'torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "2 False", done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1] == f"error: -o {checkpoint}/config.json: exists and is not a directory; choose another"
+    return lines[:-1]
+
+
+BPE = {"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2}}, "added_tokens": [{"id": 3, "content": "<s>"}]}
+
+
+def test_llm_export_says_in_one_line_when_the_tokenizer_covers_far_fewer_ids_than_the_vocabulary(tmp_path):
+    said = export_says(tmp_path, {"model_type": "qwen3", "vocab_size": 4000}, BPE)
+    assert said == [f"warning: {tmp_path}/ckpt/tokenizer.json gives 4 token ids, config.json's vocab_size is 4000: no "
+                    "text encodes to ids 4 to 3999, though generation may pick them (decoded as nothing); is this the "
+                    "checkpoint's own tokenizer?"]
+    (tmp_path / "ckpt").rename(tmp_path / "first")
+    assert export_says(tmp_path, {"model_type": "qwen3", "vocab_size": 4}, BPE) == []
+
+
+@pytest.mark.parametrize("config, ctx, version, said", [
+    ({"model_type": "gemma3_text", "sliding_window": 512}, "256", None, True),
+    ({"model_type": "gemma3_text", "sliding_window": 512}, "1024", None, False),
+    ({"model_type": "gemma2", "sliding_window": 64}, "64", None, True),
+    ({"model_type": "qwen2", "sliding_window": 512}, "256", None, False),  # no window mask: nothing to hide
+    ({"model_type": "qwen2", "sliding_window": 512}, "256", "gemma2", True),  # a version that takes one
+])
+def test_llm_export_says_when_the_window_mask_hides_nothing_at_its_context(tmp_path, config, ctx, version, said):
+    options = ["--ctx", ctx, *(["--decoder-model-version", version] if version else [])]
+    lines = export_says(tmp_path, config, BPE, *options)
+    window = config["sliding_window"]
+    want = [f"note: --ctx {ctx} is not above {config['model_type']}'s sliding window ({window}): the window mask "
+            f"input qnn_llama_runner gives {version or config['model_type'].replace('_text', '')} programs hides "
+            f"nothing at this context, so every layer attends to the whole context (as HF does here); export --ctx "
+            f"above {window} to use the window"]
+    assert lines == (want if said else [])
+
+
+def test_a_library_warning_is_printed_when_it_is_raised_not_after_the_command(capsys):
+    import warnings
+
+    from qnn_custom_ops.library.hf import LlmDtypeWarning
+    from qnn_custom_ops.llm_cli import _own_warnings_as_lines
+
+    with _own_warnings_as_lines():
+        print("loading", file=sys.stderr)
+        warnings.warn(LlmDtypeWarning("ckpt: the weights are bfloat16; cast to float32 for the programs"))
+        print("wrote out/model.pte", file=sys.stderr)
+    assert capsys.readouterr().err.splitlines() == [
+        "loading", "warning: ckpt: the weights are bfloat16; cast to float32 for the programs", "wrote out/model.pte"]
+
+
+@pytest.mark.slow
+def test_xnnpacks_one_time_pattern_graphs_are_built_before_the_first_partition_is_timed():
+    """They took 6 s inside the first partition's preprocess (a small one's is 0.2 s), so the first
+    time-left estimate of a float export was 5-13x too long (the tiny Qwen3: 'about 58 s left' for 4 s;
+    now 'about 3 s' for 3.4 s)."""
+    from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
+    from executorch.exir import to_edge_transform_and_lower
+
+    from qnn_custom_ops.lowering.lowering_progress import partitions_reported
+
+    sdpa.get_graphs.cache_clear()
+    bilinear_2d._get_bilinear_2d_graphs.cache_clear()
+    original = XnnpackBackend.__dict__["preprocess"]
+    built_when_called: list[bool] = []
+
+    def spy(*args, **kwargs):
+        built_when_called.append(sdpa.get_graphs.cache_info().currsize > 0
+                                 and bilinear_2d._get_bilinear_2d_graphs.cache_info().currsize > 0)
+        return original.__func__(*args, **kwargs)
+
+    XnnpackBackend.preprocess = staticmethod(spy)
+    try:
+        said: list[str] = []
+        with partitions_reported(said.append):
+            to_edge_transform_and_lower({"forward": torch.export.export(torch.nn.Linear(8, 8), (torch.randn(2, 8),))},
+                                        partitioner={"forward": [XnnpackPartitioner()]})
+    finally:
+        XnnpackBackend.preprocess = original
+    assert built_when_called == [True], built_when_called
+    assert said == ["lowering: 1 of 1 partitions compiled by XNNPACK"]

@@ -95,6 +95,13 @@ def _check_export_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"{config}: {exc}; fix it, or save the config again (config.save_pretrained)") from None
     families.family_of(model_type)
     checks.check_tokenizer_files(checkpoint)
+    notes = _light("checkpoint_notes")
+    for kind, note in (
+        ("warning", notes.vocabulary_note(checkpoint, body)),
+        ("note", notes.window_note(body, args.ctx, args.decoder_model_version)),
+    ):
+        if note is not None:
+            print(f"{kind}: {note}", file=sys.stderr, flush=True)
     files.check_replaceable(Path(args.output))
 
 
@@ -129,19 +136,26 @@ def _progress(args: argparse.Namespace):
 
 @contextmanager
 def _own_warnings_as_lines() -> Iterator[None]:
-    """The library's warnings (a dtype cast, a module left native) as one line each."""
+    """The library's warnings (a dtype cast, a module left native) as one line each, printed
+    when they are raised (the bf16 cast as the checkpoint loads, not after the export is written)."""
     from .library.hf import LlmDtypeWarning
     from .library.runner_text import RunnerTokenWarning
     from .library.swap import SwapWarning
 
     own = (LlmDtypeWarning, SwapWarning, RunnerTokenWarning)
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+            if issubclass(category, own):
+                print(f"warning: {message}", file=sys.stderr, flush=True)
+            else:
+                shown(message, category, *args, **kwargs)
+
+        warnings.showwarning = show
         for category in own:
             warnings.simplefilter("always", category)
         yield
-    for warning in caught:
-        if issubclass(warning.category, own):
-            print(f"warning: {warning.message}", file=sys.stderr)
 
 
 def _calibration_lines(path: str | None) -> list[str] | None:
@@ -435,11 +449,15 @@ def add_llm_commands(commands) -> None:
     export.add_argument(
         "--quant",
         default="none",
-        help="none (float), 8a8w, 16a8w, 16a16w, 16a4w or 16a4w_block (4-bit projections per channel, or per "
-        "block of 32 input channels; lm_head and the library's ops at 16a8w)",
+        help="none (float, the default), 8a8w, 16a8w, 16a16w, 16a4w or 16a4w_block (4-bit projections per channel, "
+        "or per block of 32 input channels; lm_head and the library's ops at 16a8w)",
     )
-    export.add_argument("--calibration", metavar="FILE", help="calibration text, one prompt a line")
-    export.add_argument("--target", default="host", help="host (run here) or qnn (the phone)")
+    export.add_argument(
+        "--calibration",
+        metavar="FILE",
+        help="calibration text, one prompt a line (default: 8 built-in lines of varied English and code)",
+    )
+    export.add_argument("--target", default="host", help="host (run here, the default) or qnn (the phone)")
     export.add_argument("--soc", help="the phone's chipset for --target qnn, e.g. SM8650")
     export.add_argument(
         "--decoder-model-version",
@@ -450,7 +468,7 @@ def add_llm_commands(commands) -> None:
     export.set_defaults(handler=_cmd_export)
     generate = actions.add_parser("generate", help="generate text from an export on the host; tokens/s")
     generate.add_argument("export_dir", metavar="OUT_DIR")
-    generate.add_argument("--prompt", required=True, metavar="TEXT")
+    generate.add_argument("--prompt", required=True, metavar="TEXT", help="the text to continue")
     generate.add_argument(
         "--max-new-tokens", type=_positive, default=64, metavar="N", help="tokens to generate at most (64)"
     )
