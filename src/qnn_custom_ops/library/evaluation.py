@@ -183,7 +183,7 @@ def evaluate(
     with export_scorer(export) as score, reference.scorer if reference else _no_reference() as score_reference:
         nll = reference_nll = 0.0
         agreeing, sqnr = 0, []
-        said_at = started
+        said_at = first_done = started
         for done, window in enumerate(windows, 1):
             logits = score(window)
             nll += _negative_log_likelihood(logits, window)
@@ -193,9 +193,14 @@ def evaluate(
                 agreeing += int((wanted.argmax(-1) == logits.argmax(-1)).sum())
                 sqnr += [_sqnr_db(w, g) for w, g in zip(wanted, logits)]
             now = time.monotonic()
-            if done in (1, len(windows)) or now - said_at >= EVERY_SECONDS:
+            if done == 1:  # its time holds the programs' loading and first calls: no pace to tell from
+                first_done = said_at = now
+                progress(
+                    f"eval: window 1 of {len(windows)} scored in {now - started:.1f} s (the programs loaded with it)"
+                )
+            elif done in (2, len(windows)) or now - said_at >= EVERY_SECONDS:
                 said_at = now
-                left = time_left(now - started, done, len(windows))
+                left = time_left(now - first_done, done - 1, len(windows) - 1)  # the pace after the first
                 progress(f"eval: window {done} of {len(windows)} scored{left}")
     agreement = None
     if reference is not None and against is not None:
