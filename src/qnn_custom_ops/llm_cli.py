@@ -12,6 +12,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -135,9 +136,10 @@ def _progress(args: argparse.Namespace):
 
 
 @contextmanager
-def _own_warnings_as_lines() -> Iterator[None]:
+def _own_warnings_as_lines(verbose: bool = False) -> Iterator[None]:
     """The library's warnings (a dtype cast, a module left native) as one line each, printed
-    when they are raised (the bf16 cast as the checkpoint loads, not after the export is written)."""
+    when they are raised (the bf16 cast as the checkpoint loads, not after the export is written);
+    the others only when ``verbose``."""
     from .library.hf import LlmDtypeWarning
     from .library.runner_text import RunnerTokenWarning
     from .library.swap import SwapWarning
@@ -149,7 +151,7 @@ def _own_warnings_as_lines() -> Iterator[None]:
         def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
             if issubclass(category, own):
                 print(f"warning: {message}", file=sys.stderr, flush=True)
-            else:
+            elif verbose:  # third parties' (torch's, transformers'): shown only with --verbose, as ever
                 shown(message, category, *args, **kwargs)
 
         warnings.showwarning = show
@@ -206,7 +208,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         return _lowered_on_simulator_libraries(args)
     if not args.verbose:
         transformers.utils.logging.disable_progress_bar()  # "Loading weights": progress says it once
-    with _own_warnings_as_lines(), native_noise_filtered(args.verbose):
+    with _own_warnings_as_lines(args.verbose), native_noise_filtered(args.verbose):
         manifest = export_checkpoint(
             Path(args.checkpoint),
             Path(args.output),
@@ -285,7 +287,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             repeat=args.repeat,
         )
     if args.json:
-        print(json.dumps(_json_ready(_generation_json(args, result)), indent=2))
+        print(_json_text(_generation_json(args, result)))
     else:
         print()
         if args.ids:
@@ -368,11 +370,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if not args.verbose:
         transformers.utils.logging.disable_progress_bar()  # "Loading weights" of --against CHECKPOINT_DIR
     say = _progress(args)
-    with _own_warnings_as_lines(), native_noise_filtered(args.verbose):
+    with _own_warnings_as_lines(args.verbose), native_noise_filtered(args.verbose):
         export = load_export(directory, verify=not args.no_verify, progress=say)
         result = evaluate(export, text, against, verify=not args.no_verify, progress=say)
     if args.json:
-        print(json.dumps(_json_ready(dataclasses.asdict(result)), indent=2))
+        print(_json_text(dataclasses.asdict(result)))
         return EXIT_OK
     print(
         f"{result.export} ({result.quant}, {result.target}): perplexity {result.perplexity:.3f} over "
@@ -387,6 +389,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             f"{other.sqnr_mean_db:.1f} dB"
         )
     return EXIT_OK
+
+
+def _json_text(value: object) -> str:
+    """``value`` as indented JSON, a list of numbers (token ids) on one line."""
+    text = json.dumps(_json_ready(value), indent=2)
+    return re.sub(r"\[\s+([-\d.e+,\s]+?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text)
 
 
 def _json_ready(value: object) -> object:
