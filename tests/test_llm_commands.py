@@ -171,8 +171,9 @@ def test_llm_generate_prints_the_runners_prompt_ids_and_hfs_greedy_ids(checkpoin
     with torch.no_grad():
         want = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0, len(ids):].tolist()
     code, out, err = run_cli(capsys, "llm", "generate", str(float_export), "--prompt", PROMPT, "--max-new-tokens",
-                             "12", "--ids")
+                             "12", "--ids", "--progress")
     assert code == 0, err
+    assert "] generating (none) on the host, as qnn_llama_runner runs the program" in err  # greedy: as before
     assert out.splitlines()[-2:] == [f"prompt ids: {' '.join(map(str, ids))}", f"ids: {' '.join(map(str, want))}"]
     code, out, err = run_cli(capsys, "llm", "generate", str(float_export), "--prompt", PROMPT, "--max-new-tokens",
                              "12", "--json", "--warmup", "1", "--repeat", "3")

@@ -267,9 +267,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
     say = _progress(args)
     export = load_export(directory, verify=not args.no_verify, progress=say)
-    how = "greedy" if sampling.greedy else f"sampling at temperature {sampling.temperature:g}, top-p {sampling.top_p:g}"
+    how = "" if sampling.greedy else f", sampling at temperature {sampling.temperature:g}, top-p {sampling.top_p:g}"
     runs = f"; {args.warmup} warm-up and {args.repeat} timed runs" if args.warmup or args.repeat > 1 else ""
-    say(f"generating ({export.manifest.quant}, {how}{runs}) {RUNS_ON[export.manifest.target].where}")
+    say(f"generating ({export.manifest.quant}{how}{runs}) {RUNS_ON[export.manifest.target].where}")
 
     def stream(piece: str) -> None:
         sys.stdout.write(piece)
