@@ -276,7 +276,7 @@ def test_a_wrong_path_or_option_is_one_line_before_torch_is_imported(tmp_path, a
 
 # ---------------------------------------------------------------- what llm export says, and when
 
-def export_says(tmp_path, config: dict, tokenizer: dict, *options: str) -> list[str]:
+def export_says(tmp_path, config: dict, tokenizer: dict, *options: str, env: dict | None = None) -> list[str]:
     """stderr of ``llm export`` on a checkpoint of ``config.json`` and ``tokenizer.json`` alone,
     stopped by ``-o`` naming a file (refused before anything heavy: the notes come first)."""
     checkpoint = tmp_path / "ckpt"
@@ -285,7 +285,7 @@ def export_says(tmp_path, config: dict, tokenizer: dict, *options: str) -> list[
     (checkpoint / "tokenizer.json").write_text(json.dumps(tokenizer))
     argv = ["llm", "export", str(checkpoint), "-o", str(checkpoint / "config.json"), *options]
     code = f"import sys; from qnn_custom_ops.cli import main; print(main({argv!r}), 'torch' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert done.stdout.strip() == "2 False", done.stderr
     lines = done.stderr.strip().splitlines()
     assert lines[-1] == f"error: -o {checkpoint}/config.json: exists and is not a directory; choose another"
@@ -368,3 +368,17 @@ def test_xnnpacks_one_time_pattern_graphs_are_built_before_the_first_partition_i
         XnnpackBackend.preprocess = original
     assert built_when_called == [True], built_when_called
     assert said == ["lowering: 1 of 1 partitions compiled by XNNPACK"]
+
+
+def test_a_qnn_export_started_again_with_the_simulators_libraries_does_not_say_its_notes_twice(tmp_path):
+    """``llm export --target qnn`` without an SDK runs itself again in QAIRT's environment: the
+    first process says the notes, the second does not."""
+    import os
+
+    from qnn_custom_ops.runtime.simulator_sdk import MARK, SIMULATOR_QAIRT
+
+    config = {"model_type": "gemma3_text", "sliding_window": 512}
+    options = ("--ctx", "256", "--target", "qnn", "--soc", "SM8650")
+    assert len(export_says(tmp_path, config, BPE, *options)) == 1
+    (tmp_path / "ckpt").rename(tmp_path / "first")
+    assert export_says(tmp_path, config, BPE, *options, env={**os.environ, MARK: SIMULATOR_QAIRT}) == []

@@ -96,12 +96,15 @@ def _check_export_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"{config}: {exc}; fix it, or save the config again (config.save_pretrained)") from None
     families.family_of(model_type)
     checks.check_tokenizer_files(checkpoint)
+    from .runtime.simulator_sdk import in_simulator_environment
+
     notes = _light("checkpoint_notes")
+    said = args.target == "qnn" and in_simulator_environment()  # by the process that started this one
     for kind, note in (
         ("warning", notes.vocabulary_note(checkpoint, body)),
         ("note", notes.window_note(body, args.ctx, args.decoder_model_version)),
     ):
-        if note is not None:
+        if note is not None and not said:
             print(f"{kind}: {note}", file=sys.stderr, flush=True)
     files.check_replaceable(Path(args.output))
 
@@ -438,7 +441,9 @@ def _add_progress_flags(parser: argparse.ArgumentParser) -> None:
 def add_llm_commands(commands) -> None:
     """``llm export`` and ``llm generate`` under the CLI's subcommands (building the parser
     imports nothing heavy: ``export_checkpoint`` checks ``--quant`` and ``--target``)."""
-    llm = commands.add_parser("llm", help="a Hugging Face checkpoint to the phone: export, then generate")
+    llm = commands.add_parser(
+        "llm", help="a Hugging Face checkpoint to the phone: list the families, export, generate, evaluate"
+    )
     actions = llm.add_subparsers(dest="llm_command", required=True, metavar="ACTION")
     families = actions.add_parser(
         "families", help="the model families exported, their runner versions, RoPE types, windows, what is refused"
