@@ -134,6 +134,19 @@ def test_llm_eval_scores_perplexity_and_agreement_as_transformers_computes_them(
     assert 0.8 <= against["top1_agreement"] < 1.0
     assert got["perplexity"] != pytest.approx(want, rel=1e-4)  # quantized: close, not the same
 
+    other = tmp_path / "other-tokenizer"  # the same weights and vocabulary size, one token spelled otherwise
+    other.mkdir()
+    for item in checkpoint.iterdir():
+        (other / item.name).write_bytes(item.read_bytes())
+    body = json.loads((other / "tokenizer.json").read_text())
+    vocab = body["model"]["vocab"]
+    vocab["qco-other"] = vocab.pop(next(token for token in vocab if len(token) > 2))
+    (other / "tokenizer.json").write_text(json.dumps(body))
+    code, out, err = run_cli(capsys, "llm", "eval", str(float_export), "--text", str(text), "--against", str(other))
+    assert (code, out, err.strip()) == (2, "", f"error: --against {other}: its tokenizer is not the export's, so the "
+                                        "same ids are other tokens; compare an export with its own checkpoint, or "
+                                        "with another export of it")
+
 
 def test_llm_eval_refuses_what_it_cannot_score_in_one_line(tmp_path, capsys):
     export = tmp_path / "export"

@@ -111,17 +111,19 @@ class _Reference:
     vocab: int
     longest: int | None
     scorer: AbstractContextManager[Scorer]
+    #: Its tokenizer (the ids scored are the export's: they must mean the same tokens).
+    tokenizer: Any
 
 
 def _export_reference(directory: Path, verify: bool, progress: Progress) -> _Reference:
     other = load_export(directory, verify=verify, progress=progress)
     shape = other.manifest.shape
     kind = f"export, {other.manifest.quant}, {RUNS_ON[other.manifest.target].where}"
-    return _Reference(kind, shape.vocab, shape.ctx_len - shape.prefill_len, export_scorer(other))
+    return _Reference(kind, shape.vocab, shape.ctx_len - shape.prefill_len, export_scorer(other), other.tokenizer)
 
 
 def _checkpoint_reference(directory: Path, verify: bool, progress: Progress) -> _Reference:
-    model, _ = load_checkpoint(directory, progress)
+    model, tokenizer = load_checkpoint(directory, progress)
 
     @contextmanager
     def scorer() -> Iterator[Scorer]:
@@ -131,7 +133,7 @@ def _checkpoint_reference(directory: Path, verify: bool, progress: Progress) -> 
 
         yield score
 
-    return _Reference("checkpoint, float32 in transformers", int(model.config.vocab_size), None, scorer())
+    return _Reference("checkpoint, float32 in transformers", int(model.config.vocab_size), None, scorer(), tokenizer)
 
 
 #: What ``--against`` may name, told by the file it holds: an export, or a checkpoint.
@@ -172,6 +174,11 @@ def evaluate(
             raise LlmCheckpointError(
                 f"--against {against}: a vocabulary of {reference.vocab} tokens, the export's is "
                 f"{manifest.shape.vocab}; compare an export with its own checkpoint"
+            )
+        if reference.tokenizer.get_vocab() != tokenizer.get_vocab():
+            raise LlmCheckpointError(
+                f"--against {against}: its tokenizer is not the export's, so the same ids are other tokens; "
+                "compare an export with its own checkpoint, or with another export of it"
             )
     length = manifest.shape.ctx_len - manifest.shape.prefill_len
     if reference is not None and reference.longest is not None:
