@@ -36,7 +36,7 @@ def _light(name: str) -> ModuleType:
     heavy, so ``llm families`` answers and an option is checked at once. Registered under its
     own name, so a later ``import qnn_custom_ops.library`` uses this module (one copy of each
     class); a module it imports from ``library`` must be loaded here first."""
-    full = f"{__package__}.library.{name}"
+    full = f"{LIBRARY}.{name}"
     if full in sys.modules:
         return sys.modules[full]
     spec = importlib.util.spec_from_file_location(full, Path(__file__).parent / "library" / f"{name}.py")
@@ -48,7 +48,24 @@ def _light(name: str) -> ModuleType:
     except BaseException:
         del sys.modules[full]
         raise
+    _light_modules.append(name)
+    _attach_light_modules()
     return module
+
+
+LIBRARY = f"{__package__}.library"
+#: The modules ``_light`` loaded, in order.
+_light_modules: list[str] = []
+
+
+def _attach_light_modules() -> None:
+    """Make the modules ``_light`` loaded attributes of ``library`` once it is imported, as an
+    ordinary import of a submodule does (``qnn_custom_ops.library.families`` by attribute too)."""
+    package = sys.modules.get(LIBRARY)
+    if package is not None:
+        for name in _light_modules:
+            if not hasattr(package, name):
+                setattr(package, name, sys.modules[f"{LIBRARY}.{name}"])
 
 
 def _family_table() -> ModuleType:
@@ -207,6 +224,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from .qnn_sdk import sdk_root
     from .runtime.simulator_sdk import in_simulator_environment
 
+    _attach_light_modules()
     if args.target == "qnn" and sdk_root() is None and not in_simulator_environment():
         return _lowered_on_simulator_libraries(args)
     if not args.verbose:
@@ -268,6 +286,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from .library.checkpoint import generate_text, load_export
     from .library.export_targets import RUNS_ON
 
+    _attach_light_modules()
     say = _progress(args)
     export = load_export(directory, verify=not args.no_verify, progress=say)
     how = "" if sampling.greedy else f", sampling at temperature {sampling.temperature:g}, top-p {sampling.top_p:g}"
@@ -370,6 +389,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from .library.checkpoint import load_export
     from .library.evaluation import evaluate
 
+    _attach_light_modules()
     if not args.verbose:
         transformers.utils.logging.disable_progress_bar()  # "Loading weights" of --against CHECKPOINT_DIR
     say = _progress(args)
