@@ -412,3 +412,12 @@ def test_the_modules_checked_before_the_heavy_import_are_the_librarys_own_after_
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.stdout.split() == ["2", "True", "True", "manifest.json"], done.stderr
+
+
+def test_json_output_puts_id_lists_on_one_line_and_leaves_strings_as_they_are():
+    from qnn_custom_ops.llm_cli import _json_text
+
+    value = {"text": "[ 1, 2 ]\n[\n 3 ]", "ids": [1, 2, 3], "spread": {"runs": [1.5, float("inf")]}}
+    text = _json_text(value)
+    assert '  "ids": [1, 2, 3],' in text.splitlines()
+    assert json.loads(text) == {**value, "spread": {"runs": [1.5, "inf"]}}  # JSON has no infinity

@@ -416,8 +416,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 def _json_text(value: object) -> str:
     """``value`` as indented JSON, a list of numbers (token ids) on one line."""
-    text = json.dumps(_json_ready(value), indent=2)
-    return re.sub(r"\[\s+([-\d.e+,\s]+?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text)
+    text = json.dumps(_json_ready(value), indent=2)  # a string's own newlines are escaped: "[\n" is a list's
+    return re.sub(r"\[\n\s+([-\d.e+,\s]+?)\n\s*\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text)
 
 
 def _json_ready(value: object) -> object:
