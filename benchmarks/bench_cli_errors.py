@@ -36,6 +36,7 @@ def cases(root: Path) -> list[tuple[str, list[str], int]]:
         ("export: --quant typo", ["llm", "export", nothing, "-o", out, "--quant", "16a8", "--ctx", "64"], 2),
         ("export: --decoder-model-version typo", ["llm", "export", nothing, "-o", out, "--decoder-model-version",
                                                   "qwen"], 2),
+        ("export: --prefill 0", ["llm", "export", nothing, "-o", out, "--prefill", "0"], 2),
         ("export: no such --calibration", ["llm", "export", nothing, "-o", out, "--calibration", "nope.txt"], 2),
         ("generate: no such export", ["llm", "generate", nothing, "--prompt", "hi"], 2),
         ("generate: --top-p out of range", ["llm", "generate", str(export), "--prompt", "hi", "--temperature", "1",

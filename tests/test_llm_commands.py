@@ -421,3 +421,18 @@ def test_json_output_puts_id_lists_on_one_line_and_leaves_strings_as_they_are():
     text = _json_text(value)
     assert '  "ids": [1, 2, 3],' in text.splitlines()
     assert json.loads(text) == {**value, "spread": {"runs": [1.5, "inf"]}}  # JSON has no infinity
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["export", "x", "-o", "y", "--prefill", "0"],
+     "llm export: argument --prefill: '0' is not a whole number of 1 or more"),
+    (["generate", "x"], "llm generate: the following arguments are required: --prompt"),
+    (["generate", "x", "--prompt", "hi", "--ids", "--json"],
+     "llm generate: argument --json: not allowed with argument --ids"),
+])
+def test_an_option_argparse_refuses_is_one_line_too(argv, message):
+    done = subprocess.run([sys.executable, "-m", "qnn_custom_ops", "llm", *argv], capture_output=True, text=True,
+                          timeout=60)
+    command = message.split(":")[0]
+    assert (done.returncode, done.stdout, done.stderr.strip()) == (
+        2, "", f"error: qnn-custom-ops {message}; see qnn-custom-ops {command} --help")

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import UsageError
 from .quiet import native_noise_filtered
@@ -458,13 +458,22 @@ def _add_progress_flags(parser: argparse.ArgumentParser) -> None:
     shown.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """An ``llm`` action's parser whose mistakes are one line (argparse prints its usage first),
+    naming the command and where its options are listed; exit status 2, as argparse's."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {self.prog}: {message}; see {self.prog} --help", file=sys.stderr)
+        sys.exit(2)
+
+
 def add_llm_commands(commands) -> None:
     """``llm export`` and ``llm generate`` under the CLI's subcommands (building the parser
     imports nothing heavy: ``export_checkpoint`` checks ``--quant`` and ``--target``)."""
     llm = commands.add_parser(
         "llm", help="a Hugging Face checkpoint to the phone: list the families, export, generate, evaluate"
     )
-    actions = llm.add_subparsers(dest="llm_command", required=True, metavar="ACTION")
+    actions = llm.add_subparsers(dest="llm_command", required=True, metavar="ACTION", parser_class=_OneLineParser)
     families = actions.add_parser(
         "families", help="the model families exported, their runner versions, RoPE types, windows, what is refused"
     )
