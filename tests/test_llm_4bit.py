@@ -16,6 +16,7 @@ pytest.importorskip("transformers", reason="transformers is a dev extra (pip ins
 from qnn_custom_ops.library import RunnerLoop, export_llm, quantize_llm  # noqa: E402
 from qnn_custom_ops.library.steps import eager_step  # noqa: E402
 from qnn_custom_ops.quantizer import QUANT_MODES  # noqa: E402
+from qnn_custom_ops.lowering.block_linears import block_linears_as_convolutions  # noqa: E402
 from qnn_custom_ops.quantizer.block_scales import block_scales_on_qnn_grid  # noqa: E402
 from qnn_custom_ops.torch_bridge.quantized import encoding_of, is_dequantize  # noqa: E402
 
@@ -116,6 +117,22 @@ def op_datatypes(module: torch.fx.GraphModule) -> dict[str, set[str]]:
     return found
 
 
+def check_as_convolutions(module: torch.fx.GraphModule, programs) -> None:
+    """What QNN lowers of a 16a4w_block program: each per-block projection a 1x1 convolution over
+    the same codes (no copy), computing what the linear does; the program itself unchanged."""
+    before = str(module.graph)
+    rewritten = block_linears_as_convolutions(module)
+    assert str(module.graph) == before
+    kinds = [n.target for n in rewritten.graph.nodes if n.op == "call_function"]
+    assert kinds.count(torch.ops.aten.conv2d.default) == 6 and kinds.count(torch.ops.aten.linear.default) == 1
+    codes = {t.untyped_storage().data_ptr() for t in module.state_dict().values() if t.dtype == torch.int8}
+    assert all(t.untyped_storage().data_ptr() in codes for t in rewritten.state_dict().values() if t.dtype == torch.int8)
+    inputs = programs.decode.example_inputs
+    with torch.no_grad():
+        for want, got in zip(module(*inputs), rewritten(*inputs)):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
 def check_weights_held_once(converted: tuple, float_module: torch.nn.Module) -> None:
     """The two programs read one copy of each weight's codes, and neither holds a float
     projection weight (what lets a 3B model's float weights be freed before lowering)."""
@@ -138,6 +155,8 @@ def test_4bit_programs_hold_4bit_weights_and_run_on_the_host_as_converted(quant,
     check_4bit(converted[1], QUANT_MODES[quant].block_size, programs.decode.module.state_dict())
     check_weights_held_once(converted, programs.decode.module)
     assert op_datatypes(converted[1]) == OP_DATATYPES
+    if QUANT_MODES[quant].block_size is not None:
+        check_as_convolutions(converted[1], programs)
     (step,) = lowered_steps(programs, runner, methods=("kv_forward",), converted=converted, fold_weights=fold_weights)
     host = RunnerLoop(programs.shape, None, step).score(TOKENS)
     eager = RunnerLoop(programs.shape, None, eager_step(converted[1])).score(TOKENS)

@@ -112,11 +112,12 @@ print("PROBE", json.dumps({"parting": None if parting is None else vars(parting)
 
 
 @pytest.mark.slow
-def test_the_probe_names_the_op_where_a_16a4w_block_llm_parts_from_the_host_on_qnn():
+def test_a_16a4w_block_llm_on_qnn_stays_within_a_tenth_of_a_percent_of_the_host_op_by_op():
     """Every quantized op output of a one-layer 16a4w_block Qwen3's prefill, on the simulator
-    against the converted model: all within 1 % of their range up to the MLP's fused gate/up
-    projection (256 outputs), which QNN computes wrong (README: per-block 4-bit weights past 64
-    output channels, QAIRT 2.51). Lowered in a process started with the simulator's environment."""
+    against the converted model (the probe program, lowered in a process started with the
+    simulator's environment): none parts from it, the per-block projections included, which QNN
+    computes right as 1x1 convolutions only (``lowering/block_linears.py``; as FullyConnected the
+    MLP's gate/up projection was 65117 steps off)."""
     import json
 
     from qnn_custom_ops.runtime.simulator_sdk import simulator_environment
@@ -125,9 +126,22 @@ def test_the_probe_names_the_op_where_a_16a4w_block_llm_parts_from_the_host_on_q
                             env={**os.environ, **simulator_environment()})
     (line,) = [line for line in result.stdout.splitlines() if line.startswith("PROBE ")]
     found = json.loads(line.removeprefix("PROBE "))
-    parting, differences = found["parting"], found["differences"]
-    assert parting is not None and parting["op"] == "aten.linear.default", parting
-    assert parting["module"].endswith("gate_up_proj"), parting
-    before = differences[: differences.index(parting)]
-    assert {d["op"] for d in before} >= {"qco_llm.rms_norm.default", "qco_llm.rope.default", "aten.linear.default"}
-    assert all(d["steps"] <= 0.01 * d["codes"] for d in before), before
+    differences = found["differences"]
+    assert found["parting"] is None, found["parting"]
+    modules = {d["module"] for d in differences}
+    assert {"layers.0.mlp.gate_up_proj", "layers.0.mlp.down_proj", "lm_head"} <= modules
+    assert {d["op"] for d in differences} >= {"qco_llm.rms_norm.default", "qco_llm.rope.default",
+                                              "qco_llm.silu_and_mul.default", "aten.linear.default"}
+    assert max(d["steps"] / d["codes"] for d in differences) < 0.002, max(differences, key=lambda d: d["steps"])
+
+
+def test_the_first_op_past_its_share_of_the_range_is_where_a_program_parts():
+    from qnn_custom_ops.runtime.probe import OpDifference, first_parting
+
+    differences = [OpDifference("rms_norm", "qco_llm.rms_norm.default", "norm", 3, 65535),
+                   OpDifference("softmax", "aten.softmax.int", "attn", 50, 65535),
+                   OpDifference("linear_4", "aten.linear.default", "mlp.gate_up_proj", 900, 65535),
+                   OpDifference("silu_and_mul", "qco_llm.silu_and_mul.default", "mlp", 40000, 65535)]
+    assert first_parting(differences) == differences[2]
+    assert str(differences[2]) == "linear_4 (aten.linear.default, mlp.gate_up_proj): 900 steps of 65535"
+    assert first_parting(differences[:2]) is None and first_parting(differences[:2], fraction=0.0005) is differences[1]

@@ -28,6 +28,7 @@ from ..errors import ReportedError, UsageError
 from ..opdef import Datatype
 from ..torch_bridge import OpPackageBinding
 from ..torch_bridge.quantized import Encoding, encoding_of, is_dequantize
+from .block_linears import block_linears_as_convolutions
 from .emulation import EmulatedOp, cast_int64_inputs, emulate_quantized
 from .external_weights import name_constants_apart, tag_weights_external, weights_tag
 from .folding import FoldQuantizedWeights
@@ -168,6 +169,12 @@ def _lower_qnn(
         )
 
 
+def _for_qnn(module: torch.nn.Module) -> torch.nn.Module:
+    """A converted model as QNN computes it right: its per-block 4-bit linears as 1x1
+    convolutions (``block_linears``)."""
+    return block_linears_as_convolutions(module) if isinstance(module, torch.fx.GraphModule) else module
+
+
 def _check_choices(
     target: str, emulate: str, compile_spec: list | None, codes_io: bool = False, external_weights: bool = False
 ) -> None:
@@ -213,6 +220,8 @@ def lower_methods(
     hears each stage as it ends and, on the host, the partitions XNNPACK has compiled."""
     _check_choices(target, emulate, compile_spec, codes_io, external_weights)
     stages = Stages(progress)
+    if target == "qnn":
+        methods = {name: (_for_qnn(m), inputs) for name, (m, inputs) in methods.items()}
     exported = {name: torch.export.export(m, tuple(inputs)) for name, (m, inputs) in methods.items()}
     stages.ended(f"{' and '.join(exported)} exported")
     encodings = {name: output_encodings(program) for name, program in exported.items()}

@@ -19,19 +19,21 @@ BLOCK_SCALE_STEPS = 16
 
 
 def block_scales_on_qnn_grid(scales: torch.Tensor) -> torch.Tensor:
-    """``scales`` ``[channels, blocks]`` each rounded up to a multiple of its channel's largest / 16."""
-    unit = scales.amax(dim=-1, keepdim=True) / BLOCK_SCALE_STEPS
-    return torch.ceil(scales / unit).clamp(1, BLOCK_SCALE_STEPS) * unit
+    """``scales`` ``[channels, blocks, ...]`` each rounded up to a multiple of its channel's largest / 16."""
+    per_channel = scales.reshape(scales.shape[0], -1)
+    unit = per_channel.amax(dim=-1, keepdim=True) / BLOCK_SCALE_STEPS
+    return (torch.ceil(per_channel / unit).clamp(1, BLOCK_SCALE_STEPS) * unit).reshape(scales.shape)
 
 
 def _is_per_block(node: torch.fx.Node) -> bool:
     """A torchao affine quantize of a weight with blocks along its input channels (``16a4w_block``:
-    block size ``(1, n)``, n > 1)."""
+    block size ``(1, n)`` of a linear, ``(1, n, 1, 1)`` of a 1x1 convolution, n > 1)."""
     quantize = torch.ops.torchao.quantize_affine
     if node.op != "call_function" or node.target not in (quantize, quantize.default):
         return False
     block_size = node.args[1]
-    return isinstance(block_size, (tuple, list)) and [b == 1 for b in block_size] == [True, False]
+    ones = [b == 1 for b in block_size] if isinstance(block_size, (tuple, list)) else []
+    return ones[:2] == [True, False] and all(ones[2:])
 
 
 def move_block_scales_onto_qnn_grid(module: torch.fx.GraphModule) -> None:

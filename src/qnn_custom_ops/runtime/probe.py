@@ -38,20 +38,30 @@ class OpDifference:
         return f"{self.node} ({self.op}{where}): {self.steps:.0f} steps of {self.codes}"
 
 
+def _input(node: torch.fx.Node) -> torch.fx.Node | None:
+    """``node``'s first argument when it is a node."""
+    first = node.args[0] if node.args else None
+    return first if isinstance(first, torch.fx.Node) else None
+
+
 def _op_outputs(module: torch.fx.GraphModule) -> list[torch.fx.Node]:
     """The dequantize after each op's quantized output (a ``q -> dq`` pair whose quantize takes
     the op's result), in graph order."""
-    return [
-        node
-        for node in module.graph.nodes
-        if is_dequantize(node) and is_quantize(node.args[0]) and isinstance(node.args[0].args[0], torch.fx.Node)
-    ]
+    found = []
+    for node in module.graph.nodes:
+        quantize = _input(node) if is_dequantize(node) else None
+        if quantize is not None and is_quantize(quantize) and _input(quantize) is not None:
+            found.append(node)
+    return found
 
 
 def _producer(dequantize: torch.fx.Node) -> torch.fx.Node:
     """The op whose output ``dequantize`` reads (through a multi-output op's ``getitem``)."""
-    produced = dequantize.args[0].args[0]
-    return produced.args[0] if "getitem" in str(produced.target) else produced
+    quantize = _input(dequantize)
+    produced = _input(quantize) if quantize is not None else None
+    assert produced is not None  # _op_outputs found it so
+    owner = _input(produced) if "getitem" in str(produced.target) else None
+    return owner or produced
 
 
 def _module_path(node: torch.fx.Node) -> str:
