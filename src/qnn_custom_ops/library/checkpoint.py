@@ -266,7 +266,9 @@ def calibration_prompts(
     return [runner.prompt_ids(text)[:longest] for text in texts]
 
 
-def _runner_metadata(programs: LlmPrograms, model: Any, text: RunnerText, quant: str) -> dict[str, Any]:
+def _runner_metadata(
+    programs: LlmPrograms, model: Any, text: RunnerText, quant: str, kv_bits: int = 16
+) -> dict[str, Any]:
     """The constant methods ExecuTorch's static llama writes (``static_llama.py:807-824``, with
     ``get_sliding_window`` where a window mask is taken), with what the runners of ExecuTorch
     1.x read (checked: release/1.0 to 1.4 and main of 2026-08-22): ``get_n_layers``, required
@@ -277,9 +279,11 @@ def _runner_metadata(programs: LlmPrograms, model: Any, text: RunnerText, quant:
     8 for 8a8w, 16 for the other quantized modes, 32 for float, which those runners refuse --
     they hold masks and logits as uint16 codes and cannot run a float program (nor an 8a8w one,
     whose mask and logits are uint8 here: it needs a 1.4 runner or later). BOS and EOS are the
-    runner's own (``runner_text``); it prepends one BOS (``get_n_bos``)."""
+    runner's own (``runner_text``); it prepends one BOS (``get_n_bos``). ``kv_bits`` 8 (8-bit
+    caches under a 16-bit-activation mode, ``quantize_llm``'s) makes it 8, as ExecuTorch's
+    8-bit KV recipes write it."""
     shape, config = programs.shape, model.config
-    bits = {"none": 32, "8a8w": 8}.get(quant, 16)
+    bits = {"none": 32, "8a8w": 8}.get(quant, kv_bits)
     metadata: dict[str, Any] = {
         "get_ar_len": 1,
         "get_bos_id": text.bos,
@@ -324,6 +328,8 @@ def _programs_to_lower(
     target: str,
     progress: Progress,
     decoder_model_version: str | None = None,
+    qat: Any = None,
+    kv_bits: int = 16,
 ) -> _ToLower:
     """The checkpoint loaded, exported in the runner's layout for its ``--decoder_model_version``
     (the family's, told by the tokenizer where one family has several, or the one given) and,
@@ -347,7 +353,9 @@ def _programs_to_lower(
     if quant != "none":
         prompts = calibration_prompts(tokenizer, programs.shape, calibration, version=version)
         started = time.monotonic()
-        modules = quantize_llm(programs, quant, prompts, CALIBRATION_TOKENS, progress=progress)
+        modules = quantize_llm(
+            programs, quant, prompts, CALIBRATION_TOKENS, progress=progress, qat=qat, kv_bits=kv_bits
+        )
         progress(f"quantized {quant} in {time.monotonic() - started:.1f} s")
         _release_float_weights(model, modules)
         encodings = dict(zip(METHODS, (method_encodings(m) for m in modules)))
@@ -361,7 +369,7 @@ def _programs_to_lower(
         eos_ids,
         encodings,
     )
-    metadata = _runner_metadata(programs, model, text, quant)
+    metadata = _runner_metadata(programs, model, text, quant, kv_bits)
     return _ToLower(dict(zip(METHODS, zip(modules, inputs))), manifest, metadata, tokenizer)
 
 
@@ -417,24 +425,36 @@ def export_checkpoint(
     soc: str | None = None,
     progress: Progress = _silent,
     decoder_model_version: str | None = None,
+    qat: Any = None,
+    kv_bits: int = 16,
 ) -> LlmManifest:
     """``llm export``: the checkpoint's programs in the runner's layout, quantized on the
     calibration text (one prompt a line; a built-in text by default), lowered for ``target``,
     written to ``out_dir`` whole or not at all. ``decoder_model_version`` overrides the
-    runner's version told from the checkpoint."""
+    runner's version told from the checkpoint. ``qat`` (steps, or a ``qat.QatConfig``) trains
+    the weights quantization-aware on the calibration text first; ``kv_bits=8`` gives a
+    16-bit-activation mode 8-bit caches (``quantize_llm``'s, and ``get_kv_io_bit_width`` 8)."""
     from ..lowering.program import lower_methods
     from ..quantizer import QUANT_MODES
+    from .generation import check_kv_bits
     from .llm import llm_binding
+    from .qat import check_qat
 
     _require_choice("--quant", quant, ("none", *QUANT_MODES))
     _require_choice("--target", target, TARGETS)
+    if quant == "none" and (qat is not None or kv_bits != 16):
+        raise LlmCheckpointError("--qat and --kv-bits quantize: pass --quant too (16a4w, 16a8w, ...)")
+    if quant != "none":
+        check_kv_bits(kv_bits, quant)
+        if qat is not None:
+            check_qat(qat, quant)
     if decoder_model_version is not None:  # before the checkpoint is read
         _require_choice("--decoder-model-version", decoder_model_version, tuple(RUNNER_VERSIONS))
     check_replaceable(out_dir)  # before the long steps, and again when written
     spec = qnn_compile_spec(soc, quant) if target == "qnn" else None
     check_context(checkpoint, ctx_len)
     staged = _programs_to_lower(
-        checkpoint, prefill_len, ctx_len, quant, calibration, target, progress, decoder_model_version
+        checkpoint, prefill_len, ctx_len, quant, calibration, target, progress, decoder_model_version, qat, kv_bits
     )
     fold = target == "host" and quant != "none" and _folded_weights_fit(staged, progress)
     started = time.monotonic()

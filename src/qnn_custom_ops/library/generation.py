@@ -20,6 +20,7 @@ import torch
 from ..lowering.weight_sharing import EqualTensors
 from ..progress import time_left
 from .hf import LlmExportError, LlmPrograms, LlmShape
+from .qat import QatConfig, qat_config, train_qat, use_weights
 from .runner_loop import RunnerLoop, check_fits
 from .steps import Generation, Step, eager_step, snapshot, token_ids
 
@@ -166,6 +167,8 @@ def quantize_llm(
     prompts: Sequence[Sequence[int]],
     new_tokens: int,
     progress: Callable[[str], None] | None = None,
+    qat: int | QatConfig | None = None,
+    kv_bits: int = 16,
 ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
     """The prefill and decode programs converted by PT2E (``make_quantizer``, min-max observers,
     the KV-cache overrides), calibrated on float greedy generation from each prompt, run through
@@ -176,13 +179,31 @@ def quantize_llm(
     cache input and new rows share one encoding in both programs (``share_cache_encodings``), so
     a runner copies codes. ``quant_dtype`` is a ``QUANT_MODES`` name: 16a4w and 16a4w_block give the projections
     4-bit weights and keep the ``lm_head`` at 16a8w, as ExecuTorch's Llama recipes do.
-    ``progress`` hears one line per calibration prompt, with the time left at the pace so far."""
+    ``progress`` hears one line per calibration prompt, with the time left at the pace so far.
+
+    ``qat`` (a number of steps, or a ``QatConfig``) first trains the weights quantization-aware
+    on the prompts (``qat.train_qat``: the prefill program prepared with ``prepare_qat_pt2e`` and
+    the same annotation, fake-quantized, distilled from the float program by default), then
+    calibrates and converts the programs with the trained weights as above; the model passed in
+    keeps its own weights.
+
+    ``kv_bits=8`` (a mode of 16-bit activations, ``cache="runner"``) gives each layer's K and V
+    caches, and the new rows the programs give, one 8-bit encoding (``share_cache_encodings``):
+    half the cache memory, and a runner holds them as bytes (``get_kv_io_bit_width`` 8)."""
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
+    check_kv_bits(kv_bits, quant_dtype)
+    if kv_bits != 16 and programs.shape.cache != "runner":
+        raise LlmExportError(f"kv_bits={kv_bits}: 8-bit caches need programs of cache='runner'")
+    config = qat_config(qat)
     prepared = [
         prepare_pt2e(program.exported.module(), _llm_quantizer(quant_dtype))
         for program in (programs.prefill, programs.decode)
     ]
+    if config is not None:
+        trained = train_qat(programs, quant_dtype, prompts, config, _llm_quantizer(quant_dtype, qat=True), progress)
+        for module in prepared:
+            use_weights(module, trained)
     prefill, decode = (_CountedStep(eager_step(module)) for module in prepared)
     batch = programs.shape.batch
     groups = [list(prompts[i : i + batch]) for i in range(0, len(prompts), batch)]
@@ -203,7 +224,7 @@ def quantize_llm(
     if progress is not None:
         progress(f"calibration: prefill observed on {prefill.calls} calls, decode on {decode.calls}")
     if programs.shape.cache == "runner":
-        share_cache_encodings(prepared, programs.shape)
+        share_cache_encodings(prepared, programs.shape, kv_bits)
     codes = _WeightCodes()
     converted = (_convert(prepared[0], codes), _convert(prepared[1], codes))
     _share_equal_tensors(converted)
@@ -336,14 +357,20 @@ def _passed_on(value: torch.Tensor) -> torch.Tensor:
     return value
 
 
-def _llm_quantizer(quant_dtype: str) -> Any:
+def _llm_quantizer(quant_dtype: str, qat: bool = False) -> Any:
     """The LlmOpPackage's quantizer for ``quant_dtype``: per-channel projections, min-max
-    observers, the library's overrides, the ``lm_head`` kept at 8-bit weights."""
+    observers, the library's overrides, the ``lm_head`` kept at 8-bit weights. With ``qat``
+    the same annotation with executorch's fake quantizers (their own moving-average observers
+    on activations: a fused fake quantizer takes no other)."""
     from torchao.quantization.pt2e import MinMaxObserver
 
     from ..quantizer import make_quantizer
-    from .llm import llm_binding
+    from .llm import llm_binding, llm_quant_overrides
 
+    if qat:
+        return make_quantizer(
+            llm_binding(), quant_dtype, llm_quant_overrides(), per_channel_linear=True, keep=_is_lm_head, qat=True
+        )
     return make_quantizer(
         llm_binding(),
         quant_dtype,
@@ -475,18 +502,47 @@ def _cache_observers(module: torch.fx.GraphModule, shape: LlmShape) -> list[tupl
     return [(_input_observer(module, cache), rows) for cache, rows in zip(placeholders, output.args[0][1:])]
 
 
-def share_cache_encodings(prepared: Sequence[torch.fx.GraphModule], shape: LlmShape) -> None:
+#: The cache widths ``quantize_llm``'s ``kv_bits`` takes.
+KV_BITS = (8, 16)
+
+
+def check_kv_bits(kv_bits: int, quant_dtype: str) -> None:
+    """8 or 16; 8 only under a mode of 16-bit activations (8a8w's caches are 8-bit already)."""
+    if kv_bits not in KV_BITS:
+        raise LlmExportError(f"kv_bits={kv_bits!r}: the caches are 16-bit (the default) or 8-bit; pass 16 or 8")
+    if kv_bits == 8 and not quant_dtype.startswith("16a"):
+        raise LlmExportError(
+            f"kv_bits=8 under {quant_dtype}: 8-bit caches are for modes of 16-bit activations "
+            "(16a8w, 16a16w, 16a4w, 16a4w_block)"
+        )
+
+
+def _cache_observer(like: Any, kv_bits: int) -> Any:
+    """The shared observer of a cache: a copy of its input's (16 bits), or at 8 bits of the same
+    kind -- signed, symmetric (-127...127, zero at code 0, as QNN's MatMul takes its second input
+    and as ExecuTorch's ``annotate_kv_8bit`` gives 16a8w's caches)."""
+    if kv_bits == 16:
+        return copy.deepcopy(like)
+    from torchao.quantization.pt2e import MinMaxObserver
+
+    symmetric = like.qscheme == torch.per_tensor_symmetric
+    low, high = (-127, 127) if symmetric else (-128, 127)
+    return MinMaxObserver(dtype=torch.int8, qscheme=like.qscheme, quant_min=low, quant_max=high, eps=like.eps)
+
+
+def share_cache_encodings(prepared: Sequence[torch.fx.GraphModule], shape: LlmShape, kv_bits: int = 16) -> None:
     """One observer for each layer's K cache input and new K rows in every program, and the
     same for V: the cache input's kind (QNN's MatMul takes its second input symmetric), over
     the union of what all of them observed. A runner copying output codes into the cache, and
     one method's cache to the other's, then copies values (ExecuTorch's
-    ``_encoding_override(..., override_kv_cache=True)`` ensures the same). Call it after
-    calibration, before ``convert_pt2e``."""
+    ``_encoding_override(..., override_kv_cache=True)`` ensures the same). With ``kv_bits`` 8
+    the shared encoding is 8-bit (``_cache_observer``): the caches the programs take and the
+    new rows they give, in both methods. Call it after calibration, before ``convert_pt2e``."""
     per_program = [_cache_observers(module, shape) for module in prepared]
     for index in range(2 * shape.layers):
         nodes = [(module, node) for module, pairs in zip(prepared, per_program) for node in pairs[index]]
         observers: list[Any] = [module.get_submodule(str(node.target)) for module, node in nodes]  # MinMaxObservers
-        shared = copy.deepcopy(observers[0])
+        shared = _cache_observer(observers[0], kv_bits)
         shared.min_val.copy_(torch.stack([o.min_val for o in observers]).min())
         shared.max_val.copy_(torch.stack([o.max_val for o in observers]).max())
         name = f"activation_post_process_kv_{index}"

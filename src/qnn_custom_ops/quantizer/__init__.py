@@ -11,11 +11,12 @@ from .annotation import (  # noqa: E402
     Share,
     io_quant_configs,
     make_annotation,
+    qat_supported,
     quant_annotation,
     quant_dtype_of,
     spec_datatype,
 )
-from .factory import QUANT_MODES, BoundOpsQnnQuantizer, QuantMode, make_quantizer, quant_mode  # noqa: E402
+from .factory import QUANT_MODES, BoundOpsQnnQuantizer, QuantMode, make_quantizer, quant_mode, trainable  # noqa: E402
 
 __all__ = [
     "BoundOpsQnnQuantizer",
@@ -28,8 +29,10 @@ __all__ = [
     "io_quant_configs",
     "make_annotation",
     "make_quantizer",
+    "qat_supported",
     "quant_annotation",
     "quant_dtype_of",
     "quant_mode",
     "spec_datatype",
+    "trainable",
 ]

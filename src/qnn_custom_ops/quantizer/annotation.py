@@ -80,13 +80,28 @@ def _is_float_only(datatypes: tuple[Datatype, ...]) -> bool:
     return bool(datatypes) and all(d.is_float for d in datatypes)
 
 
-class OpAnnotator:
-    """Annotates every node of one bound op for one ``quant_dtype``."""
+def qat_supported(quant_dtype: str) -> bool:
+    """Whether executorch has a quantization-aware training config for ``quant_dtype`` (fake
+    quantization: 8a8w, 16a8w, 16a4w; not 16a16w)."""
+    return (quant_dtype_of(quant_dtype), True) in QUANT_CONFIG_DICT
 
-    def __init__(self, binding: OpBinding, quant_dtype: str, overrides: Mapping[Any, Override]):
+
+def _config(quant_dtype: str, qat: bool) -> Any:
+    """executorch's config of ``quant_dtype``: observers, or with ``qat`` fake quantizers."""
+    if qat and not qat_supported(quant_dtype):
+        trainable = ", ".join(name for name in QUANT_DTYPES if qat_supported(name))
+        raise UsageError(f"quantization-aware training has no {quant_dtype} config in executorch: use {trainable}")
+    return QUANT_CONFIG_DICT[(quant_dtype_of(quant_dtype), qat)][0]()
+
+
+class OpAnnotator:
+    """Annotates every node of one bound op for one ``quant_dtype``; with ``qat`` its specs
+    fake-quantize (``prepare_qat_pt2e``) where they would observe."""
+
+    def __init__(self, binding: OpBinding, quant_dtype: str, overrides: Mapping[Any, Override], qat: bool = False):
         self.binding = binding
         self.quant_dtype = quant_dtype
-        self.config = QUANT_CONFIG_DICT[(quant_dtype_of(quant_dtype), False)][0]()
+        self.config = _config(quant_dtype, qat)
         self.overrides = dict(overrides)
         self._check_override_keys()
         for kind, tensors in ((Role.INPUT, binding.opdef.inputs), (Role.OUTPUT, binding.opdef.outputs)):
@@ -205,22 +220,25 @@ class OpAnnotator:
 
 
 def quant_annotation(
-    binding: OpPackageBinding, quant_dtype: str = "8a8w", overrides: Overrides | None = None
+    binding: OpPackageBinding, quant_dtype: str = "8a8w", overrides: Overrides | None = None, qat: bool = False
 ) -> Callable[[torch.fx.GraphModule], None]:
     """``(GraphModule) -> None`` for ``QnnQuantizer.add_custom_quant_annotations``: annotates
-    every node of the binding's ops as its OpDef allows."""
-    return make_annotation(binding.ops, quant_dtype, overrides)
+    every node of the binding's ops as its OpDef allows (``qat``: with fake quantizers)."""
+    return make_annotation(binding.ops, quant_dtype, overrides, qat)
 
 
 def make_annotation(
-    bindings: Mapping[str, OpBinding], quant_dtype: str = "8a8w", overrides: Overrides | None = None
+    bindings: Mapping[str, OpBinding],
+    quant_dtype: str = "8a8w",
+    overrides: Overrides | None = None,
+    qat: bool = False,
 ) -> Callable[[torch.fx.GraphModule], None]:
     """The custom annotation function for ``QnnQuantizer.add_custom_quant_annotations``."""
     overrides = overrides or {}
     unknown = [t for t in overrides if t not in bindings]
     if unknown:
         raise QuantAnnotationError(f"overrides name ops that are not bound: {', '.join(unknown)}")
-    annotators = {b.custom_op_name: OpAnnotator(b, quant_dtype, overrides.get(t, {})) for t, b in bindings.items()}
+    annotators = {b.custom_op_name: OpAnnotator(b, quant_dtype, overrides.get(t, {}), qat) for t, b in bindings.items()}
 
     def annotate_custom_ops(graph_module: torch.fx.GraphModule) -> None:
         for node in graph_module.graph.nodes:
@@ -229,7 +247,7 @@ def make_annotation(
                 if annotator is not None:
                     annotator.annotate(node)
 
-    annotate_custom_ops.__name__ = f"annotate_{'_'.join(bindings)}_{quant_dtype}"
+    annotate_custom_ops.__name__ = f"annotate_{'_'.join(bindings)}_{quant_dtype}{'_qat' if qat else ''}"
     return annotate_custom_ops
 
 

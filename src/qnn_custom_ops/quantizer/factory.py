@@ -7,13 +7,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from executorch.backends.qualcomm.quantizer.quantizer import ModuleQConfig, QnnQuantizer, QuantDtype
+from executorch.backends.qualcomm.quantizer.quantizer import (
+    QUANT_CONFIG_DICT,
+    ModuleQConfig,
+    QnnQuantizer,
+    QuantDtype,
+)
 from executorch.backends.qualcomm.serialization.qc_schema import QcomChipset
 from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
 
 from ..errors import UsageError
 from ..torch_bridge import OpPackageBinding
-from .annotation import Overrides, quant_annotation
+from .annotation import Overrides, qat_supported, quant_annotation
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,13 @@ def quant_mode(name: str) -> QuantMode:
         return QUANT_MODES[name]
     except KeyError:
         raise UsageError(f"unknown quant_dtype {name!r}: use one of {', '.join(QUANT_MODES)}") from None
+
+
+def trainable(quant_dtype: str) -> bool:
+    """Whether ``make_quantizer(..., qat=True)`` takes the ``QUANT_MODES`` name: executorch has
+    QAT configs for its default and for the bound ops' dtype (all but 16a16w)."""
+    mode = quant_mode(quant_dtype)
+    return (mode.default, True) in QUANT_CONFIG_DICT and qat_supported(mode.ops)
 
 
 class BoundOpsQnnQuantizer(QnnQuantizer):
@@ -101,6 +113,7 @@ def make_quantizer(
     per_channel_conv: bool = True,
     per_channel_linear: bool = False,
     keep: Callable[[torch.fx.Node], bool] | None = None,
+    qat: bool = False,
     **default_config: Any,
 ) -> QnnQuantizer:
     """A ``QnnQuantizer`` for ``quant_dtype`` (a ``QUANT_MODES`` name) whose custom annotation
@@ -111,18 +124,28 @@ def make_quantizer(
     tooling. ``default_config`` goes to ``QnnQuantizer.set_default_quant_config``. Nodes
     ``keep`` accepts take the mode's ``kept`` dtype per channel (a 4-bit mode's ``lm_head`` at
     16a8w, as ExecuTorch's Llama recipes keep it).
+
+    With ``qat`` every spec fake-quantizes instead of observing (executorch's QAT configs, the
+    bound ops' OpDef-derived annotation included): prepare with ``prepare_qat_pt2e``, train, then
+    ``convert_pt2e``. Refused, in one line, for a mode executorch has no QAT config of (16a16w).
     """
     mode = quant_mode(quant_dtype)
-    annotation = quant_annotation(binding, mode.ops, overrides)
+    if qat and not trainable(quant_dtype):
+        raise UsageError(
+            f"quantization-aware training has no {quant_dtype} config in executorch: use "
+            f"{', '.join(name for name in QUANT_MODES if trainable(name))}"
+        )
+    annotation = quant_annotation(binding, mode.ops, overrides, qat)
     quantizer = BoundOpsQnnQuantizer(binding, mode.block_size, soc_model=QcomChipset[soc_model])
     quantizer.add_custom_quant_annotations((annotation,))
     quantizer.set_default_quant_config(
         mode.default,
+        is_qat=qat,
         is_conv_per_channel=per_channel_conv,
         is_linear_per_channel=per_channel_linear,
         **default_config,
     )
     if keep is not None and mode.kept is not None:
-        kept = ModuleQConfig(mode.kept, is_conv_per_channel=True, is_linear_per_channel=True, **default_config)
+        kept = ModuleQConfig(mode.kept, qat, is_conv_per_channel=True, is_linear_per_channel=True, **default_config)
         quantizer.set_submodule_qconfig_list([(keep, kept)])
     return quantizer
