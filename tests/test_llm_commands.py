@@ -397,23 +397,6 @@ def test_a_qnn_export_started_again_with_the_simulators_libraries_does_not_say_i
     assert export_says(tmp_path, config, BPE, *options, env={**os.environ, MARK: SIMULATOR_QAIRT}) == []
 
 
-@pytest.mark.slow
-def test_the_modules_checked_before_the_heavy_import_are_the_librarys_own_after_it(tmp_path):
-    """``llm export`` reads the registries without ``library/__init__`` (torch), then imports the
-    library: one module each, reachable as the library's attributes too, one class per error."""
-    (tmp_path / "config.json").write_text('{"model_type": "qwen3"}')
-    (tmp_path / "tokenizer.json").write_text("{}")
-    code = (
-        "import sys; from qnn_custom_ops.cli import main; "
-        f"print(main(['llm', 'export', {str(tmp_path)!r}, '-o', {str(tmp_path / 'out')!r}])); "
-        "import qnn_custom_ops.library as library; from qnn_custom_ops.library.hf import LlmExportError; "
-        "print(library.families is sys.modules['qnn_custom_ops.library.families'], "
-        "library.families.LlmExportError is LlmExportError, library.export_files.MANIFEST)"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.stdout.split() == ["2", "True", "True", "manifest.json"], done.stderr
-
-
 def test_json_output_puts_id_lists_on_one_line_and_leaves_strings_as_they_are():
     from qnn_custom_ops.llm_cli import _json_text
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
+import importlib
 import json
 import math
 import os
@@ -30,52 +30,10 @@ from .quiet import native_noise_filtered
 EXIT_OK = 0
 
 
-def _light(name: str) -> ModuleType:
-    """``library/<name>.py`` without ``library/__init__.py``, which imports torch, executorch and
-    transformers (7 s): for the registries (``families``, ``family_table``) that import nothing
-    heavy, so ``llm families`` answers and an option is checked at once. Registered under its
-    own name, so a later ``import qnn_custom_ops.library`` uses this module (one copy of each
-    class); a module it imports from ``library`` must be loaded here first."""
-    full = f"{LIBRARY}.{name}"
-    if full in sys.modules:
-        return sys.modules[full]
-    spec = importlib.util.spec_from_file_location(full, Path(__file__).parent / "library" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[full] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[full]
-        raise
-    _light_modules.append(name)
-    _attach_light_modules()
-    return module
-
-
-LIBRARY = f"{__package__}.library"
-#: The modules ``_light`` loaded, in order.
-_light_modules: list[str] = []
-
-
-def _attach_light_modules() -> None:
-    """Make the modules ``_light`` loaded attributes of ``library`` once it is imported, as an
-    ordinary import of a submodule does (``qnn_custom_ops.library.families`` by attribute too)."""
-    package = sys.modules.get(LIBRARY)
-    if package is not None:
-        for name in _light_modules:
-            if not hasattr(package, name):
-                setattr(package, name, sys.modules[f"{LIBRARY}.{name}"])
-
-
-def _family_table() -> ModuleType:
-    _light("families")
-    return _light("family_table")
-
-
-def _export_files() -> ModuleType:
-    _light("json_values")
-    return _light("export_files")
+def _library(name: str) -> ModuleType:
+    """``library.<name>``: the light modules (the registries, the export directory's files, the
+    sampling options) import nothing heavy, and ``library`` imports its names on first use."""
+    return importlib.import_module(f"{__package__}.library.{name}")
 
 
 #: ``--quant``'s names (float, and ``quantizer.QUANT_MODES``, which imports executorch; the
@@ -95,7 +53,7 @@ def _check_export_arguments(args: argparse.Namespace) -> None:
     family, its tokenizer's files there, ``-o`` one an export may replace)."""
     _check_choice("--quant", args.quant, QUANT_CHOICES)
     _check_choice("--target", args.target, TARGET_CHOICES)
-    families, files = _light("families"), _export_files()
+    families, files = _library("families"), _library("export_files")
     if args.decoder_model_version is not None:
         _check_choice("--decoder-model-version", args.decoder_model_version, tuple(families.RUNNER_VERSIONS))
     if args.target == "qnn" and args.soc is None:
@@ -105,7 +63,7 @@ def _check_export_arguments(args: argparse.Namespace) -> None:
     config = checkpoint / "config.json"
     if not config.is_file():
         raise UsageError(f"{checkpoint}: no config.json; pass a Hugging Face checkpoint directory")
-    checks, values = _light("config_checks"), _light("json_values")
+    checks, values = _library("config_checks"), _library("json_values")
     try:
         body = values.load_object(config, checks.CONFIG_LIMIT)
         model_type = values.string(values.required(body, "model_type"), "model_type")
@@ -115,7 +73,7 @@ def _check_export_arguments(args: argparse.Namespace) -> None:
     checks.check_tokenizer_files(checkpoint)
     from .runtime.simulator_sdk import in_simulator_environment
 
-    notes = _light("checkpoint_notes")
+    notes = _library("checkpoint_notes")
     said = args.target == "qnn" and in_simulator_environment()  # by the process that started this one
     for kind, note in (
         ("warning", notes.vocabulary_note(checkpoint, body)),
@@ -128,14 +86,14 @@ def _check_export_arguments(args: argparse.Namespace) -> None:
 
 def _check_export_directory(option: str, directory: str) -> Path:
     """An export directory: one holding a manifest (read and checked in full later)."""
-    path, manifest = Path(directory), _export_files().MANIFEST
+    path, manifest = Path(directory), _library("export_files").MANIFEST
     if not (path / manifest).is_file():
         raise UsageError(f"{option}{directory}: no {manifest}; pass a directory written by qnn-custom-ops llm export")
     return path
 
 
 def _cmd_families(args: argparse.Namespace) -> int:
-    table = _family_table()
+    table = _library("family_table")
     if args.json:
         print(json.dumps(table.as_json(), indent=2))
     else:
@@ -224,7 +182,6 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from .qnn_sdk import sdk_root
     from .runtime.simulator_sdk import in_simulator_environment
 
-    _attach_light_modules()
     if args.target == "qnn" and sdk_root() is None and not in_simulator_environment():
         return _lowered_on_simulator_libraries(args)
     if not args.verbose:
@@ -278,7 +235,7 @@ def _check_generate_arguments(args: argparse.Namespace) -> tuple[Path, Any]:
     _check_utf8("--prompt", args.prompt)
     if args.chat is not None:
         _check_choice("--chat", args.chat, CHAT_CHOICES)
-    return directory, _light("sampling").Sampling(args.temperature, args.top_p, args.seed)
+    return directory, _library("sampling").Sampling(args.temperature, args.top_p, args.seed)
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
@@ -286,7 +243,6 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from .library.checkpoint import generate_text, load_export
     from .library.export_targets import RUNS_ON
 
-    _attach_light_modules()
     say = _progress(args)
     export = load_export(directory, verify=not args.no_verify, progress=say)
     how = "" if sampling.greedy else f", sampling at temperature {sampling.temperature:g}, top-p {sampling.top_p:g}"
@@ -389,7 +345,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from .library.checkpoint import load_export
     from .library.evaluation import evaluate
 
-    _attach_light_modules()
     if not args.verbose:
         transformers.utils.logging.disable_progress_bar()  # "Loading weights" of --against CHECKPOINT_DIR
     say = _progress(args)

@@ -2,33 +2,34 @@
 KV cache (op package ``op_packages/LlmOpPackage``, torch namespace ``qco_llm``),
 ``swap_modules`` to put them into a model, and ``export_llm`` / ``greedy`` to turn a Hugging Face
 causal LM into prefill and decode programs on them and generate with those.
+
+Its names are imported on first use (``lazy``): a light submodule (the family registries, the
+export directory's files, the sampling options) is imported without torch, executorch and
+transformers, so the ``llm`` commands check their arguments at once.
 """
 
-from .generation import greedy, greedy_batch, quantize_llm
-from .hf import LlmExportError, export_llm
-from .llm import LLM_OPS, NAMESPACE, llm_binding, llm_ops, llm_package, llm_quant_overrides, package_dir
-from .reference import LlmOpInputError
-from .runner_loop import RunnerLoop
-from .steps import eager_step, host_step
-from .swap import SelectError, swap_modules
+from ..lazy import lazy_getattr
 
-__all__ = [
-    "LLM_OPS",
-    "NAMESPACE",
-    "LlmExportError",
-    "LlmOpInputError",
-    "RunnerLoop",
-    "SelectError",
-    "eager_step",
-    "export_llm",
-    "greedy",
-    "greedy_batch",
-    "host_step",
-    "llm_binding",
-    "llm_ops",
-    "llm_package",
-    "llm_quant_overrides",
-    "package_dir",
-    "quantize_llm",
-    "swap_modules",
-]
+_SOURCES = {
+    "greedy": "generation",
+    "greedy_batch": "generation",
+    "quantize_llm": "generation",
+    "LlmExportError": "families",
+    "export_llm": "hf",
+    "LLM_OPS": "llm",
+    "NAMESPACE": "llm",
+    "llm_binding": "llm",
+    "llm_ops": "llm",
+    "llm_package": "llm",
+    "llm_quant_overrides": "llm",
+    "package_dir": "llm",
+    "LlmOpInputError": "reference",
+    "RunnerLoop": "runner_loop",
+    "eager_step": "steps",
+    "host_step": "steps",
+    "SelectError": "swap",
+    "swap_modules": "swap",
+}
+
+__getattr__ = lazy_getattr(__name__, _SOURCES)
+__all__ = sorted(_SOURCES)
