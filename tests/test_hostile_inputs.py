@@ -93,7 +93,7 @@ CHECKPOINT_CASES = {
                                    "rope_parameters.factor is \"two\" (a string), not a number"),
     "a size given as text": (edit_config(hidden_size="64"), "hidden_size is '64', where qwen3 takes a number"),
     "a flag given as text": (edit_config(tie_word_embeddings="yes"), "tie_word_embeddings is 'yes', where qwen3 takes a boolean"),
-    "a vocabulary the weights do not have": (edit_config(vocab_size=10**9), "the config is not these weights'"),
+    "a vocabulary the weights do not have": (edit_config(vocab_size=200), "the config is not these weights'"),
     "an unknown family": (edit_config(model_type="gpt9"), "model_type 'gpt9' is not supported; supported: llama"),
     "config.json not JSON": (write("config.json", b"{"), "config.json: not JSON"),
     # the weights

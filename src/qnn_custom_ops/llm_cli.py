@@ -231,11 +231,11 @@ CHAT_CHOICES = ("runner", "hf")
 def _check_generate_arguments(args: argparse.Namespace) -> tuple[Path, Any]:
     """``llm generate``'s options and export directory, before any heavy import; the export
     directory and the sampling (a ``sampling.Sampling``)."""
-    directory = _check_export_directory("", args.export_dir)
     _check_utf8("--prompt", args.prompt)
     if args.chat is not None:
         _check_choice("--chat", args.chat, CHAT_CHOICES)
-    return directory, _library("sampling").Sampling(args.temperature, args.top_p, args.seed)
+    sampling = _library("sampling").Sampling(args.temperature, args.top_p, args.seed)
+    return _check_export_directory("", args.export_dir), sampling
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
