@@ -220,6 +220,7 @@ def test_llm_generate_samples_reproducibly_from_a_seed(quantized_export, capsys)
     assert sampled("--temperature", "1.5", "--top-p", "1e-9", "--seed", "5") == greedy  # the nucleus: the top token
 
 
+@pytest.mark.slow  # 60000 draws, one call each
 def test_sampling_draws_from_the_softmax_at_the_temperature_within_the_nucleus():
     from qnn_custom_ops.library.sampling import Sampling
 
