@@ -7,7 +7,14 @@ Teacher-forced over held-out windows (``RunnerLoop.score``): top-1 agreement wit
 perplexity against float's, per-position logits SQNR (min, median); then greedy tokens equal
 to float's out of 64 (8 held-out prompts, 8 tokens each).
 
+``--qat STEPS`` adds a row per mode quantized after that many steps of quantization-aware
+training (``quantize_llm(..., qat=QatConfig(...))``: distillation from the float program by
+default, ``--qat-loss next_token`` for the text's own next tokens), on the calibration prompts or,
+with ``--qat-text N``, on N tokens of other training text; ``--kv8`` a row per 16-bit-activation
+mode with 8-bit KV caches (``kv_bits=8``), and the cache bytes they save at Llama-3.2-1B's shape.
+
     .venv/bin/python benchmarks/bench_llm_accuracy.py [--quants 8a8w,16a8w,16a16w] [--windows 12]
+        [--qat STEPS [--qat-loss distill|next_token] [--qat-lr 1e-4] [--qat-text TOKENS]] [--kv8]
 """
 
 from __future__ import annotations
@@ -81,27 +88,67 @@ def compare(run: dict, reference: dict, windows) -> dict:
     }
 
 
-def row(name: str, figures: dict, float_ppl: float, seconds: float, width: int = 8) -> str:
+def row(name: str, figures: dict, float_ppl: float, seconds: float, width: int = 16) -> str:
     """One line of the table ``HEADER`` heads."""
     return (f"{name:<{width}}{figures['agree']:>12.1%}{figures['ppl']:>8.2f}{figures['ppl'] / float_ppl:>10.3f}"
             f"{figures['sqnr_min']:>10.1f}{figures['sqnr_median']:>10.1f}{figures['greedy']:>7}/64{seconds:>9.0f}")
 
 
-def header(name: str = "mode", width: int = 8) -> str:
+def header(name: str = "mode", width: int = 16) -> str:
     return (f"{name:<{width}}{'top-1 agree':>12}{'ppl':>8}{'ppl/float':>10}{'SQNR min':>10}{'SQNR med':>10}"
             f"{'greedy =':>10}{'seconds':>9}")
+
+
+#: Llama-3.2-1B's caches (16 layers, 8 KV heads of 64) at ``--ctx 4096``: elements of K and V.
+LLAMA_1B_CACHE_ELEMENTS = 2 * 16 * 8 * 64 * 4096
+
+
+def cache_bytes_line() -> str:
+    """What 8-bit caches save at Llama-3.2-1B's shape, ``--ctx 4096``."""
+    at16, at8 = 2 * LLAMA_1B_CACHE_ELEMENTS, LLAMA_1B_CACHE_ELEMENTS
+    return (f"KV caches of Llama-3.2-1B (16 layers x 8 KV heads x 64, K and V) at ctx 4096: {at16 / 2**20:.0f} MiB "
+            f"in 16 bits, {at8 / 2**20:.0f} MiB in 8 ({(at16 - at8) / 2**20:.0f} MiB saved)")
+
+
+def qat_text(tokenizer, tokens: int) -> tuple:
+    """``tokens`` training tokens of files the calibration prompts do not come from."""
+    from tiny_trained_llm import corpus, token_stream
+
+    train_texts, _ = corpus()
+    return (tuple(token_stream(tokenizer, train_texts[3::5])[:tokens].tolist()),)
+
+
+def runs(args, tokenizer) -> list:
+    """(row name, quantize_llm keywords) of every row asked for."""
+    from qnn_custom_ops.library.qat import QatConfig
+
+    rows = []
+    for quant in args.quants.split(","):
+        rows.append((quant, {}))
+        if args.qat:
+            text = qat_text(tokenizer, args.qat_text) if args.qat_text else None
+            config = QatConfig(steps=args.qat, lr=args.qat_lr, loss=args.qat_loss, text=text)
+            rows.append((f"{quant}+qat", {"qat": config}))
+        if args.kv8 and quant.startswith("16a"):
+            rows.append((f"{quant}+kv8", {"kv_bits": 8}))
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quants", default="8a8w,16a8w,16a16w")
     parser.add_argument("--windows", type=int, default=12)
+    parser.add_argument("--qat", type=int, default=0, metavar="STEPS")
+    parser.add_argument("--qat-loss", default="distill", choices=("distill", "next_token"))
+    parser.add_argument("--qat-lr", type=float, default=1e-4)
+    parser.add_argument("--qat-text", type=int, default=0, metavar="TOKENS")
+    parser.add_argument("--kv8", action="store_true")
     args = parser.parse_args()
     with qco.quieted():
         from qnn_custom_ops.library import export_llm, llm_binding, package_dir, quantize_llm
         from qnn_custom_ops.runtime import HostRunner
 
-        checkpoint, _, model, held, calibration = load_trained(PREFILL)
+        checkpoint, tokenizer, model, held, calibration = load_trained(PREFILL)
         windows, prompts = held_out_sets(held, args.windows)
         programs = export_llm(model, prefill_len=PREFILL, ctx_len=CTX, cache="runner")
         runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
@@ -112,11 +159,13 @@ def main() -> None:
         print(f"{checkpoint.name}: float held-out perplexity {float_ppl:.2f} over {args.windows} windows of "
               f"{WINDOW} tokens ({time.monotonic() - started:.0f} s)")
         print(header())
-        for quant in args.quants.split(","):
+        for name, options in runs(args, tokenizer):
             started = time.monotonic()
-            modules = quantize_llm(programs, quant, calibration, 16)
+            modules = quantize_llm(programs, name.split("+")[0], calibration, 16, **options)
             run = evaluate(loop_for(programs, modules, runner), windows, prompts)
-            print(row(quant, compare(run, float_run, windows), float_ppl, time.monotonic() - started), flush=True)
+            print(row(name, compare(run, float_run, windows), float_ppl, time.monotonic() - started), flush=True)
+        if args.kv8:
+            print(cache_bytes_line())
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ class QatConfig:
     the float program's logits) or ``"next_token"`` (cross-entropy on the text). ``text``: token
     ids to train on instead of the calibration prompts (more text than a calibration needs)."""
 
-    steps: int = 200
+    steps: int = 100
     lr: float = 1e-4
     loss: str = "distill"
     window: int | None = None
