@@ -69,7 +69,7 @@ def test_llm_families_prints_one_row_per_family_and_the_docs_hold_the_same_table
 
 transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 
-from .test_llm_runner import checkpoint, float_export, quantized_export  # noqa: E402,F401  (the shared exports)
+from .test_llm_runner import checkpoint, cli_error, float_export, quantized_export  # noqa: E402,F401  (the shared exports)
 
 #: The README's opening: about 500 tokens of this tokenizer, ten windows of 56.
 EVAL_TEXT = "\n".join((REPO / "README.md").read_text().splitlines()[:12])
@@ -420,3 +420,23 @@ def test_an_option_argparse_refuses_is_one_line_too(argv, message):
     command = message.split(":")[0]
     assert (done.returncode, done.stdout, done.stderr.strip()) == (
         2, "", f"error: qnn-custom-ops {message}; see qnn-custom-ops {command} --help")
+
+
+@pytest.mark.slow
+def test_llm_export_trains_quantization_aware_with_8bit_caches_and_generate_runs_it(checkpoint, tmp_path,  # noqa: F811
+                                                                                    capsys):
+    """``--qat STEPS`` and ``--kv-bits 8`` reach the library: the export says its QAT steps, its
+    program tells the runner 8-bit caches (``get_kv_io_bit_width``), and it generates."""
+    from executorch.runtime import Runtime
+
+    out = tmp_path / "out"
+    assert main(["llm", "export", str(checkpoint), "-o", str(out), "--prefill", "8", "--ctx", "32", "--quant", "16a4w",
+                 "--qat", "2", "--kv-bits", "8", "--progress"]) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"QAT 16a4w: step 2 of 2, distill loss \d", err), err
+    program = Runtime.get().load_program((out / "model.pte").read_bytes())
+    assert program.load_method("get_kv_io_bit_width").execute([])[0] == 8
+    assert main(["llm", "generate", str(out), "--prompt", "The host", "--max-new-tokens", "4", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["ids"]) == 4
+    assert "--qat is for a quantized export" in cli_error(capsys, "llm", "export", str(checkpoint), "-o",
+                                                          str(tmp_path / "x"), "--qat", "2")

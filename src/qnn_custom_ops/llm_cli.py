@@ -58,6 +58,9 @@ def _check_export_arguments(args: argparse.Namespace) -> None:
         _check_choice("--decoder-model-version", args.decoder_model_version, tuple(families.RUNNER_VERSIONS))
     if args.target == "qnn" and args.soc is None:
         raise UsageError("--target qnn needs --soc (e.g. SM8650), the phone's chipset")
+    if args.quant == "none" and (args.qat is not None or args.kv_bits != 16):
+        option = "--qat" if args.qat is not None else "--kv-bits 8"
+        raise UsageError(f"{option} is for a quantized export: give --quant (e.g. 16a4w_block)")
     _calibration_lines(args.calibration)
     checkpoint = Path(args.checkpoint)
     config = checkpoint / "config.json"
@@ -198,6 +201,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
             soc=args.soc,
             progress=_progress(args),
             decoder_model_version=args.decoder_model_version,
+            qat=args.qat,
+            kv_bits=args.kv_bits,
         )
     print(
         f"{args.output}: {manifest.model_type}, {manifest.quant}, prefill {manifest.shape.prefill_len} / "
@@ -460,6 +465,20 @@ def add_llm_commands(commands) -> None:
         "--decoder-model-version",
         metavar="VERSION",
         help="qnn_llama_runner's --decoder_model_version to export for (default: told from the checkpoint)",
+    )
+    export.add_argument(
+        "--qat",
+        type=_positive,
+        metavar="STEPS",
+        help="quantization-aware training: STEPS steps of distillation from the float model on the calibration "
+        "text before converting (docs/quantization.md)",
+    )
+    export.add_argument(
+        "--kv-bits",
+        type=int,
+        choices=(16, 8),
+        default=16,
+        help="the KV caches' width: 16 (default) or 8 (a 16-bit activation mode; get_kv_io_bit_width 8)",
     )
     _add_progress_flags(export)
     export.set_defaults(handler=_cmd_export)
