@@ -18,7 +18,8 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -612,12 +613,7 @@ def generate_text(
     ids = prompt_ids(tokenizer, manifest.decoder_model_version, text, chat)
     room = manifest.shape.ctx_len - len(ids)  # the runner's last decode is at ctx_len - 2 (RunnerLoop.generate)
     check_fits(manifest.shape, len(ids), min(max_new_tokens, max(room, 1)), "llm generate")
-    encodings = None
-    if manifest.encodings is not None:
-        encodings = (manifest.encodings[METHODS[0]], manifest.encodings[METHODS[1]])
-    methods = ExportedMethods(export.program, export.data, manifest.encodings)
-    with RUNS_ON[manifest.target].steps(methods) as (prefill, decode):
-        loop = RunnerLoop(manifest.shape, prefill, decode, encodings)
+    with export_loop(export) as loop:
         runs = [
             _generated(
                 loop, tokenizer, ids, max_new_tokens, room, manifest.eos_ids, on_text if run == 0 else None, sampling
@@ -634,6 +630,19 @@ def generate_text(
         prefill_rates=prefill_rates,
         decode_rates=decode_rates,
     )
+
+
+@contextmanager
+def export_loop(export: LlmExport) -> Iterator[RunnerLoop]:
+    """The export's two methods in ``RunnerLoop``, where its target runs here (``RUNS_ON``: the
+    host, or QAIRT's x86 HTP simulator for a QNN export), codes held as the runner holds them."""
+    manifest = export.manifest
+    encodings = None
+    if manifest.encodings is not None:
+        encodings = (manifest.encodings[METHODS[0]], manifest.encodings[METHODS[1]])
+    methods = ExportedMethods(export.program, export.data, manifest.encodings)
+    with RUNS_ON[manifest.target].steps(methods) as (prefill, decode):
+        yield RunnerLoop(manifest.shape, prefill, decode, encodings)
 
 
 def _generated(

@@ -22,10 +22,9 @@ from typing import Any
 import torch
 
 from ..progress import time_left
-from .checkpoint import LlmCheckpointError, LlmExport, Progress, load_checkpoint, load_export
+from .checkpoint import LlmCheckpointError, LlmExport, Progress, export_loop, load_checkpoint, load_export
 from .export_files import MANIFEST
-from .export_targets import METHODS, RUNS_ON, ExportedMethods
-from .runner_loop import RunnerLoop
+from .export_targets import RUNS_ON
 from .runner_text import RunnerText
 
 #: Seconds between two progress lines (the first and last window are always said).
@@ -92,13 +91,7 @@ def _sqnr_db(reference: torch.Tensor, other: torch.Tensor) -> float:
 def export_scorer(export: LlmExport) -> Iterator[Scorer]:
     """The export's programs where its target runs here (``RUNS_ON``), in ``RunnerLoop``: each
     window through the runner's prompt processor, the logits as reals."""
-    manifest = export.manifest
-    encodings = None
-    if manifest.encodings is not None:
-        encodings = (manifest.encodings[METHODS[0]], manifest.encodings[METHODS[1]])
-    methods = ExportedMethods(export.program, export.data, manifest.encodings)
-    with RUNS_ON[manifest.target].steps(methods) as (prefill, decode):
-        loop = RunnerLoop(manifest.shape, prefill, decode, encodings)
+    with export_loop(export) as loop:
         yield loop.score
 
 
