@@ -45,6 +45,7 @@ def _bytes_of(tensor: torch.Tensor) -> bytes:
     return tensor.detach().contiguous().numpy().tobytes()
 
 
+@pytest.mark.slow  # lowers a model to ExecuTorch twice (7-9 s)
 def test_each_weight_is_stored_once_and_each_method_reads_its_own(tmp_path):
     """Two tied models as two methods: their projections are equal (stored once for both), their
     embeddings differ under one name, ``embed.weight`` -- the data file keeps one value a name,

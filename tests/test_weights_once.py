@@ -49,6 +49,7 @@ def _lower(model: torch.nn.Module) -> tuple:
     return edge.to_executorch().buffer, blobs
 
 
+@pytest.mark.slow  # lowers a model to ExecuTorch twice (7-9 s)
 def test_weights_held_once_writes_the_program_executorch_writes_from_the_weights_own_memory():
     model = TiedLm().eval()
     expected, _ = _lower(model)
