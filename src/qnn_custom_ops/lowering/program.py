@@ -277,8 +277,10 @@ def lower(
     (``emulate="quantized"``, the default), or its float branch between dequantize and
     quantize nodes (``emulate="float"``, for comparison), and its weights are dequantized
     once, when lowered (``FoldQuantizedWeights``), not on every call. ``target="qnn"``: the QNN
-    partitioner with ``compile_spec`` (``compile_spec(soc, binding, builds)``); needs the QNN
-    SDK and says so in one line without it. ``output`` writes the .pte (atomically), and
+    partitioner with ``compile_spec`` (``compile_spec(soc, binding, builds)``), per-block 4-bit
+    linears as 1x1 convolutions (``block_linears``); needs the QNN SDK, or a process started with
+    ``simulator_environment()`` (QAIRT's x86 libraries), and says so in one line without either.
+    ``output`` writes the .pte (atomically), and
     beside it ``<output>.encodings.json``, the outputs' quantization encodings.
     """
     program = lower_methods(
