@@ -74,3 +74,12 @@ def test_quieted_drops_third_party_noise_keeps_our_warnings_and_restores_logging
     assert [line for line in quiet if THIRD_PARTY.search(line)] == []
     ours = [line for line in loud if re.search(r"OpDefWarning|the script's own warning|after the block", line)]
     assert len(ours) >= 4 and [line for line in quiet if line in ours] == ours
+
+
+def test_the_qnn_backends_start_up_line_is_dropped_from_a_childs_stdout_and_kept_with_verbose():
+    from qnn_custom_ops.quiet import native_stdout_filtered
+
+    said = (" # LIBNATIVE: No alternate configuration present in libnative_tls.conf or from LIBNATIVE_CONFIG "
+            "environment variable - using default thread-local behavior.\nout: qwen3, 16a8w\nhere: llm generate out\n")
+    assert native_stdout_filtered(said) == "out: qwen3, 16a8w\nhere: llm generate out\n"
+    assert native_stdout_filtered(said, verbose=True) == said

@@ -25,7 +25,7 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from .errors import UsageError
-from .quiet import native_noise_filtered
+from .quiet import native_noise_filtered, native_stdout_filtered
 
 EXIT_OK = 0
 
@@ -173,8 +173,10 @@ def _lowered_on_simulator_libraries(args: argparse.Namespace) -> int:
 
     _progress(args)(f"no QNN SDK: lowering with QAIRT {SIMULATOR_QAIRT}'s x86 libraries (installed from PyPI once)")
     environment = {**os.environ, **simulator_environment()}
-    sys.stdout.flush()
-    return subprocess.run([sys.executable, "-m", "qnn_custom_ops", *args.argv], env=environment).returncode
+    command = [sys.executable, "-m", "qnn_custom_ops", *args.argv]
+    child = subprocess.run(command, env=environment, stdout=subprocess.PIPE, text=True)
+    sys.stdout.write(native_stdout_filtered(child.stdout, args.verbose))
+    return child.returncode
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -182,10 +184,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     import transformers
 
     from .library.checkpoint import export_checkpoint
-    from .qnn_sdk import sdk_root
-    from .runtime.simulator_sdk import in_simulator_environment
+    from .runtime.simulator_sdk import lowers_for_qnn_here
 
-    if args.target == "qnn" and sdk_root() is None and not in_simulator_environment():
+    if args.target == "qnn" and not lowers_for_qnn_here():
         return _lowered_on_simulator_libraries(args)
     if not args.verbose:
         transformers.utils.logging.disable_progress_bar()  # "Loading weights": progress says it once

@@ -76,6 +76,17 @@ def native_noise_filtered(verbose: bool = False) -> Iterator[None]:
         sys.stderr.write("".join(line for line in lines if not _NATIVE_NOISE.match(line)))
 
 
+#: What QAIRT's x86 HTP backend prints on stdout when it starts (libnative's thread-local config).
+_NATIVE_STDOUT_NOISE = re.compile(r"^\s*# LIBNATIVE: ")
+
+
+def native_stdout_filtered(text: str, verbose: bool = False) -> str:
+    """``text`` (a child's stdout) without the QNN backend's start-up line, unless ``verbose``."""
+    if verbose:
+        return text
+    return "".join(line for line in text.splitlines(keepends=True) if not _NATIVE_STDOUT_NOISE.match(line))
+
+
 @contextlib.contextmanager
 def quieted() -> Iterator[None]:
     """Silence known third-party noise inside the block, then put back the logging threshold and

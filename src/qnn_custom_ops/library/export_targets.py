@@ -17,12 +17,11 @@ from pathlib import Path
 
 from ..lowering import OpPackageBuild, compile_spec, makefile_builds
 from ..lowering.compile_spec import Platform, Target, chipset
-from ..qnn_sdk import sdk_root
 from ..runtime import HostRunner
 from ..runtime.host_library import build_host_library
 from ..runtime.htp import build_qhpi_package
 from ..runtime.simulator import SimulatorSession
-from ..runtime.simulator_sdk import SIMULATOR_QAIRT, in_simulator_environment
+from ..runtime.simulator_sdk import SIMULATOR_QAIRT, in_simulator_environment, lowers_for_qnn_here
 from .families import LlmExportError
 from .llm import PACKAGE_NAME, llm_binding, package_dir
 from .runner_loop import MethodEncodings
@@ -40,7 +39,7 @@ def qnn_compile_spec(soc: str | None, quant: str) -> list:
 
     if soc is None:
         raise LlmExportError("--target qnn needs --soc (e.g. SM8650), the phone's chipset")
-    if sdk_root() is None and not in_simulator_environment():
+    if not lowers_for_qnn_here():
         raise LlmExportError(
             "target='qnn' needs the QNN SDK (QNN_SDK_ROOT), or a process started with QAIRT's x86 libraries: "
             "`qnn-custom-ops llm export --target qnn` starts one itself; a script calls "

@@ -25,6 +25,7 @@ from ..errors import ReportedError
 from ..generator.qhpi import abi_header_context
 from ..generator.render import template_environment
 from ..qairt import QAIRT_VERSIONS, qairt_backend
+from ..qnn_sdk import sdk_root
 
 #: The release the simulator uses unless asked for another: the newest pinned one.
 SIMULATOR_QAIRT = QAIRT_VERSIONS[-1]
@@ -82,6 +83,11 @@ def simulator_environment(version: str = SIMULATOR_QAIRT) -> dict[str, str]:
 def in_simulator_environment(version: str = SIMULATOR_QAIRT) -> bool:
     """True when this process started with ``simulator_environment(version)``."""
     return os.environ.get(MARK) == version
+
+
+def lowers_for_qnn_here() -> bool:
+    """Whether this process can lower for QNN: a QNN SDK, or the simulator's environment."""
+    return sdk_root() is not None or in_simulator_environment()
 
 
 def reexecute_in_simulator_environment(argv: Sequence[str], version: str = SIMULATOR_QAIRT) -> None:
