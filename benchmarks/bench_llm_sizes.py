@@ -24,7 +24,18 @@ a quantized host program keeps float32 weights when they fit (``FoldQuantizedWei
 their codes (``llm export`` says which). Each run's log, with its memory timeline, is
 ``export-SIZE-QUANT.log`` in the cache directory.
 
-    .venv/bin/python benchmarks/bench_llm_sizes.py [--sizes 0.5b,1b] [--quant none,16a4w]
+Then ``llm generate`` runs on each export the same way (``--generate-tokens`` new tokens, 8 by
+default; 0 skips it): its peak resident memory, as a multiple of the program's bytes (``.pte`` +
+``.ptd``), is what running the program costs (issue 42: at most 1.3x). ``--max-memory GB`` is
+passed to both commands (the user's memory budget); ``--layers N`` makes a checkpoint of the
+size's shape with N layers (``llama-SIZE-LN-DTYPE``: the issue's 2-layer 1b float export has a
+1.54 GB ``.ptd``); ``--reuse`` keeps each export in the cache directory
+(``export-SIZE-QUANT/``) and measures ``llm generate`` on it again without exporting. Each peak
+line says how much of it was anonymous memory and how much mapped files (``RssAnon`` and
+``RssFile``: a ``.ptd`` the runtime maps is the second).
+
+    .venv/bin/python benchmarks/bench_llm_sizes.py [--sizes 0.5b,1b] [--quant none,16a4w] [--layers 2]
+        [--max-memory 8] [--generate-tokens 8] [--reuse]
 """
 
 from __future__ import annotations
@@ -56,22 +67,28 @@ ENV = {
 }
 
 
-def parameters(size: str) -> int:
+def shape(size: str, layers: int | None = None) -> tuple[int, ...]:
+    """The size's dimensions, with ``layers`` layers when given."""
+    hidden, default_layers, heads, kv_heads, mlp, vocab = SHAPES[size]
+    return hidden, layers or default_layers, heads, kv_heads, mlp, vocab
+
+
+def parameters(size: str, layers: int | None = None) -> int:
     """Each weight once (the tied embedding once)."""
-    hidden, layers, heads, kv_heads, mlp, vocab = SHAPES[size]
+    hidden, layers, heads, kv_heads, mlp, vocab = shape(size, layers)
     head_dim = hidden // heads
     attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
     return vocab * hidden + layers * (attention + 3 * hidden * mlp + 2 * hidden) + hidden
 
 
-def make_checkpoint(size: str, dtype_name: str, directory: Path) -> None:
+def make_checkpoint(size: str, dtype_name: str, directory: Path, layers: int | None = None) -> None:
     """Run in a child: the checkpoint, made in ``dtype`` parameter by parameter."""
     import tokenizers
     import torch
     import transformers
 
     dtype = getattr(torch, dtype_name)
-    hidden, layers, heads, kv_heads, mlp, vocab = SHAPES[size]
+    hidden, layers, heads, kv_heads, mlp, vocab = shape(size, layers)
     bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
     bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = tokenizers.decoders.ByteLevel()
@@ -123,28 +140,39 @@ def make_checkpoint(size: str, dtype_name: str, directory: Path) -> None:
     staging.rename(directory)
 
 
+def resident(pid: int) -> tuple[int, int, int] | None:
+    """(VmRSS, RssAnon, RssFile) of ``pid`` in bytes, or None once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        return tuple(int(re.search(rf"{key}:\s+(\d+)", status)[1]) * 1024 for key in ("VmRSS", "RssAnon", "RssFile"))
+    except (OSError, TypeError):
+        return None
+
+
 class Sampler(threading.Thread):
-    """Resident memory of a child every 0.2 s; the stage (last progress line) at its peak; kills
-    the child past ``limit`` bytes."""
+    """Resident memory of a child every 0.2 s; the stage (last progress line) at its peak, and how
+    much of the peak was anonymous memory and mapped files; kills the child past ``limit`` bytes."""
 
     def __init__(self, pid: int, limit: int):
         super().__init__(daemon=True)
         self.pid, self.limit = pid, limit
         self.stage, self.peak, self.peak_stage, self.killed = "start", 0, "start", False
+        self.peak_anon = self.peak_file = 0
         self.done = threading.Event()
         self.timeline: list[tuple[float, int, str]] = []  # (seconds, resident bytes, stage), every 2 s
 
     def run(self) -> None:
         while not self.done.wait(0.2):
-            try:
-                rss = int(re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{self.pid}/status").read_text())[1]) * 1024
-            except (OSError, TypeError):
+            sample = resident(self.pid)
+            if sample is None:
                 continue
+            rss, anon, mapped = sample
             now = time.monotonic()
             if not self.timeline or now - self.timeline[-1][0] >= 2:
                 self.timeline.append((now, rss, self.stage))
             if rss > self.peak:
                 self.peak, self.peak_stage = rss, self.stage
+                self.peak_anon, self.peak_file = anon, mapped
             if rss > self.limit and not self.killed:
                 self.killed = True
                 os.kill(self.pid, signal.SIGKILL)
@@ -179,6 +207,8 @@ def run_child(argv: list[str], limit: int, log: Path) -> dict:
         "maxrss": usage.ru_maxrss * 1024,
         "peak": max(sampler.peak, usage.ru_maxrss * 1024),
         "peak_stage": sampler.peak_stage,
+        "peak_anon": sampler.peak_anon,
+        "peak_file": sampler.peak_file,
         "killed": sampler.killed,
     }
 
@@ -206,84 +236,126 @@ def program_bytes(out: Path) -> int | None:
     return sum(f.stat().st_size for f in files if f.is_file()) if files[0].is_file() else None
 
 
+PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
+
+
+def budget_flags(max_memory: float | None) -> list[str]:
+    """``--max-memory GB`` for both commands, when the bench was given one."""
+    return [] if max_memory is None else ["--max-memory", f"{max_memory:g}"]
+
+
+def ensure_checkpoint(size: str, layers: int | None, dtype: str, limit: int) -> Path:
+    """The cached checkpoint of ``size`` (with ``layers`` layers), made first when missing."""
+    name = f"{size}-L{layers}" if layers else size
+    checkpoint = CACHE / f"llama-{name}-{dtype}"
+    if (checkpoint / "config.json").is_file():
+        return checkpoint
+    argv = [sys.executable, __file__, "--make-checkpoint", size, dtype, str(checkpoint)]
+    made = run_child([*argv, *(["--layers", str(layers)] if layers else [])], limit, CACHE / f"make-{name}.log")
+    print(f"{name}: checkpoint made in {made['seconds']:.0f} s, peak {made['peak'] / 2**30:.2f} GiB", flush=True)
+    if made["status"] != 0:
+        sys.exit(f"{name}: making the checkpoint failed; see {CACHE / f'make-{name}.log'}")
+    return checkpoint
+
+
+def verdict(run: dict, log: Path) -> str:
+    if run["status"] == 0:
+        return "ok"
+    return "KILLED past limit" if run["killed"] else f"exit {run['status']}, see {log}"
+
+
+def peak_text(run: dict) -> str:
+    """The peak, and how much of it was anonymous memory and mapped files."""
+    return (
+        f"peak RSS {run['peak'] / 2**30:.2f} GiB (anonymous {run['peak_anon'] / 2**30:.2f}, "
+        f"files {run['peak_file'] / 2**30:.2f}) at: {run['peak_stage']!r}"
+    )
+
+
+def export_run(checkpoint: Path, out: Path, quant: str, args: argparse.Namespace, limit: int, log: Path) -> dict:
+    """``llm export`` of ``checkpoint`` at ``quant`` into ``out``, measured."""
+    command = [sys.executable, "-m", "qnn_custom_ops", "llm", "export", str(checkpoint), "-o", str(out)]
+    options = ["--prefill", str(args.prefill), "--ctx", str(args.ctx), "--quant", quant, "--progress"]
+    return run_child([*command, *options, *budget_flags(args.max_memory)], limit, log)
+
+
+def generate_run(out: Path, args: argparse.Namespace, limit: int, log: Path) -> dict:
+    """``llm generate`` on the export in ``out``, measured."""
+    command = [sys.executable, "-m", "qnn_custom_ops", "llm", "generate", str(out), "--prompt", PROMPT]
+    options = ["--max-new-tokens", str(args.generate_tokens), "--progress", *budget_flags(args.max_memory)]
+    return run_child([*command, *options], limit, log)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="0.5b,1b", help=f"of {', '.join(SHAPES)}")
     parser.add_argument("--quant", default="none", help="comma-separated: none,16a4w,...")
     parser.add_argument("--dtype", default="bfloat16", help="the checkpoint's dtype")
+    parser.add_argument("--layers", type=int, help="layers of the checkpoint (default: the size's own)")
     parser.add_argument("--prefill", type=int, default=32)
     parser.add_argument("--ctx", type=int, default=128)
     parser.add_argument("--limit-gb", type=float, default=20.0, help="kill a run past this resident memory")
+    parser.add_argument("--max-memory", type=float, metavar="GB", help="llm export's and generate's --max-memory")
+    parser.add_argument("--generate-tokens", type=int, default=8, help="llm generate's new tokens (0: no generate)")
     parser.add_argument("--keep", action="store_true", help="keep the export directories")
+    parser.add_argument("--reuse", action="store_true", help="exports kept in the cache and reused when there")
     parser.add_argument("--make-checkpoint", nargs=3, metavar=("SIZE", "DTYPE", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.make_checkpoint:
         size, dtype, directory = args.make_checkpoint
-        make_checkpoint(size, dtype, Path(directory))
+        make_checkpoint(size, dtype, Path(directory), args.layers)
         return
     limit = int(args.limit_gb * 2**30)
     CACHE.mkdir(parents=True, exist_ok=True)
     rows = []
     for size in args.sizes.split(","):
-        checkpoint = CACHE / f"llama-{size}-{args.dtype}"
-        if not (checkpoint / "config.json").is_file():
-            made = run_child(
-                [sys.executable, __file__, "--make-checkpoint", size, args.dtype, str(checkpoint)],
-                limit,
-                CACHE / f"make-{size}.log",
-            )
-            print(
-                f"{size}: checkpoint made in {made['seconds']:.0f} s, peak {made['peak'] / 2**30:.2f} GiB", flush=True
-            )
-            if made["status"] != 0:
-                sys.exit(f"{size}: making the checkpoint failed; see {CACHE / f'make-{size}.log'}")
-        weights = parameters(size) * 4
+        checkpoint = ensure_checkpoint(size, args.layers, args.dtype, limit)
+        name = checkpoint.name.removeprefix("llama-").removesuffix(f"-{args.dtype}")
+        weights = parameters(size, args.layers) * 4
         for quant in args.quant.split(","):
-            out = Path(tempfile.mkdtemp(prefix=f"bench-{size}-{quant}-", dir=CACHE))
-            log = CACHE / f"export-{size}-{quant}.log"
-            run = run_child(
-                [
-                    sys.executable,
-                    "-m",
-                    "qnn_custom_ops",
-                    "llm",
-                    "export",
-                    str(checkpoint),
-                    "-o",
-                    str(out),
-                    "--prefill",
-                    str(args.prefill),
-                    "--ctx",
-                    str(args.ctx),
-                    "--quant",
-                    quant,
-                    "--progress",
-                ],
-                limit,
-                log,
-            )
+            out = CACHE / f"export-{name}-{quant}"
+            log = CACHE / f"export-{name}-{quant}.log"
+            if args.reuse and (out / "manifest.json").is_file():
+                run, stages = None, {}
+                print(f"{name} {quant}: export reused from {out}", flush=True)
+            else:
+                if not args.reuse:
+                    out = Path(tempfile.mkdtemp(prefix=f"bench-{name}-{quant}-", dir=CACHE))
+                run = export_run(checkpoint, out, quant, args, limit, log)
+                stages = stage_seconds(run["lines"])
+                print(
+                    f"{name} {quant}: {verdict(run, log)}; total {run['seconds']:.0f} s; "
+                    + ", ".join(f"{k} {v:.0f} s" for k, v in stages.items())
+                    + f"; {peak_text(run)}; = {run['peak'] / weights:.2f}x the float32 weights "
+                    f"({weights / 2**30:.2f} GiB)",
+                    flush=True,
+                )
             size_bytes = program_bytes(out)
-            stages = stage_seconds(run["lines"])
-            verdict = (
-                "ok"
-                if run["status"] == 0
-                else ("KILLED past limit" if run["killed"] else f"exit {run['status']}, see {log}")
-            )
-            rows.append((size, quant, run, stages, weights, size_bytes, verdict))
-            print(
-                f"{size} {quant}: {verdict}; total {run['seconds']:.0f} s; "
-                + ", ".join(f"{k} {v:.0f} s" for k, v in stages.items())
-                + f"; peak RSS {run['peak'] / 2**30:.2f} GiB = {run['peak'] / weights:.2f}x the float32 weights "
-                f"({weights / 2**30:.2f} GiB), at: {run['peak_stage']!r}"
-                + (
-                    ""
-                    if size_bytes is None
-                    else f"; .pte + .ptd {size_bytes / 2**30:.2f} GiB = {size_bytes / weights:.2f}x the weights"
-                ),
-                flush=True,
-            )
-            if not args.keep:
+            generated = None
+            if size_bytes is not None and args.generate_tokens > 0:
+                generate_log = CACHE / f"generate-{name}-{quant}.log"
+                generated = generate_run(out, args, limit, generate_log)
+                print(
+                    f"{name} {quant} generate: {verdict(generated, generate_log)}; {generated['seconds']:.0f} s; "
+                    f"{peak_text(generated)}",
+                    flush=True,
+                )
+            if size_bytes is not None:
+                print(
+                    f"{name} {quant}: .pte + .ptd {size_bytes / 2**30:.2f} GiB = {size_bytes / weights:.2f}x the "
+                    "weights; peak / program bytes: "
+                    + ("-" if run is None else f"export {run['peak'] / size_bytes:.2f}x")
+                    + ("" if generated is None else f", generate {generated['peak'] / size_bytes:.2f}x"),
+                    flush=True,
+                )
+            rows.append((name, quant, run, stages, weights, size_bytes, generated))
+            if not (args.keep or args.reuse):
                 subprocess.run(["rm", "-rf", str(out)], check=False)
+    print_table(rows, args.layers)
+
+
+def print_table(rows: list[tuple], layers: int | None) -> None:
+    """The Markdown table of every run: export stages and peak, program bytes, generate's peak."""
     header = (
         "model",
         "quant",
@@ -296,17 +368,33 @@ def main() -> None:
         "peak / weights",
         ".pte + .ptd",
         "/ weights",
+        "export peak / program",
+        "generate peak",
+        "generate peak / program",
     )
     print("\n| " + " | ".join(header) + " |")
     print("|" + " --- |" * len(header))
-    for size, quant, run, stages, weights, size_bytes, verdict in rows:
+    for name, quant, run, stages, weights, size_bytes, generated in rows:
         cells = [f"{stages[k]:.0f} s" if k in stages else "-" for k in ("load", "export", "quantize", "lower")]
-        pte = "-" if size_bytes is None else f"{size_bytes / 2**30:.2f} GiB"
-        ratio = "-" if size_bytes is None else f"{size_bytes / weights:.2f}"
+        size = name.split("-")[0]
+        export_cells = (
+            ["-", "-", "-"]
+            if run is None
+            else [f"{run['seconds']:.0f} s", f"{run['peak'] / 2**30:.1f} GiB", f"{run['peak'] / weights:.2f}"]
+        )
+        program = ["-", "-"] if size_bytes is None else [f"{size_bytes / 2**30:.2f} GiB", f"{size_bytes / weights:.2f}"]
+        ratio = "-" if run is None or size_bytes is None else f"{run['peak'] / size_bytes:.2f}"
+        generate_cells = (
+            ["-", "-"]
+            if generated is None or size_bytes is None
+            else [f"{generated['peak'] / 2**30:.2f} GiB", f"{generated['peak'] / size_bytes:.2f}"]
+        )
+        failed = [verdict(r, Path("the log")) for r in (run, generated) if r is not None and r["status"] != 0]
         print(
-            f"| {size} ({parameters(size) / 1e9:.2f} B) | {quant} | {' | '.join(cells)} | {run['seconds']:.0f} s"
-            f" | {run['peak'] / 2**30:.1f} GiB | {run['peak'] / weights:.2f} | {pte} | {ratio} |"
-            + ("" if verdict == "ok" else f" {verdict}")
+            f"| {name} ({parameters(size, layers) / 1e9:.2f} B) | {quant} | {' | '.join(cells)} | "
+            + " | ".join([*export_cells, *program, ratio, *generate_cells])
+            + " |"
+            + "".join(f" {f}" for f in failed)
         )
 
 
