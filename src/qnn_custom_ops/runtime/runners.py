@@ -37,6 +37,7 @@ from .loading import (
 )
 from .program_libraries import load_program_libraries
 from .raw_io import INPUT_LIST, TensorSpec, read_outputs, write_inputs
+from .weights_store import pages_not_pinned, share_packed_weights
 
 Inference = Sequence[torch.Tensor]
 RUNNER = "qnn_executor_runner"
@@ -202,6 +203,11 @@ class HostRunner:
     and executorch: a few seconds per ``run``): a kernel that crashes raises ``KernelCrashError``
     naming it, and this interpreter never loads the libraries. ``run``'s ``data`` is the data
     file (``.ptd``) of a program whose weights are kept beside it.
+
+    The weights are held once, however many methods run (``weights_store``): every method of a
+    program is loaded from one loaded program (one data map; host-only methods share its planned
+    buffers), XNNPACK packs each weight once for all of them, and the data file is mapped, not
+    pinned: peak memory about the program's bytes, not once per method.
     """
 
     libraries: Sequence[Path] = ()
@@ -209,6 +215,8 @@ class HostRunner:
     #: Methods loaded so far, by program, data file and name: a program is checked and loaded
     #: once, not on every call (a generation loop calls the same two methods hundreds of times).
     _loaded: dict[tuple[bytes, Path | None, str], Any] = field(default_factory=dict, repr=False, compare=False)
+    #: The runtime's loaded programs, by program and data file: every method comes from one.
+    _programs: dict[tuple[bytes, Path | None], Any] = field(default_factory=dict, repr=False, compare=False)
 
     def run(
         self, pte: bytes, inferences: Sequence[Inference], method: str = "forward", data: Path | None = None
@@ -242,8 +250,17 @@ class HostRunner:
         _check_data_file(pte, data)
         load_program_libraries(pte, self.libraries)
         trace_kernels(self.libraries)
+        share_packed_weights()
         with _refused_as_program_error("program" if data is None else f"program with data file {data}"):
-            return _verified(pte, "program", data).load_method(method)
+            with pages_not_pinned():
+                return self._program(pte, data).load_method(method)
+
+    def _program(self, pte: bytes, data: Path | None) -> Any:
+        """The runtime's program for ``pte`` with ``data``, loaded once for all its methods."""
+        program = self._programs.get((pte, data))
+        if program is None:
+            program = self._programs[(pte, data)] = _verified(pte, "program", data)
+        return program
 
     def _execute(self, method, inputs: Inference) -> list[torch.Tensor]:
         """One inference; a kernel's failure is raised with its op and status, not a bare code."""
