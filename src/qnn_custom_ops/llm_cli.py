@@ -39,6 +39,8 @@ def _library(name: str) -> ModuleType:
 #: ``--quant``'s names (float, and ``quantizer.QUANT_MODES``, which imports executorch; the
 #: tests hold the two equal) and ``--target``'s (``checkpoint.TARGETS``): checked at once.
 QUANT_CHOICES = ("none", "8a8w", "16a8w", "16a16w", "16a4w", "16a4w_block")
+#: The modes with 4-bit weights (``QuantMode.kept`` set): what ``--keep-8bit`` keeps parts of at 8.
+FOUR_BIT_CHOICES = ("16a4w", "16a4w_block")
 TARGET_CHOICES = ("host", "qnn")
 
 
@@ -58,22 +60,17 @@ def _check_export_arguments(args: argparse.Namespace) -> None:
         _check_choice("--decoder-model-version", args.decoder_model_version, tuple(families.RUNNER_VERSIONS))
     if args.target == "qnn" and args.soc is None:
         raise UsageError("--target qnn needs --soc (e.g. SM8650), the phone's chipset")
-    if args.quant == "none" and (args.qat is not None or args.kv_bits != 16):
-        option = "--qat" if args.qat is not None else "--kv-bits 8"
+    if args.quant == "none" and (args.qat is not None or args.kv_bits != 16 or args.keep_8bit):
+        option = "--qat" if args.qat is not None else "--kv-bits 8" if args.kv_bits != 16 else "--keep-8bit"
         raise UsageError(f"{option} is for a quantized export: give --quant (e.g. 16a4w_block)")
+    if args.keep_8bit and args.quant not in FOUR_BIT_CHOICES:
+        raise UsageError(
+            f"--keep-8bit: {args.quant}'s weights are 8 bits or more already; use it with "
+            f"--quant {' or '.join(FOUR_BIT_CHOICES)}"
+        )
     _calibration_lines(args.calibration)
     checkpoint = Path(args.checkpoint)
-    config = checkpoint / "config.json"
-    if not config.is_file():
-        raise UsageError(f"{checkpoint}: no config.json; pass a Hugging Face checkpoint directory")
-    checks, values = _library("config_checks"), _library("json_values")
-    try:
-        body = values.load_object(config, checks.CONFIG_LIMIT)
-        model_type = values.string(values.required(body, "model_type"), "model_type")
-    except values.JsonValueError as exc:
-        raise UsageError(f"{config}: {exc}; fix it, or save the config again (config.save_pretrained)") from None
-    families.family_of(model_type)
-    checks.check_tokenizer_files(checkpoint)
+    body = _check_checkpoint_directory(args.checkpoint)
     from .runtime.simulator_sdk import in_simulator_environment
 
     notes = _library("checkpoint_notes")
@@ -85,6 +82,42 @@ def _check_export_arguments(args: argparse.Namespace) -> None:
         if note is not None and not said:
             print(f"{kind}: {note}", file=sys.stderr, flush=True)
     files.check_replaceable(Path(args.output))
+
+
+def _check_checkpoint_directory(directory: str) -> dict[str, Any]:
+    """A checkpoint directory's config.json, read for its family (refused in one line unless
+    exported), with its tokenizer's files beside it; before any heavy import."""
+    checkpoint = Path(directory)
+    config = checkpoint / "config.json"
+    if not config.is_file():
+        raise UsageError(f"{checkpoint}: no config.json; pass a Hugging Face checkpoint directory")
+    checks, values = _library("config_checks"), _library("json_values")
+    try:
+        body = values.load_object(config, checks.CONFIG_LIMIT)
+        model_type = values.string(values.required(body, "model_type"), "model_type")
+    except values.JsonValueError as exc:
+        raise UsageError(f"{config}: {exc}; fix it, or save the config again (config.save_pretrained)") from None
+    _library("families").family_of(model_type)
+    checks.check_tokenizer_files(checkpoint)
+    return body
+
+
+def _keep_8bit(text: str) -> str | tuple[str, ...]:
+    """``--keep-8bit``: ``auto``, or part names and kinds separated by commas."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r} names no part: give auto, or names such as layers.0.mlp,v_proj")
+    return "auto" if names == ("auto",) else names
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage above 0 and at most 100")
+    return value / 100
 
 
 def _check_export_directory(option: str, directory: str) -> Path:
@@ -204,6 +237,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
             decoder_model_version=args.decoder_model_version,
             qat=args.qat,
             kv_bits=args.kv_bits,
+            keep_8bit=args.keep_8bit or (),
+            keep_target=args.keep_target,
+            max_memory=args.max_memory,
         )
     print(
         f"{args.output}: {manifest.model_type}, {manifest.quant}, prefill {manifest.shape.prefill_len} / "
@@ -250,7 +286,10 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from .library.export_targets import RUNS_ON
 
     say = _progress(args)
+    budget = _library("memory_budget").MemoryBudget.of(args.max_memory)  # what is free before loading
     export = load_export(directory, verify=not args.no_verify, progress=say)
+    if export.manifest.target == "host":
+        _library("memory_budget").check_run_fits(export.program, export.data, budget, str(directory))
     how = "" if sampling.greedy else f", sampling at temperature {sampling.temperature:g}, top-p {sampling.top_p:g}"
     runs = f"; {args.warmup} warm-up and {args.repeat} timed runs" if args.warmup or args.repeat > 1 else ""
     say(f"generating ({export.manifest.quant}{how}{runs}) {RUNS_ON[export.manifest.target].where}")
@@ -375,6 +414,28 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    _check_choice("--quant", args.quant, QUANT_CHOICES[1:])
+    calibration = _calibration_lines(args.calibration)
+    text = None if args.text is None else _text_file("--text", args.text)
+    _check_checkpoint_directory(args.checkpoint)
+    import transformers
+
+    from .library.analysis import analyze_checkpoint, table
+
+    if not args.verbose:
+        transformers.utils.logging.disable_progress_bar()
+    with _own_warnings_as_lines(args.verbose), native_noise_filtered(args.verbose):
+        result = analyze_checkpoint(
+            Path(args.checkpoint), args.quant, calibration, text, args.prefill, args.ctx, _progress(args)
+        )
+    if args.json:
+        print(_json_text(dataclasses.asdict(result)))
+    else:
+        sys.stdout.write(table(result))
+    return EXIT_OK
+
+
 def _json_text(value: object) -> str:
     """``value`` as indented JSON, a list of numbers (token ids) on one line."""
     text = json.dumps(_json_ready(value), indent=2)  # a string's own newlines are escaped: "[\n" is a list's
@@ -411,6 +472,23 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
     return value
+
+
+def _memory_gib(text: str) -> float:
+    """``--max-memory``: GiB above 0 (``memory_budget.parse_gib``), one line when not."""
+    try:
+        return _library("memory_budget").parse_gib(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_memory_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--max-memory",
+        type=_memory_gib,
+        metavar="GB",
+        help=f"the memory budget in GiB: {what}; default: what is free when the command starts (MemAvailable)",
+    )
 
 
 def _add_progress_flags(parser: argparse.ArgumentParser) -> None:
@@ -481,6 +559,21 @@ def add_llm_commands(commands) -> None:
         default=16,
         help="the KV caches' width: 16 (default) or 8 (a 16-bit activation mode; get_kv_io_bit_width 8)",
     )
+    export.add_argument(
+        "--keep-8bit",
+        type=_keep_8bit,
+        metavar="auto|PARTS",
+        help="with 16a4w or 16a4w_block: keep these parts (llm analyze's names, or kinds such as v_proj for every "
+        "layer's) at 8-bit weights; auto keeps the most sensitive until --keep-target is met (docs/quantization.md)",
+    )
+    export.add_argument(
+        "--keep-target",
+        type=_percent,
+        default="97",
+        metavar="PCT",
+        help="--keep-8bit auto's goal: top-1 agreement with float on the calibration text, in percent (97)",
+    )
+    _add_memory_flag(export, "a quantized host program keeps float32 weights only if folding them fits, else codes")
     _add_progress_flags(export)
     export.set_defaults(handler=_cmd_export)
     generate = actions.add_parser("generate", help="generate text from an export on the host; tokens/s")
@@ -529,8 +622,23 @@ def add_llm_commands(commands) -> None:
         help="wrap the prompt in qnn_llama_runner's template for the export's version, as the phone does "
         "(--chat hf: the tokenizer's own chat template instead)",
     )
+    _add_memory_flag(generate, "a program that needs more to run is refused before it loads")
     _add_progress_flags(generate)
     generate.set_defaults(handler=_cmd_generate)
+    analysis = actions.add_parser(
+        "analyze", help="which parts need more bits: each part quantized alone, ranked by logits SQNR against float"
+    )
+    analysis.add_argument("checkpoint", metavar="CHECKPOINT_DIR", help="config.json, safetensors weights, tokenizer")
+    analysis.add_argument("--quant", required=True, help="the mode to analyze: 8a8w, 16a8w, 16a16w, 16a4w, 16a4w_block")
+    analysis.add_argument(
+        "--calibration", metavar="FILE", help="calibration text, one prompt a line (default: llm export's built-in)"
+    )
+    analysis.add_argument("--text", metavar="FILE", help="UTF-8 text to score on (default: the calibration text)")
+    analysis.add_argument("--prefill", type=_positive, default=32, metavar="N", help="prefill tokens per call (32)")
+    analysis.add_argument("--ctx", type=_positive, default=512, metavar="N", help="context length (512)")
+    analysis.add_argument("--json", action="store_true", help="the figures as JSON on stdout")
+    _add_progress_flags(analysis)
+    analysis.set_defaults(handler=_cmd_analyze)
     evaluation = actions.add_parser(
         "eval",
         help="an export's perplexity on a text; with --against, top-1 agreement and per-position logits SQNR",

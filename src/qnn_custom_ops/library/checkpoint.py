@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
@@ -53,6 +53,7 @@ from .manifest_json import (
     encodings_to_json,
     shape_from_json,
 )
+from .memory_budget import MemoryBudget, fold_fits
 from .runner_loop import MethodEncodings, RunnerLoop, check_fits, method_encodings
 from .runner_text import RunnerText, warn_of_other_tokens
 from .sampling import Sampling
@@ -320,6 +321,60 @@ class _ToLower:
     tokenizer: Any
 
 
+def static_programs(
+    checkpoint: Path, prefill_len: int, ctx_len: int, decoder_model_version: str | None, progress: Progress
+) -> tuple[Any, Any, RunnerText, LlmPrograms]:
+    """The checkpoint's model, tokenizer, the runner's text handling for its
+    ``--decoder_model_version`` (the family's, told by the tokenizer where one family has
+    several, or the one given), and its programs exported in the runner's layout for it."""
+    model, tokenizer = load_checkpoint(checkpoint, progress)
+    started = time.monotonic()
+    added = tokenizer.get_added_vocab()  # tokenizer.json's added tokens: the runner's special tokens
+    version = runner_version_of(family_of(model.config.model_type), added, decoder_model_version)
+    text = RunnerText.of(tokenizer, version)
+    warn_of_other_tokens(text)
+    programs = export_llm(model, prefill_len=prefill_len, ctx_len=ctx_len, cache="runner", runner_version=version)
+    progress(
+        f"exported prefill ({prefill_len} tokens) and decode over ctx_len {ctx_len} in "
+        f"{time.monotonic() - started:.1f} s"
+    )
+    return model, tokenizer, text, programs
+
+
+#: ``--keep-8bit auto``'s default target: the top-1 agreement with float on the calibration text.
+KEEP_TARGET = 0.97
+
+
+def _chosen_kept(
+    programs: LlmPrograms, quant: str, prompts: Sequence[Sequence[int]], target: float, progress: Progress
+) -> tuple[str, ...]:
+    """``--keep-8bit auto``: the parts ``sensitivity.choose_kept`` keeps at 8 bits, measured on
+    the calibration prompts; said, and a warning when keeping every part misses the target."""
+    from .sensitivity import choose_kept
+
+    started = time.monotonic()
+    choice = choose_kept(programs, quant, prompts, prompts, target, progress)
+    kept = ", ".join(choice.kept) or "nothing"
+    progress(
+        f"keep-8bit auto: kept {kept} at 8-bit weights ({choice.weight_share:.0%} of the 4-bit weights): top-1 "
+        f"agreement {choice.top1_agreement:.1%} on the calibration text, target {target:.1%} "
+        f"({time.monotonic() - started:.1f} s)"
+    )
+    if not choice.reached:
+        warnings.warn(
+            f"--keep-8bit auto: even with every projection at 8-bit weights {quant} agrees with float on "
+            f"{choice.top1_agreement:.1%} of top-1 tokens, below the target {target:.1%}: the rest is its "
+            "activations; try --qat, or a 16a8w export",
+            LlmQuantWarning,
+            stacklevel=2,
+        )
+    return choice.kept
+
+
+class LlmQuantWarning(UserWarning):
+    """A quantized export that misses what was asked of it (said, never silent)."""
+
+
 def _programs_to_lower(
     checkpoint: Path,
     prefill_len: int,
@@ -331,31 +386,34 @@ def _programs_to_lower(
     decoder_model_version: str | None = None,
     qat: Any = None,
     kv_bits: int = 16,
+    keep_8bit: Sequence[str] | str = (),
+    keep_target: float = KEEP_TARGET,
 ) -> _ToLower:
     """The checkpoint loaded, exported in the runner's layout for its ``--decoder_model_version``
     (the family's, told by the tokenizer where one family has several, or the one given) and,
-    unless ``quant`` is none, quantized on the calibration text."""
+    unless ``quant`` is none, quantized on the calibration text (``keep_8bit``: ``export_checkpoint``'s)."""
     from .generation import quantize_llm
 
-    model, tokenizer = load_checkpoint(checkpoint, progress)
-    started = time.monotonic()
-    added = tokenizer.get_added_vocab()  # tokenizer.json's added tokens: the runner's special tokens
-    version = runner_version_of(family_of(model.config.model_type), added, decoder_model_version)
-    text = RunnerText.of(tokenizer, version)
-    warn_of_other_tokens(text)
-    eos_ids = _eos_ids(text)
-    programs = export_llm(model, prefill_len=prefill_len, ctx_len=ctx_len, cache="runner", runner_version=version)
-    progress(
-        f"exported prefill ({prefill_len} tokens) and decode over ctx_len {ctx_len} in "
-        f"{time.monotonic() - started:.1f} s"
+    model, tokenizer, text, programs = static_programs(
+        checkpoint, prefill_len, ctx_len, decoder_model_version, progress
     )
+    version = programs.runner_version
     modules: tuple[torch.nn.Module, torch.nn.Module] = (programs.prefill.module, programs.decode.module)
     encodings = None
     if quant != "none":
         prompts = calibration_prompts(tokenizer, programs.shape, calibration, version=version)
+        if keep_8bit == "auto":
+            keep_8bit = _chosen_kept(programs, quant, prompts, keep_target, progress)
         started = time.monotonic()
         modules = quantize_llm(
-            programs, quant, prompts, CALIBRATION_TOKENS, progress=progress, qat=qat, kv_bits=kv_bits
+            programs,
+            quant,
+            prompts,
+            CALIBRATION_TOKENS,
+            progress=progress,
+            qat=qat,
+            kv_bits=kv_bits,
+            keep_8bit=keep_8bit,
         )
         progress(f"quantized {quant} in {time.monotonic() - started:.1f} s")
         _release_float_weights(model, modules)
@@ -367,7 +425,7 @@ def _programs_to_lower(
         quant,
         target,
         programs.shape,
-        eos_ids,
+        _eos_ids(text),
         encodings,
     )
     metadata = _runner_metadata(programs, model, text, quant, kv_bits)
@@ -385,34 +443,16 @@ def _release_float_weights(model: torch.nn.Module, converted: Sequence[torch.nn.
             parameter.data = torch.empty(0, dtype=parameter.dtype)
 
 
-#: A folded quantized host lowering's peak memory over its float32 weights' bytes, rounded up
-#: from what ``bench_llm_sizes.py`` measured (4.8 at 0.5b, 4.2 at 1b): both methods' folds, the
-#: codes, and the emitter's copy of every program constant into bytes.
-FOLDED_PEAK_FACTOR = 5
-
-
-def _folded_weights_fit(staged: _ToLower, progress: Progress) -> bool:
+def _folded_weights_fit(staged: _ToLower, progress: Progress, budget: MemoryBudget) -> bool:
     """Whether a quantized host program gets its weights folded into float32 (``lower``'s
-    ``fold_weights``: faster generation on the host, the same results): when the lowering's
-    peak, ``FOLDED_PEAK_FACTOR`` times their float32 bytes, fits in this machine's memory.
-    Said either way."""
+    ``fold_weights``), decided against the memory budget (``memory_budget.fold_fits``)."""
     storages = {
         t.untyped_storage().data_ptr(): t.numel()
         for module, _ in staged.methods.values()
         for t in module.state_dict().values()
         if not t.is_floating_point() and t.dim() >= 2
     }
-    folded = 4 * sum(storages.values())
-    machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if FOLDED_PEAK_FACTOR * folded <= machine:
-        progress(f"host program: weights dequantized once, when lowered ({folded / 1e9:.1f} GB in float32)")
-        return True
-    progress(
-        f"host program: weights kept as codes, dequantized on every call (slower, the same results): "
-        f"folding them, {folded / 1e9:.1f} GB in float32, would peak near {FOLDED_PEAK_FACTOR}x that, "
-        f"past this machine's {machine / 1e9:.1f} GB"
-    )
-    return False
+    return fold_fits(4 * sum(storages.values()), budget, progress)
 
 
 def export_checkpoint(
@@ -428,13 +468,21 @@ def export_checkpoint(
     decoder_model_version: str | None = None,
     qat: Any = None,
     kv_bits: int = 16,
+    keep_8bit: Sequence[str] | str = (),
+    keep_target: float = KEEP_TARGET,
+    max_memory: float | None = None,
 ) -> LlmManifest:
     """``llm export``: the checkpoint's programs in the runner's layout, quantized on the
     calibration text (one prompt a line; a built-in text by default), lowered for ``target``,
     written to ``out_dir`` whole or not at all. ``decoder_model_version`` overrides the
     runner's version told from the checkpoint. ``qat`` (steps, or a ``qat.QatConfig``) trains
     the weights quantization-aware on the calibration text first; ``kv_bits=8`` gives a
-    16-bit-activation mode 8-bit caches (``quantize_llm``'s, and ``get_kv_io_bit_width`` 8)."""
+    16-bit-activation mode 8-bit caches (``quantize_llm``'s, and ``get_kv_io_bit_width`` 8).
+    ``keep_8bit`` names parts a 4-bit mode keeps at 8-bit weights (``parts.resolve_kept``), or is
+    ``"auto"``: the fewest of the most sensitive that reach ``keep_target`` top-1 agreement with
+    float on the calibration text (``sensitivity.choose_kept``). ``max_memory`` (GiB; default what is
+    free when called) is the memory budget: a quantized host program whose folded float32 weights
+    would not fit keeps its codes (``memory_budget``)."""
     from ..lowering.program import lower_methods
     from ..quantizer import QUANT_MODES
     from .generation import check_kv_bits
@@ -443,8 +491,8 @@ def export_checkpoint(
 
     _require_choice("--quant", quant, ("none", *QUANT_MODES))
     _require_choice("--target", target, TARGETS)
-    if quant == "none" and (qat is not None or kv_bits != 16):
-        raise LlmCheckpointError("--qat and --kv-bits quantize: pass --quant too (16a4w, 16a8w, ...)")
+    if quant == "none" and (qat is not None or kv_bits != 16 or keep_8bit):
+        raise LlmCheckpointError("--qat, --kv-bits and --keep-8bit quantize: pass --quant too (16a4w, 16a8w, ...)")
     if quant != "none":
         check_kv_bits(kv_bits, quant)
         if qat is not None:
@@ -452,12 +500,24 @@ def export_checkpoint(
     if decoder_model_version is not None:  # before the checkpoint is read
         _require_choice("--decoder-model-version", decoder_model_version, tuple(RUNNER_VERSIONS))
     check_replaceable(out_dir)  # before the long steps, and again when written
+    budget = MemoryBudget.of(max_memory)  # what is free before this export takes any
     spec = qnn_compile_spec(soc, quant) if target == "qnn" else None
     check_context(checkpoint, ctx_len)
     staged = _programs_to_lower(
-        checkpoint, prefill_len, ctx_len, quant, calibration, target, progress, decoder_model_version, qat, kv_bits
+        checkpoint,
+        prefill_len,
+        ctx_len,
+        quant,
+        calibration,
+        target,
+        progress,
+        decoder_model_version,
+        qat,
+        kv_bits,
+        keep_8bit,
+        keep_target,
     )
-    fold = target == "host" and quant != "none" and _folded_weights_fit(staged, progress)
+    fold = target == "host" and quant != "none" and _folded_weights_fit(staged, progress, budget)
     started = time.monotonic()
     delegated = target == "host" and quant == "none"  # a quantized host program runs on the portable kernels
     told = ", the time left told as XNNPACK compiles its partitions" if delegated else ""

@@ -69,7 +69,7 @@ class Evaluation:
     against: Agreement | None = None
 
 
-def _windows(ids: Sequence[int], bos: int, length: int) -> list[list[int]]:
+def text_windows(ids: Sequence[int], bos: int, length: int) -> list[list[int]]:
     """``ids`` cut into windows of at most ``length`` tokens, each BOS then the next text tokens."""
     step = length - 1
     return [[bos, *ids[start : start + step]] for start in range(0, len(ids), step)]
@@ -176,7 +176,7 @@ def evaluate(
     length = manifest.shape.ctx_len - manifest.shape.prefill_len
     if reference is not None and reference.longest is not None:
         length = min(length, reference.longest)
-    windows = _windows(ids, RunnerText.of(tokenizer, manifest.decoder_model_version).bos, max(length, 2))
+    windows = text_windows(ids, RunnerText.of(tokenizer, manifest.decoder_model_version).bos, max(length, 2))
     where = RUNS_ON[manifest.target].where
     progress(f"eval: {len(ids)} tokens in {len(windows)} windows of up to {length} ({manifest.quant}, {where})")
     started = time.monotonic()

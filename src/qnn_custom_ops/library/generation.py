@@ -11,7 +11,7 @@ import copy
 import functools
 import itertools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ import torch
 from ..lowering.weight_sharing import EqualTensors
 from ..progress import time_left
 from .hf import LlmExportError, LlmPrograms, LlmShape
+from .parts import in_parts, resolve_kept
 from .qat import QatConfig, qat_config, train_qat, use_weights
 from .runner_loop import RunnerLoop, check_fits
 from .steps import Generation, Step, eager_step, snapshot, token_ids
@@ -169,6 +170,7 @@ def quantize_llm(
     progress: Callable[[str], None] | None = None,
     qat: int | QatConfig | None = None,
     kv_bits: int = 16,
+    keep_8bit: Collection[str] = (),
 ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
     """The prefill and decode programs converted by PT2E (``make_quantizer``, min-max observers,
     the KV-cache overrides), calibrated on float greedy generation from each prompt, run through
@@ -189,19 +191,24 @@ def quantize_llm(
 
     ``kv_bits=8`` (a mode of 16-bit activations, ``cache="runner"``) gives each layer's K and V
     caches, and the new rows the programs give, one 8-bit encoding (``share_cache_encodings``):
-    half the cache memory, and a runner holds them as bytes (``get_kv_io_bit_width`` 8)."""
+    half the cache memory, and a runner holds them as bytes (``get_kv_io_bit_width`` 8).
+
+    ``keep_8bit`` names parts (``parts.resolve_kept``: ``layers.0.v_proj``, or ``v_proj`` for
+    every layer's) a 4-bit mode keeps at 8-bit weights, as it keeps the ``lm_head``;
+    ``sensitivity.choose_kept`` picks them to meet an accuracy target."""
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
     check_kv_bits(kv_bits, quant_dtype)
     if kv_bits != 16 and programs.shape.cache != "runner":
         raise LlmExportError(f"kv_bits={kv_bits}: 8-bit caches need programs of cache='runner'")
+    keep = _kept_parts(keep_8bit, quant_dtype, programs)
     config = qat_config(qat)
     prepared = [
-        prepare_pt2e(program.exported.module(), _llm_quantizer(quant_dtype))
+        prepare_pt2e(program.exported.module(), llm_quantizer(quant_dtype, keep_8bit=keep))
         for program in (programs.prefill, programs.decode)
     ]
     if config is not None:
-        trained = train_qat(programs, quant_dtype, prompts, config, _llm_quantizer(quant_dtype, qat=True), progress)
+        trained = train_qat(programs, quant_dtype, prompts, config, llm_quantizer(quant_dtype, True, keep), progress)
         for module in prepared:
             use_weights(module, trained)
     prefill, decode = (_CountedStep(eager_step(module)) for module in prepared)
@@ -229,6 +236,22 @@ def quantize_llm(
     converted = (_convert(prepared[0], codes), _convert(prepared[1], codes))
     _share_equal_tensors(converted)
     return converted
+
+
+def _kept_parts(
+    names: Collection[str], quant_dtype: str, programs: LlmPrograms
+) -> Callable[[torch.fx.Node], bool] | None:
+    """The predicate of the parts ``names`` keeps at 8-bit weights, None for none; refused in
+    one line for a mode whose weights are 8 bits or more already."""
+    from ..quantizer import quant_mode
+
+    if not names:
+        return None
+    if quant_mode(quant_dtype).kept is None:
+        raise LlmExportError(
+            f"--keep-8bit: {quant_dtype} has no 4-bit weights to keep at 8 bits; use it with 16a4w or 16a4w_block"
+        )
+    return in_parts(resolve_kept(names, programs.prefill.exported.graph))
 
 
 def _convert(prepared: torch.fx.GraphModule, codes: _WeightCodes) -> torch.fx.GraphModule:
@@ -357,28 +380,47 @@ def _passed_on(value: torch.Tensor) -> torch.Tensor:
     return value
 
 
-def _llm_quantizer(quant_dtype: str, qat: bool = False) -> Any:
+def llm_quantizer(quant_dtype: str, qat: bool = False, keep_8bit: Callable[[torch.fx.Node], bool] | None = None) -> Any:
     """The LlmOpPackage's quantizer for ``quant_dtype``: per-channel projections, min-max
-    observers, the library's overrides, the ``lm_head`` kept at 8-bit weights. With ``qat``
-    the same annotation with executorch's fake quantizers (their own moving-average observers
-    on activations: a fused fake quantizer takes no other)."""
+    observers, the library's overrides, the ``lm_head`` (and the nodes ``keep_8bit`` accepts)
+    kept at 8-bit weights. With ``qat`` the same annotation with executorch's fake quantizers
+    (their own moving-average observers on activations: a fused fake quantizer takes no other)."""
     from torchao.quantization.pt2e import MinMaxObserver
 
     from ..quantizer import make_quantizer
     from .llm import llm_binding, llm_quant_overrides
 
+    keep = _is_lm_head if keep_8bit is None else lambda node: _is_lm_head(node) or keep_8bit(node)
     if qat:
         return make_quantizer(
-            llm_binding(), quant_dtype, llm_quant_overrides(), per_channel_linear=True, keep=_is_lm_head, qat=True
+            llm_binding(), quant_dtype, llm_quant_overrides(), per_channel_linear=True, keep=keep, qat=True
         )
     return make_quantizer(
         llm_binding(),
         quant_dtype,
         min_max_overrides(quant_dtype),
         per_channel_linear=True,
-        keep=_is_lm_head,
+        keep=keep,
         act_observer=MinMaxObserver,
     )
+
+
+def quantized_prefill(programs: LlmPrograms, quantizer: Any, windows: Sequence[Sequence[int]]) -> torch.fx.GraphModule:
+    """The prefill program prepared with ``quantizer``, calibrated teacher-forced
+    (``RunnerLoop.score``: the runner's prompt processor's calls) on each window, then on the
+    windows one after another over the longest prompt the runner chunks, so every chunk is
+    observed, however short the windows; converted. A quicker calibration than
+    ``quantize_llm``'s, for comparing quantizations of one model (``sensitivity``), not for an
+    export."""
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    shape = programs.shape
+    prepared = prepare_pt2e(programs.prefill.exported.module(), quantizer)
+    loop = RunnerLoop(shape, eager_step(prepared), eager_step(programs.decode.module))
+    with _weights_observed_once([prepared]):
+        for window in [*windows, context_tokens(windows, shape.ctx_len - shape.prefill_len)]:
+            loop.score(window)
+    return _convert(prepared, _WeightCodes())
 
 
 @dataclass
