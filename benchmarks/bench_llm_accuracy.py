@@ -11,10 +11,14 @@ to float's out of 64 (8 held-out prompts, 8 tokens each).
 training (``quantize_llm(..., qat=QatConfig(...))``: distillation from the float program by
 default, ``--qat-loss next_token`` for the text's own next tokens), on the calibration prompts or,
 with ``--qat-text N``, on N tokens of other training text; ``--kv8`` a row per 16-bit-activation
-mode with 8-bit KV caches (``kv_bits=8``), and the cache bytes they save at Llama-3.2-1B's shape.
+mode with 8-bit KV caches (``kv_bits=8``), and the cache bytes they save at Llama-3.2-1B's shape;
+``--keep8 PCT`` a row per 4-bit mode (and per QAT row) with the parts ``llm export --keep-8bit
+auto --keep-target PCT`` keeps at 8-bit weights (``sensitivity.choose_kept`` on the calibration
+prompts, as the export measures it), saying what it kept and its share of the 4-bit weights.
 
     .venv/bin/python benchmarks/bench_llm_accuracy.py [--quants 8a8w,16a8w,16a16w] [--windows 12]
         [--qat STEPS [--qat-loss distill|next_token] [--qat-lr 1e-4] [--qat-text TOKENS]] [--kv8]
+        [--keep8 PCT]
 """
 
 from __future__ import annotations
@@ -119,19 +123,37 @@ def qat_text(tokenizer, tokens: int) -> tuple:
 
 
 def runs(args, tokenizer) -> list:
-    """(row name, quantize_llm keywords) of every row asked for."""
+    """(row name, quantize_llm keywords) of every row asked for; ``keep_8bit: "auto"`` is
+    chosen when the row runs (``kept``)."""
     from qnn_custom_ops.library.qat import QatConfig
 
     rows = []
     for quant in args.quants.split(","):
-        rows.append((quant, {}))
+        kept = [("+keep8", {"keep_8bit": "auto"})] if args.keep8 and quant.startswith("16a4w") else []
+        rows += [(quant, {}), *((quant + name, options) for name, options in kept)]
         if args.qat:
             text = qat_text(tokenizer, args.qat_text) if args.qat_text else None
             config = QatConfig(steps=args.qat, lr=args.qat_lr, loss=args.qat_loss, text=text)
-            rows.append((f"{quant}+qat", {"qat": config}))
+            rows += [(f"{quant}+qat{name}", {"qat": config, **options}) for name, options in [("", {}), *kept]]
         if args.kv8 and quant.startswith("16a"):
             rows.append((f"{quant}+kv8", {"kv_bits": 8}))
     return rows
+
+
+def kept(programs, quant: str, options: dict, calibration, target: float) -> dict:
+    """``options`` with ``keep_8bit="auto"`` replaced by the parts ``choose_kept`` picks, said;
+    with QAT, chosen on the trained weights, which the row then converts (as ``llm export --qat N
+    --keep-8bit auto`` does)."""
+    from qnn_custom_ops.library.generation import train_llm
+    from qnn_custom_ops.library.sensitivity import choose_kept
+
+    if options.get("keep_8bit") != "auto":
+        return options
+    trained = train_llm(programs, quant, calibration, options["qat"]) if "qat" in options else None
+    choice = choose_kept(programs, quant, calibration, calibration, target, weights=trained)
+    print(f"  {quant} keep-8bit auto: {len(choice.kept)} parts ({choice.weight_share:.0%} of the 4-bit weights): "
+          f"{', '.join(choice.kept) or 'nothing'}; {choice.top1_agreement:.1%} on the calibration prompts", flush=True)
+    return {**options, "keep_8bit": choice.kept, **({"qat": trained} if trained is not None else {})}
 
 
 def main() -> None:
@@ -143,6 +165,7 @@ def main() -> None:
     parser.add_argument("--qat-lr", type=float, default=1e-4)
     parser.add_argument("--qat-text", type=int, default=0, metavar="TOKENS")
     parser.add_argument("--kv8", action="store_true")
+    parser.add_argument("--keep8", type=float, default=0, metavar="PCT")
     args = parser.parse_args()
     with qco.quieted():
         from qnn_custom_ops.library import export_llm, llm_binding, package_dir, quantize_llm
@@ -161,7 +184,9 @@ def main() -> None:
         print(header())
         for name, options in runs(args, tokenizer):
             started = time.monotonic()
-            modules = quantize_llm(programs, name.split("+")[0], calibration, 16, **options)
+            quant = name.split("+")[0]
+            options = kept(programs, quant, options, calibration, args.keep8 / 100)
+            modules = quantize_llm(programs, quant, calibration, 16, **options)
             run = evaluate(loop_for(programs, modules, runner), windows, prompts)
             print(row(name, compare(run, float_run, windows), float_ppl, time.monotonic() - started), flush=True)
         if args.kv8:

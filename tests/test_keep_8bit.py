@@ -144,7 +144,7 @@ def test_keep_target_is_a_percentage(value):
 
 
 @pytest.mark.slow
-def test_llm_analyze_prints_the_ranking_and_export_keeps_what_auto_chose(checkpoint, tmp_path, capsys):  # noqa: F811
+def test_llm_analyze_prints_the_ranking_and_export_with_qat_keeps_what_auto_chose_on_its_weights(checkpoint, tmp_path, capsys):  # noqa: F811
     assert main(["llm", "analyze", str(checkpoint), "--quant", "16a4w", "--prefill", "8", "--ctx", "32", "--json",
                  "--progress"]) == 0
     out, err = capsys.readouterr()
@@ -152,6 +152,7 @@ def test_llm_analyze_prints_the_ranking_and_export_keeps_what_auto_chose(checkpo
     assert analysis["quant"] == "16a4w" and analysis["text"] == "the calibration text"
     assert analysis["rows"][0]["part"] == "all" and "analyze: 1 of " in err
     assert main(["llm", "export", str(checkpoint), "-o", str(tmp_path / "out"), "--prefill", "8", "--ctx", "32",
-                 "--quant", "16a4w", "--keep-8bit", "auto", "--keep-target", "100", "--progress"]) == 0
+                 "--quant", "16a4w", "--qat", "2", "--keep-8bit", "auto", "--keep-target", "100", "--progress"]) == 0
     err = capsys.readouterr().err
     assert "keep-8bit auto: kept layers." in err and "target 100.0%" in err
+    assert err.count("QAT 16a4w: step 2 of 2") == 1, err  # trained once: chosen on, and converted with, its weights
