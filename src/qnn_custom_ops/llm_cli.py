@@ -68,9 +68,14 @@ def _check_export_arguments(args: argparse.Namespace) -> None:
             f"--keep-8bit: {args.quant}'s weights are 8 bits or more already; use it with "
             f"--quant {' or '.join(FOUR_BIT_CHOICES)}"
         )
+    if args.shards is not None and args.target != "qnn":
+        raise UsageError("--shards splits a QNN program into contexts of layers: give --target qnn too")
     _calibration_lines(args.calibration)
     checkpoint = Path(args.checkpoint)
     body = _check_checkpoint_directory(args.checkpoint)
+    layers = body.get("num_hidden_layers")
+    if args.shards is not None and isinstance(layers, int) and args.shards > layers:
+        raise UsageError(f"--shards {args.shards}: the model has {layers} layers; give 1 to {layers}")
     from .runtime.simulator_sdk import in_simulator_environment
 
     notes = _library("checkpoint_notes")
@@ -240,6 +245,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             keep_8bit=args.keep_8bit or (),
             keep_target=args.keep_target,
             max_memory=args.max_memory,
+            shards=args.shards,
         )
     print(
         f"{args.output}: {manifest.model_type}, {manifest.quant}, prefill {manifest.shape.prefill_len} / "
@@ -540,6 +546,13 @@ def add_llm_commands(commands) -> None:
     )
     export.add_argument("--target", default="host", help="host (run here, the default) or qnn (the phone)")
     export.add_argument("--soc", help="the phone's chipset for --target qnn, e.g. SM8650")
+    export.add_argument(
+        "--shards",
+        type=_positive,
+        metavar="N",
+        help="--target qnn: the decoder's layers in N QNN contexts per method (default: as many as keep each "
+        "context's weights within 1 GiB, half QNN's 2 GiB graph limit)",
+    )
     export.add_argument(
         "--decoder-model-version",
         metavar="VERSION",

@@ -479,6 +479,7 @@ def export_checkpoint(
     keep_8bit: Sequence[str] | str = (),
     keep_target: float = KEEP_TARGET,
     max_memory: float | None = None,
+    shards: int | None = None,
 ) -> LlmManifest:
     """``llm export``: the checkpoint's programs in the runner's layout, quantized on the
     calibration text (one prompt a line; a built-in text by default), lowered for ``target``,
@@ -490,7 +491,9 @@ def export_checkpoint(
     ``"auto"``: the fewest of the most sensitive that reach ``keep_target`` top-1 agreement with
     float on the calibration text (``sensitivity.choose_kept``). ``max_memory`` (GiB; default what is
     free when called) is the memory budget: a quantized host program whose folded float32 weights
-    would not fit keeps its codes (``memory_budget``)."""
+    would not fit keeps its codes (``memory_budget``). ``shards`` (``--target qnn``): the decoder's
+    layers in that many QNN contexts per method; None: as many as keep each context's weights within
+    ``lowering.shards.WEIGHT_BUDGET`` (said to ``progress``)."""
     from ..lowering.program import lower_methods
     from ..quantizer import QUANT_MODES
     from .generation import check_kv_bits
@@ -507,6 +510,8 @@ def export_checkpoint(
             check_qat(qat, quant)
     if decoder_model_version is not None:  # before the checkpoint is read
         _require_choice("--decoder-model-version", decoder_model_version, tuple(RUNNER_VERSIONS))
+    if shards is not None:
+        _check_shards(shards, target, checkpoint)
     check_replaceable(out_dir)  # before the long steps, and again when written
     budget = MemoryBudget.of(max_memory)  # what is free before this export takes any
     spec = qnn_compile_spec(soc, quant) if target == "qnn" else None
@@ -540,6 +545,7 @@ def export_checkpoint(
         codes_io=target == "qnn" and quant != "none",
         fold_weights=fold,
         external_weights=target == "host",
+        shards=shards if target == "qnn" else 1,
         progress=progress,
     )
     progress(f"lowered in {time.monotonic() - started:.1f} s")
@@ -548,6 +554,17 @@ def export_checkpoint(
     manifest = _write_export(out_dir, lowered.write_to, data, manifest, staged.tokenizer)
     progress(f"wrote {', '.join(_written(out_dir, manifest))}, {out_dir}/{TOKENIZER}/ and {out_dir}/{MANIFEST}")
     return manifest
+
+
+def _check_shards(shards: int, target: str, checkpoint: Path) -> None:
+    """``--shards``: for a QNN export, 1 to the checkpoint's layers (its config.json's)."""
+    if target != "qnn":
+        raise LlmCheckpointError("--shards splits a QNN program into contexts of layers: give --target qnn too")
+    layers = check_config(checkpoint).get("num_hidden_layers") if (checkpoint / "config.json").is_file() else None
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise LlmCheckpointError(f"--shards {shards!r}: give a whole number of 1 or more")
+    if isinstance(layers, int) and shards > layers:
+        raise LlmCheckpointError(f"--shards {shards}: the model has {layers} layers; give 1 to {layers}")
 
 
 def _written(out_dir: Path, manifest: LlmManifest) -> list[str]:

@@ -15,6 +15,7 @@ from ..qnn_sdk import require_sdk
 from ..torch_bridge import OpPackageBinding
 from .op_builder import bound_visitors
 from .preflight import PreflightError, preflight
+from .shards import LayerShards, node_shards, split_partitions
 
 _BACKENDS = {QnnExecuTorchBackendType.kHtpBackend: "HTP", QnnExecuTorchBackendType.kGpuBackend: "GPU"}
 
@@ -33,10 +34,20 @@ class QnnCustomOpPartitioner(QnnPartitioner):
     says so in one line (``QnnSdkMissingError``) instead of downloading or aborting.
     """
 
-    def __init__(self, compile_spec: list[Any], binding: OpPackageBinding, **kwargs: Any) -> None:
+    def __init__(
+        self, compile_spec: list[Any], binding: OpPackageBinding, shards: LayerShards | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(compile_spec, **kwargs)
         self.binding = binding
         self.backend = spec_backend(compile_spec)
+        self.shards = shards
+
+    def generate_partitions(self, edge_program: torch.export.ExportedProgram) -> list[Any]:
+        """QnnPartitioner's partitions, cut into ``shards`` of layers (``shards.split_partitions``)."""
+        partitions = super().generate_partitions(edge_program)
+        if self.shards is None or self.shards.count == 1:
+            return partitions
+        return split_partitions(partitions, node_shards(edge_program.graph, self.shards.of_layer))
 
     def preflight(self, graph_module: torch.fx.GraphModule) -> None:
         """Raise ``PreflightError`` with every problem of the graph's custom op nodes."""

@@ -29,6 +29,7 @@ from ..opdef import Datatype
 from ..torch_bridge import OpPackageBinding
 from ..torch_bridge.quantized import Encoding, encoding_of, is_dequantize
 from .block_linears import block_linears_as_convolutions
+from .codes_width import CodesInTheirWidth
 from .emulation import EmulatedOp, cast_int64_inputs, emulate_quantized
 from .external_weights import name_constants_apart, tag_weights_external, weights_tag
 from .folding import FoldQuantizedWeights
@@ -38,6 +39,14 @@ from .op_builder import bound_visitors
 from .partitioner import QnnCustomOpPartitioner
 from .preflight import PreflightError, preflight
 from .quantized_io import DelegatesTracedOnCodes, QuantizedIo, quantized_io
+from .shards import (
+    WEIGHT_BUDGET,
+    LayerShards,
+    check_shard_count,
+    layers_in,
+    shards_within,
+    weight_bytes_per_layer,
+)
 from .weight_sharing import share_equal_constants, weights_held_once
 
 TARGETS = ("host", "qnn")
@@ -133,8 +142,8 @@ def _host_passes(exported: torch.export.ExportedProgram, fold_weights: bool) -> 
         return []
     if not fold_weights and any("dequantize_affine" in str(n.target) for n in exported.graph.nodes):
         raise UsageError(
-            "fold_weights=False: block-wise weights (torchao's dequantize_affine, --quant 16a4w_block) run "
-            "on the host only dequantized when lowered; fold them, or quantize per channel (16a4w)"
+            "fold_weights=False: a block-wise dequantize of computed codes (torchao's dequantize_affine) has no "
+            "host kernel; fold the weights, or quantize per channel (16a4w)"
         )
     return [*([FoldQuantizedWeights()] if fold_weights else []), LayoutOnCodes(), UseHostSpeedKernels()]
 
@@ -154,19 +163,26 @@ def _lower_qnn(
     compile_spec: list,
     constant_methods: dict[str, Any],
     io: Mapping[str, QuantizedIo | None],
+    shards: LayerShards | None = None,
 ) -> Any:
-    """QNN's own export and edge passes, our partitioner, and our visitors for the bound ops
-    while QNN builds its graph (executorch's own visitor is back afterwards)."""
+    """QNN's own export and edge passes, our partitioner (cutting its partitions into ``shards``
+    of layers), and our visitors for the bound ops while QNN builds its graph (executorch's own
+    visitor is back afterwards)."""
     pass_manager = get_qnn_pass_manager_cls(QnnExecuTorchBackendType.kHtpBackend)()
     ready = {name: pass_manager.transform_for_export_pipeline(program) for name, program in exported.items()}
     with bound_visitors(binding):
         return to_edge_transform_and_lower(
             ready,
             transform_passes={name: qnn_edge_passes(pass_manager, p, io[name]) for name, p in ready.items()},
-            partitioner=[QnnCustomOpPartitioner(compile_spec, binding)],
+            partitioner=[QnnCustomOpPartitioner(compile_spec, binding, shards)],
             constant_methods=constant_methods,
             compile_config=qnn_edge_config(),
         )
+
+
+def _codes_narrowed(module: torch.nn.Module, narrowed: CodesInTheirWidth) -> torch.nn.Module:
+    """A converted program's weight codes in their own width (``codes_width``); a float one as it is."""
+    return narrowed(module) if isinstance(module, torch.fx.GraphModule) else module
 
 
 def _for_qnn(module: torch.nn.Module) -> torch.nn.Module:
@@ -176,8 +192,15 @@ def _for_qnn(module: torch.nn.Module) -> torch.nn.Module:
 
 
 def _check_choices(
-    target: str, emulate: str, compile_spec: list | None, codes_io: bool = False, external_weights: bool = False
+    target: str,
+    emulate: str,
+    compile_spec: list | None,
+    codes_io: bool = False,
+    external_weights: bool = False,
+    shards: int | None = 1,
 ) -> None:
+    if shards != 1 and target != "qnn":
+        raise UsageError(f"shards={shards!r} is for target='qnn' (QNN contexts of layers); a host program is not split")
     if codes_io and target != "qnn":
         raise UsageError("codes_io=True is for target='qnn' (a device runner's codes); host programs take reals")
     if external_weights and target != "host":
@@ -204,6 +227,7 @@ def lower_methods(
     codes_io: bool = False,
     fold_weights: bool = True,
     external_weights: bool = False,
+    shards: int | None = 1,
     progress: Callable[[str], None] | None = None,
 ) -> LoweredProgram:
     """``lower`` for a program of several methods (``{name: (model, example_inputs)}``), with
@@ -217,11 +241,17 @@ def lower_methods(
     model whose float32 weights do not fit needs). ``external_weights=True`` (host): every weight
     goes to one data file beside the .pte (``write_data_to``), where equal bytes are stored once --
     a tied embedding's gather and the delegated ``lm_head`` read the same bytes. ``progress``
-    hears each stage as it ends and, on the host, the partitions XNNPACK has compiled."""
-    _check_choices(target, emulate, compile_spec, codes_io, external_weights)
+    hears each stage as it ends and, on the host, the partitions XNNPACK has compiled. ``shards``
+    (QNN only): each method's decoder layers in that many QNN contexts of consecutive layers
+    (``shards.LayerShards``); None: as many as keep each context's weights within
+    ``shards.WEIGHT_BUDGET`` (``shards_within``), said to ``progress``."""
+    _check_choices(target, emulate, compile_spec, codes_io, external_weights, shards)
     stages = Stages(progress)
     if target == "qnn":
         methods = {name: (_for_qnn(m), inputs) for name, (m, inputs) in methods.items()}
+    elif not fold_weights:
+        narrowed = CodesInTheirWidth()
+        methods = {name: (_codes_narrowed(m, narrowed), inputs) for name, (m, inputs) in methods.items()}
     exported = {name: torch.export.export(m, tuple(inputs)) for name, (m, inputs) in methods.items()}
     stages.ended(f"{' and '.join(exported)} exported")
     encodings = {name: output_encodings(program) for name, program in exported.items()}
@@ -247,7 +277,8 @@ def lower_methods(
     else:
         assert compile_spec is not None  # refused above
         io = {name: quantized_io(program) if codes_io else None for name, program in exported.items()}
-        edge = _lower_qnn(exported, binding, compile_spec, dict(constant_methods or {}), io)
+        layer_shards = _layer_shards(exported, shards, progress)
+        edge = _lower_qnn(exported, binding, compile_spec, dict(constant_methods or {}), io, layer_shards)
     config = ExecutorchBackendConfig(
         memory_planning_pass=MemoryPlanningPass(alloc_graph_output=plan_outputs),
         passes=[DelegatesTracedOnCodes(), BuildQuantIo()] if codes_io else [],
@@ -257,6 +288,39 @@ def lower_methods(
     manager = edge.to_executorch(config)
     stages.ended("program emitted")
     return LoweredProgram(manager, tuple(emulated), encodings)
+
+
+def _layer_shards(
+    exported: Mapping[str, torch.export.ExportedProgram],
+    shards: int | None,
+    progress: Callable[[str], None] | None,
+) -> LayerShards | None:
+    """The methods' layers in ``shards`` shards (None: as many as ``shards_within`` the weight
+    budget), said; None for a program of one context."""
+    first = next(iter(exported.values()))
+    layers = layers_in(first.graph)
+    if shards == 1 or (layers == 0 and shards is None):
+        return None
+    if layers == 0:
+        raise UsageError(f"shards={shards!r}: the program has no decoder layers (modules named layers.N) to split")
+    layer_bytes = weight_bytes_per_layer(first)
+    count = shards_within(layer_bytes) if shards is None else shards
+    check_shard_count(count, layers)
+    split = LayerShards(layers, count)
+    held = [0] * count
+    for layer, size in enumerate(layer_bytes):
+        held[split.of_layer(layer)] += size
+    if progress is not None:
+        chosen = (
+            f"as many as keep each context's weights within {WEIGHT_BUDGET / 2**30:g} GiB"
+            if shards is None
+            else "--shards"
+        )
+        progress(
+            f"lowering: {count} QNN context{'s' if count > 1 else ''} per method ({chosen}): layers "
+            f"{', '.join(map(str, split.sizes()))}, weights {', '.join(f'{b / 1e6:.1f}' for b in held)} MB"
+        )
+    return split if count > 1 else None
 
 
 def lower(
