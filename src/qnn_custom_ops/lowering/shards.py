@@ -26,9 +26,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
+from executorch.backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS, QCOM_QUANTIZED_IO
 from torch.fx.passes.infra.partitioner import Partition
 
 from ..errors import UsageError
+from .quantized_io import RUNNER_CODE_DTYPES
 
 #: QNN HTP's limit on a graph's estimated allocation (weights, I/O, activations, run list).
 CONTEXT_LIMIT = 2 * 1024**3
@@ -98,12 +100,28 @@ def node_shards(graph: torch.fx.Graph, shard_of_layer: Callable[[int], int]) -> 
 
 
 def split_partitions(partitions: Iterable[Partition], shards: dict[torch.fx.Node, int]) -> list[Partition]:
-    """Each partition cut where its nodes' shards change, numbered anew."""
+    """Each partition cut where its nodes' shards change, numbered anew; a quantized tensor one
+    piece gives another crosses as codes (``codes_across``)."""
     pieces: dict[tuple[int, int], list[torch.fx.Node]] = {}
     for index, partition in enumerate(partitions):
         for node in partition.nodes:
             pieces.setdefault((shards.get(node, 0), index), []).append(node)
-    return [Partition(id=i, nodes=nodes) for i, (_, nodes) in enumerate(sorted(pieces.items(), key=lambda p: p[0]))]
+    ordered = [nodes for _, nodes in sorted(pieces.items(), key=lambda piece: piece[0])]
+    codes_across(ordered)
+    return [Partition(id=i, nodes=nodes) for i, nodes in enumerate(ordered)]
+
+
+def codes_across(pieces: Sequence[Sequence[torch.fx.Node]]) -> None:
+    """Tag each quantized node read by another piece than its own as quantized IO (its codes'
+    unsigned width, ``quantized_io.RUNNER_CODE_DTYPES``): the two contexts pass codes, without a
+    dequantize to float in one and a quantize in the other, as ExecuTorch tags its sharding IO."""
+    piece_of = {node: index for index, nodes in enumerate(pieces) for node in nodes}
+    for node, index in piece_of.items():
+        attrs = node.meta.get(QCOM_QUANT_ATTRS)
+        crosses = any(piece_of.get(user, index) != index for user in node.users)
+        if attrs and crosses and QCOM_QUANTIZED_IO not in node.meta:
+            bits = (int(attrs["quant_max"]) - int(attrs["quant_min"])).bit_length()
+            node.meta[QCOM_QUANTIZED_IO] = RUNNER_CODE_DTYPES[bits]
 
 
 def weight_bytes_per_layer(program: torch.export.ExportedProgram) -> tuple[int, ...]:
