@@ -14,6 +14,7 @@ import torch
 
 from qnn_custom_ops.cli import main
 from qnn_custom_ops.errors import UsageError
+from qnn_custom_ops.lowering.program import _layer_shards
 from qnn_custom_ops.lowering.shards import (
     WEIGHT_BUDGET,
     LayerShards,
@@ -58,10 +59,10 @@ class _Decoder(torch.nn.Module):
 
 
 def test_the_layers_split_evenly_and_every_edge_goes_forward():
-    assert LayerShards(28, 3).sizes() == (10, 9, 9) and LayerShards(2, 2).sizes() == (1, 1)
+    assert LayerShards.even(28, 3).sizes() == (10, 9, 9) and LayerShards.even(2, 2).sizes() == (1, 1)
     program = torch.export.export(_Decoder(), (torch.zeros(1, 4, dtype=torch.long),))
     assert layers_in(program.graph) == 3
-    shards = node_shards(program.graph, LayerShards(3, 2).of_layer)
+    shards = node_shards(program.graph, LayerShards.even(3, 2).of_layer)
     assert all(shards[i] <= shards[n] for n in shards for i in n.all_input_nodes)
     by_module = {n.meta["nn_module_stack"] and list(n.meta["nn_module_stack"].values())[-1][0]: shards[n]
                  for n in shards if n.meta.get("nn_module_stack")}
@@ -69,17 +70,32 @@ def test_the_layers_split_evenly_and_every_edge_goes_forward():
                          "layers.2.proj": 1, "layers.2": 1, "lm_head": 1}
     # float weights at HTP's 16 bits: the embedding counted with the first layer, lm_head with the last
     assert weight_bytes_per_layer(program) == (2 * (20 * 8 + 64), 2 * 64, 2 * (64 + 8 * 20))
+    said: list[str] = []
+    assert _layer_shards({"forward": program}, 2, said.append).sizes() == (2, 1)
+    assert _layer_shards({"forward": program}, None, said.append) is None  # 1 KB: one context
+    assert said == ["lowering: 2 QNN contexts per method (--shards): layers 2, 1, weights 0.0, 0.0 MB",
+                    "lowering: 1 QNN context per method (as many as keep each context's weights within 1 GiB): "
+                    "layers 3, weights 0.0 MB"]
+    with pytest.raises(UsageError, match="give 1 to 3, the model's layers"):
+        _layer_shards({"forward": program}, 4, said.append)
 
 
 def test_the_default_shard_count_keeps_each_contexts_weights_within_the_budget():
     assert WEIGHT_BUDGET == 2**30  # half QNN's 2 GiB graph allocation limit (ExecuTorch #17782)
-    assert shards_within([10 * MB, 10 * MB]) == 1
+    assert shards_within([10 * MB, 10 * MB]).count == 1
     # Qwen3-1.7B at 16a8w, the model of #17782 (2.31 GB estimated in one context, over the limit):
-    # 28 layers of 50.3 MB of 8-bit weights, the 311 MB lm_head in the last
-    qwen3 = [50 * MB] * 27 + [50 * MB + 311 * MB]
-    assert shards_within(qwen3) == 2
-    assert shards_within([600 * MB] * 4) == 4  # two layers (1.2 GB) pass the budget
-    assert shards_within([3 * 2**30, 1]) == 2  # a layer alone over the budget: each layer its own context
+    # 28 layers of 50 MB of 8-bit weights, its 16-bit embedding (622 MB) in the first, lm_head
+    # (311 MB) in the last: three contexts, the largest as small as three allow
+    qwen3 = [672 * MB] + [50 * MB] * 26 + [361 * MB]
+    assert shards_within(qwen3).sizes() == (3, 16, 9)
+    assert shards_within(qwen3).held(qwen3) == (772 * MB, 800 * MB, 761 * MB)
+    # Llama-3.1-8B's shape at 16a4w: layer 0 with the 1.05 GB embedding is over the budget alone
+    # and a context of its own; the rest fill four
+    layer = (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336) // 2
+    eight_b = [layer + 128256 * 4096 * 2] + [layer] * 30 + [layer + 128256 * 4096]
+    assert shards_within(eight_b).sizes() == (1, 9, 9, 9, 4)
+    assert max(shards_within(eight_b).held(eight_b)[1:]) <= WEIGHT_BUDGET
+    assert shards_within([600 * MB] * 4).count == 4  # two layers (1.2 GB) pass the budget
 
 
 def cli_error(capsys, *argv: str) -> str:
@@ -144,8 +160,6 @@ def test_a_two_shard_qnn_export_has_two_contexts_per_method_and_generates_the_ho
     host = export("llm-export-2-layers-16a8w") / "out"
     sharded = export("llm-export-2-layers-16a8w-qnn-2-shards", "--target", "qnn", "--soc", "SM8650",
                      "--shards", "2")
-    said = (sharded / "progress.txt").read_text()
-    assert "lowering: 2 QNN contexts per method (--shards): layers 1, 1, weights" in said
     pte = (sharded / "out" / "model.pte").read_bytes()
     delegates = _delegates(pte)
     assert delegates["prefill_forward"] == delegates["kv_forward"] == ["QnnBackend", "QnnBackend"]

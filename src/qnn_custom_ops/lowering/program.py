@@ -304,23 +304,17 @@ def _layer_shards(
     if layers == 0:
         raise UsageError(f"shards={shards!r}: the program has no decoder layers (modules named layers.N) to split")
     layer_bytes = weight_bytes_per_layer(first)
-    count = shards_within(layer_bytes) if shards is None else shards
-    check_shard_count(count, layers)
-    split = LayerShards(layers, count)
-    held = [0] * count
-    for layer, size in enumerate(layer_bytes):
-        held[split.of_layer(layer)] += size
+    if shards is not None:
+        check_shard_count(shards, layers)
+    split = shards_within(layer_bytes) if shards is None else LayerShards.even(layers, shards)
     if progress is not None:
-        chosen = (
-            f"as many as keep each context's weights within {WEIGHT_BUDGET / 2**30:g} GiB"
-            if shards is None
-            else "--shards"
-        )
+        budget = f"as many as keep each context's weights within {WEIGHT_BUDGET / 2**30:g} GiB"
         progress(
-            f"lowering: {count} QNN context{'s' if count > 1 else ''} per method ({chosen}): layers "
-            f"{', '.join(map(str, split.sizes()))}, weights {', '.join(f'{b / 1e6:.1f}' for b in held)} MB"
+            f"lowering: {split.count} QNN context{'s' if split.count > 1 else ''} per method "
+            f"({'--shards' if shards is not None else budget}): layers {', '.join(map(str, split.sizes()))}, "
+            f"weights {', '.join(f'{b / 1e6:.1f}' for b in split.held(layer_bytes))} MB"
         )
-    return split if count > 1 else None
+    return split if split.count > 1 else None
 
 
 def lower(

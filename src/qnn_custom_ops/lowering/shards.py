@@ -21,6 +21,7 @@ a later one, so cutting a partition by shard makes no cycle.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -57,21 +58,33 @@ def layers_in(graph: torch.fx.Graph) -> int:
 
 @dataclass(frozen=True)
 class LayerShards:
-    """``count`` shards of ``layers`` consecutive layers, as even as they go (sizes differ by one
-    at most; ExecuTorch's ``num_sharding`` needs ``count`` to divide the layers)."""
+    """``layers`` decoder layers in shards of consecutive layers, each starting at its layer in
+    ``starts`` (the first at 0)."""
 
     layers: int
-    count: int
+    starts: tuple[int, ...]
 
-    def __post_init__(self) -> None:
-        check_shard_count(self.count, self.layers)
+    @staticmethod
+    def even(layers: int, count: int) -> LayerShards:
+        """``count`` shards as even as they go (sizes differ by one at most; ExecuTorch's
+        ``num_sharding`` needs ``count`` to divide the layers)."""
+        check_shard_count(count, layers)
+        return LayerShards(layers, tuple(-(-s * layers // count) for s in range(count)))
+
+    @property
+    def count(self) -> int:
+        return len(self.starts)
 
     def of_layer(self, layer: int) -> int:
-        return layer * self.count // self.layers
+        return bisect.bisect_right(self.starts, layer) - 1
 
     def sizes(self) -> tuple[int, ...]:
         """Layers per shard, in order."""
-        return tuple(sum(1 for layer in range(self.layers) if self.of_layer(layer) == s) for s in range(self.count))
+        return tuple(end - start for start, end in zip(self.starts, (*self.starts[1:], self.layers)))
+
+    def held(self, layer_bytes: Sequence[int]) -> tuple[int, ...]:
+        """Each shard's bytes, of the layers' ``layer_bytes``."""
+        return tuple(sum(layer_bytes[start : start + size]) for start, size in zip(self.starts, self.sizes()))
 
 
 def check_shard_count(count: int, layers: int) -> None:
@@ -133,7 +146,7 @@ def weight_bytes_per_layer(program: torch.export.ExportedProgram) -> tuple[int, 
     layers = layers_in(graph)
     if layers == 0:
         return ()
-    shards = node_shards(graph, lambda layer: layer)
+    shards = node_shards(graph, lambda layer: layer)  # a shard per layer
     tensors = {**program.state_dict, **program.constants}
     names = {
         **program.graph_signature.inputs_to_parameters,
@@ -170,15 +183,24 @@ def _argument(node: torch.fx.Node, name: str) -> object:
     return None
 
 
-def shards_within(layer_bytes: Sequence[int], budget: int = WEIGHT_BUDGET) -> int:
-    """The fewest shards (``LayerShards``' even split) whose contexts each hold at most ``budget``
-    bytes of weights; every layer its own shard when no fewer do."""
-    layers = len(layer_bytes)
-    for count in range(1, layers + 1):
-        shards = LayerShards(layers, count)
-        held = [0] * count
-        for layer, size in enumerate(layer_bytes):
-            held[shards.of_layer(layer)] += size
-        if max(held) <= budget:
-            return count
-    return max(layers, 1)
+def shards_within(layer_bytes: Sequence[int], budget: int = WEIGHT_BUDGET) -> LayerShards:
+    """The fewest shards of consecutive layers whose contexts each hold at most ``budget`` bytes of
+    weights (a layer alone over it, the first with a large embedding, is a shard of its own), the
+    largest as small as that many shards allow."""
+    count = len(_filled(layer_bytes, budget))
+    low, high = 1, max(sum(layer_bytes), 1)
+    while low < high:  # the least cap that still fills no more than count shards
+        middle = (low + high) // 2
+        low, high = (low, middle) if len(_filled(layer_bytes, middle)) <= count else (middle + 1, high)
+    return LayerShards(max(len(layer_bytes), 1), _filled(layer_bytes, high))
+
+
+def _filled(layer_bytes: Sequence[int], cap: int) -> tuple[int, ...]:
+    """The first layer of each shard, filling each in order as far as ``cap`` goes."""
+    starts, held = [0], 0
+    for layer, size in enumerate(layer_bytes):
+        if held and held + size > cap:
+            starts.append(layer)
+            held = 0
+        held += size
+    return tuple(starts)
