@@ -31,18 +31,37 @@ ARCHITECTURE = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, 
 STEPS, VOCAB, WINDOW, PREFILL, CTX = 150, 512, 64, 16, 128
 
 
+def _train_into(root: Path) -> None:
+    """Train the model (one torch thread) and save what ``trained`` gives, for every module and
+    xdist worker of the run to load (``shared_build``): the same weights, trained once."""
+    train_texts, held_out = corpus()
+    model, tokenizer = train_model(train_texts[::10], STEPS, architecture=ARCHITECTURE, vocab=VOCAB,
+                                   seq=WINDOW, batch=8, log=lambda line: None)
+    calibration = token_stream(tokenizer, train_texts[1::20])[: 8 * PREFILL].view(8, PREFILL).tolist()
+    model.config.save_pretrained(root / "model")
+    torch.save(model.state_dict(), root / "weights.pt")
+    tokenizer.save_pretrained(root / "tokenizer")
+    torch.save({"held": token_stream(tokenizer, held_out[:3]), "calibration": calibration}, root / "data.pt")
+
+
 @pytest.fixture(scope="module")
 def trained():
     """(model, tokenizer, held-out stream, 8 calibration prompts of ``PREFILL`` training tokens),
-    trained on a tenth of the standard library's sources with one torch thread (deterministic)."""
+    trained on a tenth of the standard library's sources with one torch thread (deterministic),
+    once per run (``shared_build``); each module gets its own copy of the model."""
+    import transformers
+
+    from .conftest import shared_build
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        train_texts, held_out = corpus()
-        model, tokenizer = train_model(train_texts[::10], STEPS, architecture=ARCHITECTURE, vocab=VOCAB,
-                                       seq=WINDOW, batch=8, log=lambda line: None)
-        calibration = token_stream(tokenizer, train_texts[1::20])[: 8 * PREFILL].view(8, PREFILL).tolist()
-        yield model, tokenizer, token_stream(tokenizer, held_out[:3]), calibration
+        root = shared_build("llm-trained", _train_into)
+        model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config.from_pretrained(root / "model"))
+        model.load_state_dict(torch.load(root / "weights.pt"))
+        tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(root / "tokenizer")
+        data = torch.load(root / "data.pt")
+        yield model.eval(), tokenizer, data["held"], data["calibration"]
     finally:
         torch.set_num_threads(threads)
 
