@@ -22,6 +22,7 @@ from .test_llm_trained import compare, evaluate, trained  # noqa: E402, F401, F8
 PREFILL, CTX, WINDOW = 16, 64, 48
 
 
+@pytest.mark.slow  # trains the tiny model (or waits for it) and runs QAT: 18-30 s
 def test_qat_16a4w_agrees_with_float_on_more_held_out_tokens_than_ptq(trained):  # noqa: F811
     model, _, held, calibration = trained
     windows = held[: 6 * WINDOW].view(6, WINDOW)
