@@ -1,0 +1,173 @@
+"""A quantized host program's weight codes stored in their own width (issue 42, item 2).
+
+PT2E's converted programs hold 16-bit codes in int32 and 4-bit codes in int8, and a per-block
+weight's dequantize is torchao's ``dequantize_affine``, which ExecuTorch's portable kernels lack.
+A host program that keeps its codes (``lower_methods(..., fold_weights=False)``: a model whose
+float32 weights do not fit) is rewritten here, before it is exported, so that it stores:
+
+- 16-bit codes as uint16 (or int16), its dequantize told so (the portable dequantize reads both);
+- 4-bit codes two to a byte, low nibble first along the last axis, unpacked by the program
+  itself before their dequantize: the low nibble as ``(byte << 4) >> 4`` and the high as
+  ``byte >> 4``, arithmetic shifts on int8 that give each nibble's sign (portable kernels);
+- a per-block dequantize as the ops it is: each block's codes, less its zero point in int32,
+  as float32 times its scale (torchao's order of operations, so the same bits).
+
+The program computes what it did before, bit for bit; only its constants are smaller. A weight
+read by both methods is packed once, so the data file still stores it once.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable
+
+import torch
+
+_DEQUANTIZE_PER_TENSOR = torch.ops.quantized_decomposed.dequantize_per_tensor.default
+_DEQUANTIZE_PER_CHANNEL = torch.ops.quantized_decomposed.dequantize_per_channel.default
+#: The narrowest storage of codes in [quant_min, quant_max] held in int32, by dtype.
+_SIXTEEN_BITS = ((torch.uint16, 0, 65535), (torch.int16, -32768, 32767))
+
+
+def _is_block_dequantize(node: torch.fx.Node) -> bool:
+    """torchao's ``dequantize_affine`` (PT2E's convert calls the op's packet, not an overload)."""
+    op = torch.ops.torchao.dequantize_affine
+    return node.target is op or node.target is op.default
+
+
+class CodesInTheirWidth:
+    """Rewrites the converted programs of one export, each weight narrowed once for them all."""
+
+    def __init__(self) -> None:
+        self._narrowed: dict[tuple[int, str], torch.Tensor] = {}
+
+    def __call__(self, module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        """A copy of ``module`` (sharing its tensors) with its weights' codes narrowed."""
+        rewritten = torch.fx.GraphModule(module, copy.deepcopy(module.graph))
+        for node in list(rewritten.graph.nodes):
+            if node.op != "call_function":
+                continue
+            if _is_block_dequantize(node) and _constant(node) is not None:
+                shape = tuple(getattr(rewritten, str(_constant(node).target)).shape)
+                self._pack(rewritten, node, *node.args[5:7])
+                _write_out_block_dequantize(rewritten, node, shape)
+            elif node.target in (_DEQUANTIZE_PER_TENSOR, _DEQUANTIZE_PER_CHANNEL):
+                quant_min, quant_max, dtype = node.args[-3:]
+                if dtype == torch.int8:
+                    self._pack(rewritten, node, quant_min, quant_max)
+                elif dtype == torch.int32:
+                    self._narrow_sixteen(rewritten, node, quant_min, quant_max)
+        rewritten.graph.eliminate_dead_code()
+        rewritten.recompile()
+        return rewritten
+
+    def _narrow_sixteen(self, module: torch.fx.GraphModule, dequantize: torch.fx.Node, low: int, high: int) -> None:
+        """16-bit codes held in int32 -> uint16 (or int16), the dequantize told so."""
+        codes = _constant(dequantize)
+        narrow = next((dtype for dtype, lo, hi in _SIXTEEN_BITS if lo <= low and high <= hi), None)
+        if codes is None or narrow is None:
+            return
+        weight = getattr(module, str(codes.target))
+        setattr(module, str(codes.target), self._once(weight, str(narrow), lambda: weight.to(narrow)))
+        dequantize.args = (*dequantize.args[:-1], narrow)
+
+    def _pack(self, module: torch.fx.GraphModule, dequantize: torch.fx.Node, low: int, high: int) -> None:
+        """4-bit codes held in int8 -> two a byte, unpacked by the program before ``dequantize``."""
+        codes = _constant(dequantize)
+        if codes is None or not (-8 <= low and high <= 7):
+            return
+        weight = getattr(module, str(codes.target))
+        if weight.dtype != torch.int8 or weight.shape[-1] % 2:
+            return
+        name = f"{codes.target}_packed"
+        setattr(module, name, self._once(weight, "int4", lambda: pack_int4(weight)))
+        with module.graph.inserting_before(dequantize):
+            packed = _get_attr(module.graph, name)
+            dequantize.replace_input_with(codes, _unpack_int4_nodes(module.graph, packed, tuple(weight.shape)))
+
+    def _once(self, weight: torch.Tensor, kind: str, narrow: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """``narrow()`` of ``weight``, computed once for every program of the export."""
+        key = (weight.untyped_storage().data_ptr(), kind)
+        if key not in self._narrowed:
+            self._narrowed[key] = narrow()
+        return self._narrowed[key]
+
+
+def _constant(dequantize: torch.fx.Node) -> torch.fx.Node | None:
+    """The ``get_attr`` a dequantize reads its codes from, None for codes computed."""
+    codes = dequantize.args[0]
+    return codes if isinstance(codes, torch.fx.Node) and codes.op == "get_attr" else None
+
+
+def pack_int4(codes: torch.Tensor) -> torch.Tensor:
+    """int8 codes in [-8, 7] -> int8 bytes of two codes each (low nibble: the even index)."""
+    pairs = codes.reshape(*codes.shape[:-1], codes.shape[-1] // 2, 2)
+    return ((pairs[..., 0] & 0x0F) | (pairs[..., 1] << 4)).to(torch.int8)
+
+
+def unpack_int4(packed: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """``pack_int4``'s inverse, in the ops the program runs."""
+    low = torch.bitwise_right_shift(torch.bitwise_left_shift(packed, 4), 4)
+    high = torch.bitwise_right_shift(packed, 4)
+    return torch.stack([low, high], dim=-1).reshape(shape)
+
+
+def _unpack_int4_nodes(graph: torch.fx.Graph, packed: torch.fx.Node, shape: tuple[int, ...]) -> torch.fx.Node:
+    """``unpack_int4`` of ``packed`` as graph nodes."""
+    aten = torch.ops.aten
+    shifted = graph.call_function(aten.bitwise_left_shift.Tensor_Scalar, (packed, 4))
+    low = graph.call_function(aten.bitwise_right_shift.Tensor_Scalar, (shifted, 4))
+    high = graph.call_function(aten.bitwise_right_shift.Tensor_Scalar, (packed, 4))
+    pairs = graph.call_function(aten.stack.default, ([low, high], -1))
+    return graph.call_function(aten.reshape.default, (pairs, list(shape)))
+
+
+def _write_out_block_dequantize(module: torch.fx.GraphModule, node: torch.fx.Node, shape: tuple[int, ...]) -> None:
+    """torchao's ``dequantize_affine`` of a ``shape`` weight over blocks of one row's inputs, as
+    its ops: per block, (codes - zero point) in int32, as float32, times the scale; a symmetric
+    weight's zero points (all 0) are left out, not stored. Constants are laid out here (a view of
+    a program constant in the program trips ExecuTorch's emitter)."""
+    codes, block_size, scale, zero_point = node.args[:4]
+    rows, columns = shape
+    blocks = columns // block_size[1]
+    aten, graph = torch.ops.aten, module.graph
+    with graph.inserting_before(node):
+        centred = _laid_out(module, codes, [rows, blocks, block_size[1]], torch.int32)
+        if not _all_zero(module, zero_point):
+            points = _laid_out(module, zero_point, [rows, blocks, 1], torch.int32)
+            centred = graph.call_function(aten.sub.Tensor, (centred, points))
+        reals = graph.call_function(aten._to_copy.default, (centred,), {"dtype": torch.float32})
+        scales = _laid_out(module, scale, [rows, blocks, 1], torch.float32)
+        product = graph.call_function(aten.mul.Tensor, (reals, scales))
+        weight = graph.call_function(aten.reshape.default, (product, [rows, columns]))
+    node.replace_all_uses_with(weight)
+    graph.erase_node(node)
+
+
+def _all_zero(module: torch.fx.GraphModule, value: torch.fx.Node | None) -> bool:
+    """Whether ``value`` is absent or a constant of zeros."""
+    if value is None:
+        return True
+    return value.op == "get_attr" and not bool(getattr(module, str(value.target)).any())
+
+
+def _laid_out(
+    module: torch.fx.GraphModule, value: torch.fx.Node, shape: list[int], dtype: torch.dtype
+) -> torch.fx.Node:
+    """``value`` reshaped to ``shape`` as ``dtype``: a new constant when ``value`` is one, else ops."""
+    graph = module.graph
+    if value.op == "get_attr":
+        name = f"{value.target}_as_{'x'.join(map(str, shape))}"
+        setattr(module, name, getattr(module, str(value.target)).reshape(shape).to(dtype))
+        return _get_attr(graph, name)
+    reshaped = graph.call_function(torch.ops.aten.reshape.default, (value, shape))
+    return graph.call_function(torch.ops.aten._to_copy.default, (reshaped,), {"dtype": dtype})
+
+
+def _get_attr(graph: torch.fx.Graph, name: str) -> torch.fx.Node:
+    """A ``get_attr`` of a plain tensor attribute, as PT2E's converted programs hold their codes
+    (fx warns that it is no parameter or buffer; export lifts it as a constant, as it should)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return graph.get_attr(name)

@@ -1,0 +1,82 @@
+"""A quantized host program that keeps its weights as codes stores them in their own width
+(issue 42, item 2; ``lowering.codes_width``): 4-bit codes two to a byte, 16-bit codes in 16
+bits, and a per-block dequantize written as its ops, so 16a4w_block runs as codes too; the
+program computes what the folded one does, bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
+
+from qnn_custom_ops.library import export_llm, llm_binding, quantize_llm  # noqa: E402
+from qnn_custom_ops.library.checkpoint import METHODS  # noqa: E402
+from qnn_custom_ops.lowering.codes_width import CodesInTheirWidth, pack_int4, unpack_int4  # noqa: E402
+from qnn_custom_ops.lowering.program import lower_methods  # noqa: E402
+
+from .hf_models import hf_model  # noqa: E402
+
+PROMPTS = [[1, 5, 9, 14, 30, 2, 77, 100, 3, 8], [1, 60, 61, 62, 7, 7, 120]]
+
+
+@pytest.fixture(scope="module")
+def programs():
+    return export_llm(hf_model("qwen3", num_hidden_layers=2), prefill_len=8, ctx_len=32, cache="runner")
+
+
+def test_4bit_codes_pack_two_to_a_byte_and_unpack_to_every_value_in_place():
+    codes = torch.arange(-8, 8, dtype=torch.int8).repeat(3, 2)[:, torch.randperm(32)]
+    packed = pack_int4(codes)
+    assert packed.dtype == torch.int8 and packed.shape == (3, 16)
+    assert torch.equal(unpack_int4(packed, tuple(codes.shape)), codes)
+
+
+def constant_bytes(module: torch.fx.GraphModule) -> dict[torch.dtype, int]:
+    """Bytes of the tensors the module's graph reads by ``get_attr``, by dtype."""
+    found: dict[torch.dtype, int] = {}
+    for node in module.graph.nodes:
+        if node.op == "get_attr":
+            tensor = getattr(module, str(node.target))
+            found[tensor.dtype] = found.get(tensor.dtype, 0) + tensor.numel() * tensor.element_size()
+    return found
+
+
+@pytest.mark.parametrize("quant", ["16a4w", "16a4w_block"])
+def test_narrowed_programs_hold_packed_4bit_and_16bit_codes_and_compute_the_same(programs, quant):
+    converted = quantize_llm(programs, quant, PROMPTS, 2)
+    narrowed = CodesInTheirWidth()
+    rewritten = [narrowed(module) for module in converted]
+    for module, before in zip(rewritten, converted):
+        after, was = constant_bytes(module), constant_bytes(before)
+        assert torch.int32 not in {d for d, n in after.items() if n > 64} and after[torch.uint16] == was[torch.int32] // 2
+        assert after[torch.int8] < was[torch.int8] * 0.6  # the 4-bit projections halved; lm_head's 8 bits kept
+        assert "dequantize_affine" not in str(module.graph)
+    inputs = programs.prefill.example_inputs
+    assert all(torch.equal(a, b) for a, b in zip(rewritten[0](*inputs), converted[0](*inputs)))
+    assert constant_bytes(narrowed(converted[1]))[torch.int8] == constant_bytes(rewritten[1])[torch.int8]
+
+
+@pytest.mark.slow
+def test_a_16a4w_block_host_program_of_codes_runs_and_gives_the_folded_programs_bits(programs, tmp_path):
+    """Refused before (no host kernel for torchao's per-block dequantize); now its data file is
+    under 0.6x the folded program's and its logits are the folded program's, bit for bit."""
+    import qnn_custom_ops as qco
+    from qnn_custom_ops.library import RunnerLoop, host_step, package_dir
+    from qnn_custom_ops.runtime import HostRunner
+
+    converted = quantize_llm(programs, "16a4w_block", PROMPTS, 2)
+    inputs = (programs.prefill.example_inputs, programs.decode.example_inputs)
+    runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
+    logits, sizes = {}, {}
+    for fold in (True, False):
+        lowered = lower_methods(dict(zip(METHODS, zip(converted, inputs))), llm_binding(), "host", plan_outputs=False,
+                                fold_weights=fold, external_weights=True)
+        data = tmp_path / f"fold-{fold}.ptd"
+        with data.open("wb") as stream:
+            lowered.write_data_to(stream)
+        sizes[fold] = data.stat().st_size
+        loop = RunnerLoop(programs.shape, *(host_step(runner, lowered.buffer, m, data) for m in METHODS))
+        logits[fold] = loop.score(PROMPTS[0] * 2)
+    assert sizes[False] < 0.6 * sizes[True], sizes
+    assert torch.equal(logits[False], logits[True])
