@@ -141,19 +141,17 @@ def runs(args, tokenizer) -> list:
 
 
 def kept(programs, quant: str, options: dict, calibration, target: float) -> dict:
-    """``options`` with ``keep_8bit="auto"`` replaced by the parts ``choose_kept`` picks, said;
-    with QAT, chosen on the trained weights, which the row then converts (as ``llm export --qat N
-    --keep-8bit auto`` does)."""
-    from qnn_custom_ops.library.generation import train_llm
+    """``options`` with ``keep_8bit="auto"`` replaced by the parts ``choose_kept`` picks on the
+    float weights, said (a QAT row then trains with them fake-quantized at 8 bits, as ``llm export
+    --qat N --keep-8bit auto`` does)."""
     from qnn_custom_ops.library.sensitivity import choose_kept
 
     if options.get("keep_8bit") != "auto":
         return options
-    trained = train_llm(programs, quant, calibration, options["qat"]) if "qat" in options else None
-    choice = choose_kept(programs, quant, calibration, calibration, target, weights=trained)
+    choice = choose_kept(programs, quant, calibration, calibration, target)
     print(f"  {quant} keep-8bit auto: {len(choice.kept)} parts ({choice.weight_share:.0%} of the 4-bit weights): "
           f"{', '.join(choice.kept) or 'nothing'}; {choice.top1_agreement:.1%} on the calibration prompts", flush=True)
-    return {**options, "keep_8bit": choice.kept, **({"qat": trained} if trained is not None else {})}
+    return {**options, "keep_8bit": choice.kept}
 
 
 def main() -> None:

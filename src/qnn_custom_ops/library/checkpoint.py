@@ -346,20 +346,14 @@ KEEP_TARGET = 0.97
 
 
 def _chosen_kept(
-    programs: LlmPrograms,
-    quant: str,
-    prompts: Sequence[Sequence[int]],
-    target: float,
-    progress: Progress,
-    trained: Any = None,
+    programs: LlmPrograms, quant: str, prompts: Sequence[Sequence[int]], target: float, progress: Progress
 ) -> tuple[str, ...]:
     """``--keep-8bit auto``: the parts ``sensitivity.choose_kept`` keeps at 8 bits, measured on
-    the calibration prompts (with QAT's ``trained`` weights when given); said, and a warning when
-    keeping every part misses the target."""
+    the calibration prompts; said, and a warning when keeping every part misses the target."""
     from .sensitivity import choose_kept
 
     started = time.monotonic()
-    choice = choose_kept(programs, quant, prompts, prompts, target, progress, weights=trained)
+    choice = choose_kept(programs, quant, prompts, prompts, target, progress)
     kept = ", ".join(choice.kept) or "nothing"
     progress(
         f"keep-8bit auto: kept {kept} at 8-bit weights ({choice.weight_share:.0%} of the 4-bit weights): top-1 "
@@ -398,7 +392,7 @@ def _programs_to_lower(
     """The checkpoint loaded, exported in the runner's layout for its ``--decoder_model_version``
     (the family's, told by the tokenizer where one family has several, or the one given) and,
     unless ``quant`` is none, quantized on the calibration text (``keep_8bit``: ``export_checkpoint``'s)."""
-    from .generation import quantize_llm, train_llm
+    from .generation import quantize_llm
 
     model, tokenizer, text, programs = static_programs(
         checkpoint, prefill_len, ctx_len, decoder_model_version, progress
@@ -409,9 +403,7 @@ def _programs_to_lower(
     if quant != "none":
         prompts = calibration_prompts(tokenizer, programs.shape, calibration, version=version)
         if keep_8bit == "auto":
-            if qat is not None:  # trained once: the parts are chosen on the weights converted
-                qat = train_llm(programs, quant, prompts, qat, progress=progress)
-            keep_8bit = _chosen_kept(programs, quant, prompts, keep_target, progress, qat)
+            keep_8bit = _chosen_kept(programs, quant, prompts, keep_target, progress)
         started = time.monotonic()
         modules = quantize_llm(
             programs,

@@ -21,7 +21,7 @@ from ..lowering.weight_sharing import EqualTensors
 from ..progress import time_left
 from .hf import LlmExportError, LlmPrograms, LlmShape
 from .parts import in_parts, resolve_kept
-from .qat import QatConfig, TrainedWeights, qat_config, train_qat, use_weights
+from .qat import QatConfig, qat_config, train_qat, use_weights
 from .runner_loop import RunnerLoop, check_fits
 from .steps import Generation, Step, eager_step, snapshot, token_ids
 
@@ -168,7 +168,7 @@ def quantize_llm(
     prompts: Sequence[Sequence[int]],
     new_tokens: int,
     progress: Callable[[str], None] | None = None,
-    qat: int | QatConfig | TrainedWeights | None = None,
+    qat: int | QatConfig | None = None,
     kv_bits: int = 16,
     keep_8bit: Collection[str] = (),
 ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
@@ -187,7 +187,7 @@ def quantize_llm(
     on the prompts (``qat.train_qat``: the prefill program prepared with ``prepare_qat_pt2e`` and
     the same annotation, fake-quantized, distilled from the float program by default), then
     calibrates and converts the programs with the trained weights as above; the model passed in
-    keeps its own weights. ``qat`` may also be ``train_llm``'s weights, trained before.
+    keeps its own weights.
 
     ``kv_bits=8`` (a mode of 16-bit activations, ``cache="runner"``) gives each layer's K and V
     caches, and the new rows the programs give, one 8-bit encoding (``share_cache_encodings``):
@@ -202,17 +202,15 @@ def quantize_llm(
     if kv_bits != 16 and programs.shape.cache != "runner":
         raise LlmExportError(f"kv_bits={kv_bits}: 8-bit caches need programs of cache='runner'")
     keep = _kept_parts(keep_8bit, quant_dtype, programs)
-    trained = qat if isinstance(qat, TrainedWeights) else None
-    config = None if trained is not None else qat_config(qat)
+    config = qat_config(qat)
     prepared = [
         prepare_pt2e(program.exported.module(), llm_quantizer(quant_dtype, keep_8bit=keep))
         for program in (programs.prefill, programs.decode)
     ]
     if config is not None:
-        trained = train_llm(programs, quant_dtype, prompts, config, keep, progress)
-    if trained is not None:
+        trained = train_qat(programs, quant_dtype, prompts, config, llm_quantizer(quant_dtype, True, keep), progress)
         for module in prepared:
-            use_weights(module, trained.weights)
+            use_weights(module, trained)
     prefill, decode = (_CountedStep(eager_step(module)) for module in prepared)
     batch = programs.shape.batch
     groups = [list(prompts[i : i + batch]) for i in range(0, len(prompts), batch)]
@@ -238,22 +236,6 @@ def quantize_llm(
     converted = (_convert(prepared[0], codes), _convert(prepared[1], codes))
     _share_equal_tensors(converted)
     return converted
-
-
-def train_llm(
-    programs: LlmPrograms,
-    quant_dtype: str,
-    prompts: Sequence[Sequence[int]],
-    qat: int | QatConfig,
-    keep_8bit: Callable[[torch.fx.Node], bool] | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> TrainedWeights:
-    """The weights trained quantization-aware for ``quant_dtype`` (``qat.train_qat`` with the
-    library's annotation, ``keep_8bit``'s nodes fake-quantized at 8 bits), for ``quantize_llm``."""
-    config = qat_config(qat)
-    assert config is not None
-    quantizer = llm_quantizer(quant_dtype, True, keep_8bit)
-    return TrainedWeights(train_qat(programs, quant_dtype, prompts, config, quantizer, progress))
 
 
 def _kept_parts(
@@ -423,22 +405,17 @@ def llm_quantizer(quant_dtype: str, qat: bool = False, keep_8bit: Callable[[torc
     )
 
 
-def quantized_prefill(
-    programs: LlmPrograms, quantizer: Any, windows: Sequence[Sequence[int]], weights: TrainedWeights | None = None
-) -> torch.fx.GraphModule:
+def quantized_prefill(programs: LlmPrograms, quantizer: Any, windows: Sequence[Sequence[int]]) -> torch.fx.GraphModule:
     """The prefill program prepared with ``quantizer``, calibrated teacher-forced
     (``RunnerLoop.score``: the runner's prompt processor's calls) on each window, then on the
     windows one after another over the longest prompt the runner chunks, so every chunk is
-    observed, however short the windows; converted (with ``weights``, trained ones, instead of
-    the model's). A quicker calibration than
+    observed, however short the windows; converted. A quicker calibration than
     ``quantize_llm``'s, for comparing quantizations of one model (``sensitivity``), not for an
     export."""
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
     shape = programs.shape
     prepared = prepare_pt2e(programs.prefill.exported.module(), quantizer)
-    if weights is not None:
-        use_weights(prepared, weights.weights)
     loop = RunnerLoop(shape, eager_step(prepared), eager_step(programs.decode.module))
     with _weights_observed_once([prepared]):
         for window in [*windows, context_tokens(windows, shape.ctx_len - shape.prefill_len)]:

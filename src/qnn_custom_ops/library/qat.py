@@ -58,15 +58,6 @@ class QatConfig:
             raise UsageError(f"QAT: learning rate {self.lr}; use a positive one")
 
 
-@dataclass(frozen=True)
-class TrainedWeights:
-    """Weights ``train_qat`` trained (by the address of the weight each replaces), passed as
-    ``quantize_llm``'s ``qat`` to convert with them without training again (``llm export
-    --qat N --keep-8bit auto`` chooses its kept parts on them first)."""
-
-    weights: dict[int, torch.Tensor]
-
-
 def qat_config(qat: int | QatConfig | None) -> QatConfig | None:
     """``quantize_llm``'s ``qat``: a step count (the defaults otherwise), a config, or None."""
     if qat is None or isinstance(qat, QatConfig):

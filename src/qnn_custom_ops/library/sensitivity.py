@@ -24,7 +24,6 @@ from ..progress import time_left
 from .generation import llm_quantizer, quantized_prefill
 from .hf import LlmPrograms
 from .parts import in_parts, keepable, kind_parts, part_of, parts_in
-from .qat import TrainedWeights
 from .runner_loop import RunnerLoop
 from .steps import eager_step
 
@@ -179,14 +178,13 @@ def _measured(
     scorer: _Scorer,
     groups: Sequence[tuple[str, str, int | None, frozenset[str]]],
     progress: Progress,
-    weights: TrainedWeights | None = None,
 ) -> list[Sensitivity]:
     """Each group quantized alone, scored, ranked by SQNR (the lowest first)."""
     started = time.monotonic()
     found = []
     for done, (name, kind, layer, names) in enumerate(groups, 1):
         quantizer = _OnlyParts(llm_quantizer(quant_dtype), in_parts(names))
-        sqnr, top1 = scorer.figures(quantized_prefill(programs, quantizer, calibration, weights))
+        sqnr, top1 = scorer.figures(quantized_prefill(programs, quantizer, calibration))
         found.append(Sensitivity(name, kind, layer, sqnr, top1, len(scorer.reference)))
         left = time_left(time.monotonic() - started, done, len(groups))
         progress(f"analyze: {done} of {len(groups)} quantized alone ({name}: {sqnr:.1f} dB, {top1:.1%}){left}")
@@ -201,28 +199,25 @@ def choose_kept(
     target: float,
     progress: Progress = _silent,
     ranking: Sequence[str] | None = None,
-    weights: TrainedWeights | None = None,
 ) -> KeptChoice:
     """The fewest of the most sensitive parts with 4-bit weights to keep at 8 bits so that the
     whole model at ``quant_dtype`` agrees with float on at least ``target`` of top-1 tokens of
     ``text``: the parts ranked by ``analyze`` (or ``ranking``), then a bisection over how many
     of the first are kept (agreement grows with what is kept; each try is one quantization of
     the prefill program and is measured, so the answer holds what it says). When keeping every
-    one still misses the target, every one is kept and ``reached`` says so. ``weights``: weights
-    trained quantization-aware (``generation.train_llm``), measured instead of the model's."""
+    one still misses the target, every one is kept and ``reached`` says so."""
     scorer = _Scorer(programs, text)
     if ranking is None:
         weighted = keepable(parts_in(programs.prefill.exported.graph))
         groups = [(part.name, part.kind, part.layer, frozenset({part.name})) for part in weighted]
-        measured = _measured(programs, quant_dtype, calibration, scorer, groups, progress, weights)
-        ranking = [s.part for s in measured]
+        ranking = [s.part for s in _measured(programs, quant_dtype, calibration, scorer, groups, progress)]
     tried: dict[int, tuple[float, float]] = {}
 
     def figures(count: int) -> tuple[float, float]:
         if count not in tried:
             kept = in_parts(frozenset(ranking[:count]))
             tried[count] = scorer.figures(
-                quantized_prefill(programs, llm_quantizer(quant_dtype, keep_8bit=kept), calibration, weights)
+                quantized_prefill(programs, llm_quantizer(quant_dtype, keep_8bit=kept), calibration)
             )
             sqnr, top1 = tried[count]
             progress(f"keep-8bit: {count} of {len(ranking)} parts kept: top-1 agreement {top1:.1%} ({sqnr:.1f} dB)")
