@@ -1,7 +1,8 @@
 """A quantized host program that keeps its weights as codes stores them in their own width
 (issue 42, item 2; ``lowering.codes_width``): 4-bit codes two to a byte, 16-bit codes in 16
-bits, and a per-block dequantize written as its ops, so 16a4w_block runs as codes too; the
-program computes what the folded one does, bit for bit."""
+bits, a per-block dequantize written as its ops, so 16a4w_block runs as codes too, and the
+embedding gathering its rows' codes before they are dequantized; the program computes what the
+folded one does, bit for bit."""
 
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ def test_narrowed_programs_hold_packed_4bit_and_16bit_codes_and_compute_the_same
         assert torch.int32 not in {d for d, n in after.items() if n > 64} and after[torch.uint16] == was[torch.int32] // 2
         assert after[torch.int8] < was[torch.int8] * 0.6  # the 4-bit projections halved; lm_head's 8 bits kept
         assert "dequantize_affine" not in str(module.graph)
+        gathers = [n for n in module.graph.nodes if n.target is torch.ops.aten.embedding.default]
+        assert [getattr(module, str(n.args[0].target)).dtype for n in gathers] == [torch.uint16]  # codes gathered
     inputs = programs.prefill.example_inputs
     assert all(torch.equal(a, b) for a, b in zip(rewritten[0](*inputs), converted[0](*inputs)))
     assert constant_bytes(narrowed(converted[1]))[torch.int8] == constant_bytes(rewritten[1])[torch.int8]

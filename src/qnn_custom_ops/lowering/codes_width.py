@@ -10,7 +10,9 @@ float32 weights do not fit) is rewritten here, before it is exported, so that it
   itself before their dequantize: the low nibble as ``(byte << 4) >> 4`` and the high as
   ``byte >> 4``, arithmetic shifts on int8 that give each nibble's sign (portable kernels);
 - a per-block dequantize as the ops it is: each block's codes, less its zero point in int32,
-  as float32 times its scale (torchao's order of operations, so the same bits).
+  as float32 times its scale (torchao's order of operations, so the same bits);
+- an embedding's gather on the table's codes, its rows dequantized after, not the whole table
+  dequantized on every call.
 
 The program computes what it did before, bit for bit; only its constants are smaller. A weight
 read by both methods is packed once, so the data file still stores it once.
@@ -45,6 +47,9 @@ class CodesInTheirWidth:
     def __call__(self, module: torch.fx.GraphModule) -> torch.fx.GraphModule:
         """A copy of ``module`` (sharing its tensors) with its weights' codes narrowed."""
         rewritten = torch.fx.GraphModule(module, copy.deepcopy(module.graph))
+        for node in list(rewritten.graph.nodes):
+            if node.op == "call_function" and node.target is torch.ops.aten.embedding.default:
+                self._gather_codes(rewritten, node)
         for node in list(rewritten.graph.nodes):
             if node.op != "call_function":
                 continue
@@ -85,6 +90,34 @@ class CodesInTheirWidth:
         with module.graph.inserting_before(dequantize):
             packed = _get_attr(module.graph, name)
             dequantize.replace_input_with(codes, _unpack_int4_nodes(module.graph, packed, tuple(weight.shape)))
+
+    def _gather_codes(self, module: torch.fx.GraphModule, embedding: torch.fx.Node) -> None:
+        """``embedding(dequantize(table), ids)`` -> ``dequantize(embedding(table, ids))``: the
+        rows' codes gathered, then only they dequantized (the same values: a gather moves them),
+        where the program dequantized the whole table on every call (a float32 copy of it in its
+        memory). A 16-bit table is stored in 16 bits, as other codes are."""
+        dequantize = embedding.args[0]
+        if not (
+            isinstance(dequantize, torch.fx.Node)
+            and dequantize.target is _DEQUANTIZE_PER_TENSOR
+            and _constant(dequantize) is not None
+            and len(embedding.args) == 2
+            and not embedding.kwargs
+        ):
+            return
+        codes, scale, zero_point, low, high, dtype = dequantize.args
+        table = getattr(module, str(codes.target))
+        narrow = (
+            next((d for d, lo, hi in _SIXTEEN_BITS if lo <= low and high <= hi), None) if dtype == torch.int32 else None
+        )
+        if narrow is not None:
+            setattr(module, str(codes.target), self._once(table, str(narrow), lambda: table.to(narrow)))
+            dtype = narrow
+        with module.graph.inserting_before(embedding):
+            rows = module.graph.call_function(torch.ops.aten.embedding.default, (codes, embedding.args[1]))
+            reals = module.graph.call_function(_DEQUANTIZE_PER_TENSOR, (rows, scale, zero_point, low, high, dtype))
+        embedding.replace_all_uses_with(reals)
+        module.graph.erase_node(embedding)
 
     def _once(self, weight: torch.Tensor, kind: str, narrow: Callable[[], torch.Tensor]) -> torch.Tensor:
         """``narrow()`` of ``weight``, computed once for every program of the export."""
