@@ -24,3 +24,7 @@ def progress(text: str) -> None:
 def time_left(elapsed: float, done: int, total: int) -> str:
     """``, about N s left`` at the pace so far (the steps take alike), or nothing when all are done."""
     return "" if done >= total else f", about {elapsed / done * (total - done):.0f} s left"
+
+
+def silent(line: str) -> None:
+    """A ``progress`` callable that says nothing: the default of the library's long steps."""

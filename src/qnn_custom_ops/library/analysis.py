@@ -9,13 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..progress import silent
 from .checkpoint import LlmCheckpointError, Progress, calibration_prompts, static_programs
 from .evaluation import text_windows
 from .sensitivity import Sensitivity, analyze
-
-
-def _silent(line: str) -> None:
-    """The default ``progress``: say nothing."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +36,7 @@ def analyze_checkpoint(
     text: str | None = None,
     prefill_len: int = 32,
     ctx_len: int = 512,
-    progress: Progress = _silent,
+    progress: Progress = silent,
 ) -> Analysis:
     """The checkpoint's programs as ``llm export`` makes them, each part quantized alone at
     ``quant`` (a 4-bit mode's ``lm_head`` at 8-bit weights, as exported), calibrated on the

@@ -28,6 +28,7 @@ import torch
 
 from ..atomic_files import Contents
 from ..errors import UsageError
+from ..progress import silent
 from .config_checks import check_config, check_context, check_tokenizer_files, check_weights, first_line
 from .export_files import (
     MANIFEST,
@@ -79,10 +80,6 @@ class LlmCheckpointError(UsageError):
 
 
 Progress = Callable[[str], None]
-
-
-def _silent(line: str) -> None:
-    """The default ``progress``: say nothing."""
 
 
 @dataclass(frozen=True)
@@ -177,7 +174,7 @@ def _require_choice(name: str, value: str, choices: Sequence[str]) -> None:
         raise LlmCheckpointError(f"{name} {value!r}: use one of {', '.join(choices)}")
 
 
-def load_checkpoint(directory: Path, progress: Progress = _silent) -> tuple[Any, Any]:
+def load_checkpoint(directory: Path, progress: Progress = silent) -> tuple[Any, Any]:
     """The causal LM (eager attention) and tokenizer of a checkpoint directory, read locally
     only, once ``config.json`` and the safetensors headers pass ``config_checks`` (anything
     transformers still refuses is one line too)."""
@@ -464,7 +461,7 @@ def export_checkpoint(
     calibration: Sequence[str] | None = None,
     target: str = "host",
     soc: str | None = None,
-    progress: Progress = _silent,
+    progress: Progress = silent,
     decoder_model_version: str | None = None,
     qat: Any = None,
     kv_bits: int = 16,
@@ -596,7 +593,7 @@ class LlmExport:
     data: Path | None = None
 
 
-def load_export(directory: Path, verify: bool = True, progress: Progress = _silent) -> LlmExport:
+def load_export(directory: Path, verify: bool = True, progress: Progress = silent) -> LlmExport:
     """What ``export_checkpoint`` wrote to ``directory``: with ``verify``, only when every file
     is the one its manifest lists (size and sha256) and nothing else is there; always, only
     when the manifest's shapes and encodings are the program's own."""

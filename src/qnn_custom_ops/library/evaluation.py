@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..progress import time_left
+from ..progress import silent, time_left
 from .checkpoint import LlmCheckpointError, LlmExport, Progress, export_loop, load_checkpoint, load_export
 from .export_files import MANIFEST
 from .export_targets import RUNS_ON
@@ -31,10 +31,6 @@ from .runner_text import RunnerText
 EVERY_SECONDS = 10.0
 #: Token ids of one window -> the logits (reals) ``[len(ids), vocab]`` predicting each next one.
 Scorer = Callable[[Sequence[int]], torch.Tensor]
-
-
-def _silent(line: str) -> None:
-    """The default ``progress``: say nothing."""
 
 
 @dataclass(frozen=True)
@@ -146,7 +142,7 @@ def evaluate(
     text: str,
     against: Path | None = None,
     verify: bool = True,
-    progress: Progress = _silent,
+    progress: Progress = silent,
 ) -> Evaluation:
     """The export's perplexity on ``text`` and, with ``against`` (an export directory or a
     checkpoint directory), the reference's perplexity, top-1 agreement and per-position logits

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ..progress import time_left
+from ..progress import silent, time_left
 from .generation import llm_quantizer, quantized_prefill
 from .hf import LlmPrograms
 from .parts import in_parts, keepable, kind_parts, part_of, parts_in
@@ -30,10 +30,6 @@ from .steps import eager_step
 #: Windows of token ids (each starting as a prompt does) the programs take whole.
 Windows = Sequence[Sequence[int]]
 Progress = Callable[[str], None]
-
-
-def _silent(line: str) -> None:
-    """The default ``progress``: say nothing."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +159,7 @@ def analyze(
     quant_dtype: str,
     calibration: Windows,
     text: Windows,
-    progress: Progress = _silent,
+    progress: Progress = silent,
 ) -> list[Sensitivity]:
     """Each part, each kind and the whole model quantized alone at ``quant_dtype`` (the rest
     float), calibrated on ``calibration`` and scored on ``text``: ranked by logits SQNR, the most
@@ -197,7 +193,7 @@ def choose_kept(
     calibration: Windows,
     text: Windows,
     target: float,
-    progress: Progress = _silent,
+    progress: Progress = silent,
     ranking: Sequence[str] | None = None,
 ) -> KeptChoice:
     """The fewest of the most sensitive parts with 4-bit weights to keep at 8 bits so that the
