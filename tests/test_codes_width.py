@@ -53,6 +53,8 @@ def test_narrowed_programs_hold_packed_4bit_and_16bit_codes_and_compute_the_same
         assert torch.int32 not in {d for d, n in after.items() if n > 64} and after[torch.uint16] == was[torch.int32] // 2
         assert after[torch.int8] < was[torch.int8] * 0.6  # the 4-bit projections halved; lm_head's 8 bits kept
         assert "dequantize_affine" not in str(module.graph)
+        if quant == "16a4w_block":  # the block scales as uint8 multiples of a unit a row
+            assert after[torch.float32] < was[torch.float32] and after[torch.uint8] > was.get(torch.uint8, 0)
         gathers = [n for n in module.graph.nodes if n.target is torch.ops.aten.embedding.default]
         assert [getattr(module, str(n.args[0].target)).dtype for n in gathers] == [torch.uint16]  # codes gathered
     inputs = programs.prefill.example_inputs

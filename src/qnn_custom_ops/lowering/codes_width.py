@@ -10,7 +10,8 @@ float32 weights do not fit) is rewritten here, before it is exported, so that it
   itself before their dequantize: the low nibble as ``(byte << 4) >> 4`` and the high as
   ``byte >> 4``, arithmetic shifts on int8 that give each nibble's sign (portable kernels);
 - a per-block dequantize as the ops it is: each block's codes, less its zero point in int32,
-  as float32 times its scale (torchao's order of operations, so the same bits);
+  as float32 times its scale (torchao's order of operations, so the same bits), the scales on
+  QNN's grid stored as their uint8 multiples of one float32 unit a row;
 - an embedding's gather on the table's codes, its rows dequantized after, not the whole table
   dequantized on every call.
 
@@ -25,6 +26,8 @@ import warnings
 from collections.abc import Callable
 
 import torch
+
+from ..quantizer.block_scales import BLOCK_SCALE_STEPS
 
 _DEQUANTIZE_PER_TENSOR = torch.ops.quantized_decomposed.dequantize_per_tensor.default
 _DEQUANTIZE_PER_CHANNEL = torch.ops.quantized_decomposed.dequantize_per_channel.default
@@ -171,11 +174,33 @@ def _write_out_block_dequantize(module: torch.fx.GraphModule, node: torch.fx.Nod
             points = _laid_out(module, zero_point, [rows, blocks, 1], torch.int32)
             centred = graph.call_function(aten.sub.Tensor, (centred, points))
         reals = graph.call_function(aten._to_copy.default, (centred,), {"dtype": torch.float32})
-        scales = _laid_out(module, scale, [rows, blocks, 1], torch.float32)
+        scales = _grid_scales(module, scale, [rows, blocks, 1]) or _laid_out(
+            module, scale, [rows, blocks, 1], torch.float32
+        )
         product = graph.call_function(aten.mul.Tensor, (reals, scales))
         weight = graph.call_function(aten.reshape.default, (product, [rows, columns]))
     node.replace_all_uses_with(weight)
     graph.erase_node(node)
+
+
+def _grid_scales(module: torch.fx.GraphModule, scale: torch.fx.Node, shape: list[int]) -> torch.fx.Node | None:
+    """Block scales on QNN's grid (``quantizer.block_scales``: each a multiple, 1 to 16, of its
+    row's unit) stored as the multiples in uint8 and one float32 unit a row, and multiplied back
+    in the program: the same float32 products, a quarter of the bytes. None for scales off it."""
+    if scale.op != "get_attr":
+        return None
+    scales = getattr(module, str(scale.target)).reshape(shape)
+    unit = scales.amax(dim=(1, 2), keepdim=True) / BLOCK_SCALE_STEPS
+    steps = torch.round(scales / unit).clamp(1, BLOCK_SCALE_STEPS)
+    if not torch.equal(steps * unit, scales):
+        return None
+    graph, name = module.graph, str(scale.target)
+    setattr(module, f"{name}_steps", steps.to(torch.uint8))
+    setattr(module, f"{name}_unit", unit)
+    reals = graph.call_function(
+        torch.ops.aten._to_copy.default, (_get_attr(graph, f"{name}_steps"),), {"dtype": torch.float32}
+    )
+    return graph.call_function(torch.ops.aten.mul.Tensor, (reals, _get_attr(graph, f"{name}_unit")))
 
 
 def _all_zero(module: torch.fx.GraphModule, value: torch.fx.Node | None) -> bool:
