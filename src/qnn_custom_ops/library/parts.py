@@ -22,7 +22,7 @@ import torch
 from .families import LlmExportError
 
 _LAYER = re.compile(r"^layers\.(\d+)(?:\.|$)")
-_WEIGHTED = {torch.ops.aten.linear.default: "linear", torch.ops.aten.embedding.default: "embedding"}
+_WEIGHTED: dict[object, str] = {torch.ops.aten.linear.default: "linear", torch.ops.aten.embedding.default: "embedding"}
 #: The namespace of the library's ops (``llm.llm_ops``).
 OPS_NAMESPACE = "qco_llm"
 

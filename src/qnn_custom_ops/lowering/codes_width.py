@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -56,8 +57,9 @@ class CodesInTheirWidth:
         for node in list(rewritten.graph.nodes):
             if node.op != "call_function":
                 continue
-            if _is_block_dequantize(node) and _constant(node) is not None:
-                shape = tuple(getattr(rewritten, str(_constant(node).target)).shape)
+            block_codes = _constant(node) if _is_block_dequantize(node) else None
+            if block_codes is not None:
+                shape = tuple(getattr(rewritten, str(block_codes.target)).shape)
                 self._pack(rewritten, node, *node.args[5:7])
                 _write_out_block_dequantize(rewritten, node, shape)
             elif node.target in (_DEQUANTIZE_PER_TENSOR, _DEQUANTIZE_PER_CHANNEL):
@@ -108,7 +110,8 @@ class CodesInTheirWidth:
             and not embedding.kwargs
         ):
             return
-        codes, scale, zero_point, low, high, dtype = dequantize.args
+        arguments: Any = dequantize.args  # a per-tensor dequantize's, checked above
+        codes, scale, zero_point, low, high, dtype = arguments
         table = getattr(module, str(codes.target))
         narrow = (
             next((d for d, lo, hi in _SIXTEEN_BITS if lo <= low and high <= hi), None) if dtype == torch.int32 else None
@@ -164,7 +167,8 @@ def _write_out_block_dequantize(module: torch.fx.GraphModule, node: torch.fx.Nod
     its ops: per block, (codes - zero point) in int32, as float32, times the scale; a symmetric
     weight's zero points (all 0) are left out, not stored. Constants are laid out here (a view of
     a program constant in the program trips ExecuTorch's emitter)."""
-    codes, block_size, scale, zero_point = node.args[:4]
+    arguments: Any = node.args  # torchao's dequantize_affine's
+    codes, block_size, scale, zero_point = arguments[:4]
     rows, columns = shape
     blocks = columns // block_size[1]
     aten, graph = torch.ops.aten, module.graph

@@ -137,5 +137,5 @@ def pages_not_pinned() -> Iterator[None]:
         try:
             yield
         finally:
-            if dropped:
+            if dropped and held is not None:
                 _set_ipc_lock(held, True)
