@@ -59,6 +59,9 @@ def test_narrowed_programs_hold_packed_4bit_and_16bit_codes_and_compute_the_same
         assert [getattr(module, str(n.args[0].target)).dtype for n in gathers] == [torch.uint16]  # codes gathered
     inputs = programs.prefill.example_inputs
     assert all(torch.equal(a, b) for a, b in zip(rewritten[0](*inputs), converted[0](*inputs)))
+    stored = {name for name, _ in rewritten[0].named_buffers()}  # what export would lift and store
+    read = {str(n.target) for n in rewritten[0].graph.nodes if n.op == "get_attr"}
+    assert stored <= read, stored - read
     assert constant_bytes(narrowed(converted[1]))[torch.int8] == constant_bytes(rewritten[1])[torch.int8]
 
 

@@ -51,6 +51,7 @@ class CodesInTheirWidth:
     def __call__(self, module: torch.fx.GraphModule) -> torch.fx.GraphModule:
         """A copy of ``module`` (sharing its tensors) with its weights' codes narrowed."""
         rewritten = torch.fx.GraphModule(module, copy.deepcopy(module.graph))
+        read_before = {str(node.target) for node in rewritten.graph.nodes if node.op == "get_attr"}
         for node in list(rewritten.graph.nodes):
             if node.op == "call_function" and node.target is torch.ops.aten.embedding.default:
                 self._gather_codes(rewritten, node)
@@ -69,6 +70,7 @@ class CodesInTheirWidth:
                 elif dtype == torch.int32:
                     self._narrow_sixteen(rewritten, node, quant_min, quant_max)
         rewritten.graph.eliminate_dead_code()
+        _drop_unread_constants(rewritten, read_before)
         rewritten.recompile()
         return rewritten
 
@@ -131,6 +133,15 @@ class CodesInTheirWidth:
         if key not in self._narrowed:
             self._narrowed[key] = narrow()
         return self._narrowed[key]
+
+
+def _drop_unread_constants(module: torch.fx.GraphModule, read_before: set[str]) -> None:
+    """Remove from the copy the constants its graph no longer reads (codes now packed, scales now
+    laid out): export would lift a registered buffer read by nothing, and store it."""
+    read = {str(node.target) for node in module.graph.nodes if node.op == "get_attr"}
+    for name in read_before - read:
+        if "." not in name and hasattr(module, name):
+            delattr(module, name)
 
 
 def _constant(dequantize: torch.fx.Node) -> torch.fx.Node | None:
