@@ -43,6 +43,7 @@ def constant_bytes(module: torch.fx.GraphModule) -> dict[torch.dtype, int]:
     return found
 
 
+@pytest.mark.slow  # a quantization or lowering (seconds): kept out of the fast tier's 40 s
 @pytest.mark.parametrize("quant", ["16a4w", "16a4w_block"])
 def test_narrowed_programs_hold_packed_4bit_and_16bit_codes_and_compute_the_same(programs, quant):
     converted = quantize_llm(programs, quant, PROMPTS, 2)

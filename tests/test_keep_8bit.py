@@ -67,6 +67,7 @@ def test_a_kind_names_every_layers_part_and_an_unknown_name_is_one_line(programs
         resolve_kept(["v_prj", "lm_head"], graph)
 
 
+@pytest.mark.slow  # a quantization or lowering (seconds): kept out of the fast tier's 40 s
 def test_a_part_quantized_alone_leaves_every_other_projection_float(programs):
     quantizer = _OnlyParts(llm_quantizer("16a4w"), in_parts({"layers.0.v_proj"}))
     alone = weight_bits(quantized_prefill(programs, quantizer, PROMPTS))
@@ -75,6 +76,7 @@ def test_a_part_quantized_alone_leaves_every_other_projection_float(programs):
     assert len(everything) == 11 and everything["lm_head"] == 8 and everything["layers.1.mlp"] == 4
 
 
+@pytest.mark.slow  # a quantization or lowering (seconds): kept out of the fast tier's 40 s
 def test_keep_8bit_gives_the_named_parts_8bit_weights_and_the_rest_their_4_bits(programs):
     prefill, decode = quantize_llm(programs, "16a4w", PROMPTS, 2, keep_8bit=["v_proj", "layers.1.mlp"])
     for module in (prefill, decode):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
@@ -30,6 +31,7 @@ def delegates(edge: object, method: str) -> int:
     return sum(node.target is torch.ops.higher_order.executorch_call_delegate for node in graph.nodes)
 
 
+@pytest.mark.slow  # a quantization or lowering (seconds): kept out of the fast tier's 40 s
 def test_each_compiled_partition_is_counted_with_the_time_left_and_xnnpack_is_restored():
     methods = {
         name: torch.export.export(Split(), (torch.randn(rows, 8),)) for name, rows in (("prefill", 4), ("decode", 1))
