@@ -14,11 +14,13 @@ with ``--qat-text N``, on N tokens of other training text; ``--kv8`` a row per 1
 mode with 8-bit KV caches (``kv_bits=8``), and the cache bytes they save at Llama-3.2-1B's shape;
 ``--keep8 PCT`` a row per 4-bit mode (and per QAT row) with the parts ``llm export --keep-8bit
 auto --keep-target PCT`` keeps at 8-bit weights (``sensitivity.choose_kept`` on the calibration
-prompts, as the export measures it), saying what it kept and its share of the 4-bit weights.
+prompts, as the export measures it), saying what it kept and its share of the 4-bit weights;
+``--by-layer`` a row per mode quantized as ``llm export`` quantizes without QAT: the checkpoint read
+and calibrated a layer at a time (``layer_stages.quantize_by_layer``, teacher-forced calibration calls).
 
     .venv/bin/python benchmarks/bench_llm_accuracy.py [--quants 8a8w,16a8w,16a16w] [--windows 12]
         [--qat STEPS [--qat-loss distill|next_token] [--qat-lr 1e-4] [--qat-text TOKENS]] [--kv8]
-        [--keep8 PCT]
+        [--keep8 PCT] [--by-layer]
 """
 
 from __future__ import annotations
@@ -129,6 +131,8 @@ def runs(args, tokenizer) -> list:
 
     rows = []
     for quant in args.quants.split(","):
+        if args.by_layer:
+            rows.append((f"{quant}+by-layer", {"by_layer": True}))
         kept = [("+keep8", {"keep_8bit": "auto"})] if args.keep8 and quant.startswith("16a4w") else []
         rows += [(quant, {}), *((quant + name, options) for name, options in kept)]
         if args.qat:
@@ -154,6 +158,18 @@ def kept(programs, quant: str, options: dict, calibration, target: float) -> dic
     return {**options, "keep_8bit": choice.kept}
 
 
+def quantized_by_layer(checkpoint: Path, quant: str, calibration) -> tuple:
+    """The checkpoint read and quantized a layer at a time, as ``llm export`` does without QAT."""
+    import tempfile
+
+    from qnn_custom_ops.library.checkpoint import programs_by_layer
+    from qnn_custom_ops.library.layer_stages import quantize_by_layer
+
+    with tempfile.TemporaryDirectory() as store:
+        _, _, _, programs, weights = programs_by_layer(checkpoint, Path(store), PREFILL, CTX, None, lambda line: None)
+        return quantize_by_layer(programs, weights, quant, calibration, 16, lambda line: None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quants", default="8a8w,16a8w,16a16w")
@@ -164,6 +180,7 @@ def main() -> None:
     parser.add_argument("--qat-text", type=int, default=0, metavar="TOKENS")
     parser.add_argument("--kv8", action="store_true")
     parser.add_argument("--keep8", type=float, default=0, metavar="PCT")
+    parser.add_argument("--by-layer", action="store_true")
     args = parser.parse_args()
     with qco.quieted():
         from qnn_custom_ops.library import export_llm, llm_binding, package_dir, quantize_llm
@@ -184,7 +201,10 @@ def main() -> None:
             started = time.monotonic()
             quant = name.split("+")[0]
             options = kept(programs, quant, options, calibration, args.keep8 / 100)
-            modules = quantize_llm(programs, quant, calibration, 16, **options)
+            if options.pop("by_layer", False):
+                modules = quantized_by_layer(checkpoint, quant, calibration)
+            else:
+                modules = quantize_llm(programs, quant, calibration, 16, **options)
             run = evaluate(loop_for(programs, modules, runner), windows, prompts)
             print(row(name, compare(run, float_run, windows), float_ppl, time.monotonic() - started), flush=True)
         if args.kv8:

@@ -4,15 +4,18 @@ weights are in), against the bytes of the weights (issue 32, item 4).
 
 Checkpoints are Llama-3.2-shaped with random weights, made once in the cache directory
 (``~/.cache/qnn_custom_ops/llm-bench/``) in the checkpoint's dtype (bf16 by default): the model
-is built on the meta device, materialized empty in that dtype and filled parameter by
-parameter (no float32 copy of the whole model), then written with ``save_pretrained``.
+is built on the meta device for its names and shapes, and its weights are made and written a
+1 GB safetensors shard at a time, with the index transformers reads (``write_shards``).
 
 - ``0.5b``: Llama architecture at Qwen2.5-0.5B's dimensions (hidden 896, 24 layers, 14 heads on
   2 KV heads, MLP 4864, vocab 151936, tied embeddings; no q/k/v biases): 494 M parameters;
 - ``1b``: Llama-3.2-1B (hidden 2048, 16 layers, 32 heads on 8, MLP 8192, vocab 128256, tied):
   1.24 B;
 - ``3b`` (``--sizes 3b``): Llama-3.2-3B (hidden 3072, 28 layers, 24 heads on 8, MLP 8192,
-  vocab 128256, tied): 3.21 B.
+  vocab 128256, tied): 3.21 B;
+- ``8b`` (``--sizes 8b``): Llama-3.1-8B (hidden 4096, 32 layers, 32 heads on 8, MLP 14336,
+  vocab 128256, untied): 8.03 B, a 16 GB bf16 checkpoint (32 GB in float32: more than this
+  machine holds; a quantized export reads it a layer at a time).
 
 Each run is ``qnn-custom-ops llm export ... --progress`` in a child process (short --prefill and
 --ctx, so that the cost is the weights'); its progress lines are timestamped, its resident
@@ -56,7 +59,10 @@ SHAPES = {
     "0.5b": (896, 24, 14, 2, 4864, 151936),
     "1b": (2048, 16, 32, 8, 8192, 128256),
     "3b": (3072, 28, 24, 8, 8192, 128256),
+    "8b": (4096, 32, 32, 8, 14336, 128256),
 }
+#: Sizes whose ``lm_head`` is a weight of its own (the others tie it to the embedding).
+UNTIED = {"8b"}
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "qnn_custom_ops" / "llm-bench"
 ENV = {
     **os.environ,
@@ -74,11 +80,12 @@ def shape(size: str, layers: int | None = None) -> tuple[int, ...]:
 
 
 def parameters(size: str, layers: int | None = None) -> int:
-    """Each weight once (the tied embedding once)."""
+    """Each weight once (a tied embedding once)."""
     hidden, layers, heads, kv_heads, mlp, vocab = shape(size, layers)
     head_dim = hidden // heads
     attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
-    return vocab * hidden + layers * (attention + 3 * hidden * mlp + 2 * hidden) + hidden
+    embeddings = 2 if size in UNTIED else 1
+    return embeddings * vocab * hidden + layers * (attention + 3 * hidden * mlp + 2 * hidden) + hidden
 
 
 def make_checkpoint(size: str, dtype_name: str, directory: Path, layers: int | None = None) -> None:
@@ -108,7 +115,7 @@ def make_checkpoint(size: str, dtype_name: str, directory: Path, layers: int | N
         num_key_value_heads=kv_heads,
         intermediate_size=mlp,
         vocab_size=vocab,
-        tie_word_embeddings=True,
+        tie_word_embeddings=size not in UNTIED,
         max_position_embeddings=131072,
         rope_theta=500000.0,
         rms_norm_eps=1e-5,
@@ -124,20 +131,36 @@ def make_checkpoint(size: str, dtype_name: str, directory: Path, layers: int | N
         },
     )
     with torch.device("meta"):
-        model = transformers.LlamaForCausalLM(config)
-    model = model.to_empty(device="cpu").to(dtype)  # empty, in the checkpoint's dtype
-    model.tie_weights()  # to_empty made the tied embedding two tensors: one again
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():  # tied: the embedding is met once
-            if "norm" in name:
-                p.fill_(1.0)
-            else:
-                p.copy_(torch.randn(p.shape, generator=generator, dtype=dtype).mul_(0.02))
+        model = transformers.LlamaForCausalLM(config)  # names and shapes only: nothing allocated
     staging = Path(tempfile.mkdtemp(prefix=f"{directory.name}.", dir=directory.parent))
-    model.save_pretrained(staging, max_shard_size="1GB")
+    write_shards(staging, [(name, p.shape) for name, p in model.named_parameters()], dtype)  # tied: met once
+    config.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
     staging.rename(directory)
+
+
+def write_shards(directory: Path, weights: list[tuple[str, tuple]], dtype, shard_bytes: int = 2**30) -> None:
+    """Random weights (0.02 x normal; norms 1) written a shard of ``shard_bytes`` at a time with
+    the index transformers reads: the whole model is never held (an 8B one is 16 GB in bf16)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    generator = torch.Generator().manual_seed(0)
+    shards: list[dict] = [{}]
+    for name, shape in weights:
+        if shards[-1] and sum(t.nbytes for t in shards[-1].values()) >= shard_bytes:
+            shards.append({})
+            save_file(shards[-2], directory / f"part-{len(shards) - 1}.safetensors", metadata={"format": "pt"})
+            shards[-2] = dict.fromkeys(shards[-2])
+        if "norm" in name:
+            shards[-1][name] = torch.ones(shape, dtype=dtype)
+        else:
+            shards[-1][name] = torch.randn(shape, generator=generator, dtype=dtype).mul_(0.02)
+    save_file(shards[-1], directory / f"part-{len(shards)}.safetensors", metadata={"format": "pt"})
+    weight_map = {name: f"part-{i}.safetensors" for i, shard in enumerate(shards, 1) for name in shard}
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
 
 
 def resident(pid: int) -> tuple[int, int, int] | None:
@@ -218,7 +241,7 @@ def stage_seconds(lines: list[tuple[float, str]]) -> dict[str, float]:
     found = {}
     for _, line in lines:
         for key, pattern in (
-            ("load", r"^loaded .* in ([\d.]+) s"),
+            ("load", r"^(?:loaded|read) .* in ([\d.]+) s"),
             ("export", r"^exported .* in ([\d.]+) s"),
             ("quantize", r"^quantized .* in ([\d.]+) s"),
             ("lower", r"^lowered in ([\d.]+) s"),
@@ -343,7 +366,8 @@ def main() -> None:
             if size_bytes is not None:
                 print(
                     f"{name} {quant}: .pte + .ptd {size_bytes / 2**30:.2f} GiB = {size_bytes / weights:.2f}x the "
-                    "weights; peak / program bytes: "
+                    f"weights, {size_bytes / parameters(size, args.layers):.2f} bytes a parameter; "
+                    "peak / program bytes: "
                     + ("-" if run is None else f"export {run['peak'] / size_bytes:.2f}x")
                     + ("" if generated is None else f", generate {generated['peak'] / size_bytes:.2f}x"),
                     flush=True,
@@ -368,6 +392,7 @@ def print_table(rows: list[tuple], layers: int | None) -> None:
         "peak / weights",
         ".pte + .ptd",
         "/ weights",
+        "B / param",
         "export peak / program",
         "generate peak",
         "generate peak / program",
@@ -382,7 +407,12 @@ def print_table(rows: list[tuple], layers: int | None) -> None:
             if run is None
             else [f"{run['seconds']:.0f} s", f"{run['peak'] / 2**30:.1f} GiB", f"{run['peak'] / weights:.2f}"]
         )
-        program = ["-", "-"] if size_bytes is None else [f"{size_bytes / 2**30:.2f} GiB", f"{size_bytes / weights:.2f}"]
+        count = parameters(name.split("-")[0], layers)
+        program = (
+            ["-", "-", "-"]
+            if size_bytes is None
+            else [f"{size_bytes / 2**30:.2f} GiB", f"{size_bytes / weights:.2f}", f"{size_bytes / count:.2f}"]
+        )
         ratio = "-" if run is None or size_bytes is None else f"{run['peak'] / size_bytes:.2f}"
         generate_cells = (
             ["-", "-"]

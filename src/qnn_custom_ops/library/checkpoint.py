@@ -13,7 +13,6 @@ a quantized program's encodings, the data file), all of them or none. ``load_exp
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import tempfile
 import time
@@ -27,9 +26,9 @@ from typing import Any
 import torch
 
 from ..atomic_files import Contents
-from ..errors import UsageError
 from ..progress import silent
-from .config_checks import check_config, check_context, check_tokenizer_files, check_weights, first_line
+from .checkpoint_reading import LlmCheckpointError, OffloadedWeights, load_by_layer, load_checkpoint
+from .config_checks import check_config, check_context, first_line
 from .export_files import (
     MANIFEST,
     PROGRAM,
@@ -43,7 +42,7 @@ from .export_files import (
 )
 from .export_targets import METHODS, RUNS_ON, ExportedMethods, qnn_compile_spec
 from .families import FAMILIES, RUNNER_VERSIONS, family_of, runner_version_of
-from .hf import LlmPrograms, LlmShape, export_llm, warn_float32_cast
+from .hf import LlmPrograms, LlmShape, export_llm
 from .json_values import JsonValueError, integer, load_object, required, sequence, string
 from .manifest_json import (
     LARGEST_SIZE,
@@ -58,6 +57,7 @@ from .memory_budget import MemoryBudget, fold_fits
 from .runner_loop import MethodEncodings, RunnerLoop, check_fits, method_encodings
 from .runner_text import RunnerText, warn_of_other_tokens
 from .sampling import Sampling
+from .swap import Swap
 
 TARGETS = ("host", "qnn")
 #: Calibration text when the user gives none: varied English, one prompt a line.
@@ -73,10 +73,6 @@ DEFAULT_CALIBRATION = (
 )
 #: Tokens generated from each calibration prompt (their decode inputs are calibrated too).
 CALIBRATION_TOKENS = 16
-
-
-class LlmCheckpointError(UsageError):
-    """A checkpoint, an export directory or an option ``llm export``/``llm generate`` cannot use."""
 
 
 Progress = Callable[[str], None]
@@ -174,66 +170,6 @@ def _require_choice(name: str, value: str, choices: Sequence[str]) -> None:
         raise LlmCheckpointError(f"{name} {value!r}: use one of {', '.join(choices)}")
 
 
-def load_checkpoint(directory: Path, progress: Progress = silent) -> tuple[Any, Any]:
-    """The causal LM (eager attention) and tokenizer of a checkpoint directory, read locally
-    only, once ``config.json`` and the safetensors headers pass ``config_checks`` (anything
-    transformers still refuses is one line too)."""
-    import transformers
-
-    if not (directory / "config.json").is_file():
-        raise LlmCheckpointError(f"{directory}: no config.json; pass a Hugging Face checkpoint directory")
-    check_weights(directory, check_config(directory))  # an unsupported family is refused before any weight is read
-    check_tokenizer_files(directory)
-    try:
-        config = transformers.AutoConfig.from_pretrained(directory, local_files_only=True)
-    except Exception as exc:  # transformers' own checks raise every kind
-        raise LlmCheckpointError(
-            f"{directory}/config.json: transformers cannot read it ({type(exc).__name__}: {first_line(exc)})"
-        ) from None
-    started = time.monotonic()
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True)
-    except Exception as exc:  # the tokenizers library raises bare Exceptions for a damaged file
-        raise LlmCheckpointError(
-            f"{directory}: no tokenizer transformers can load ({type(exc).__name__}: {first_line(exc)}); save one "
-            "beside the weights (tokenizer.save_pretrained)"
-        ) from None
-    stored = getattr(config, "dtype", None)
-    if isinstance(stored, torch.dtype) and stored != torch.float32:
-        warn_float32_cast(str(directory), {stored})
-    try:
-        loaded: Any = transformers.AutoModelForCausalLM.from_pretrained(  # float32 as read: never bf16 and fp32
-            directory,
-            local_files_only=True,
-            attn_implementation="eager",
-            dtype=torch.float32,
-            output_loading_info=True,
-            ignore_mismatched_sizes=True,  # named below, where transformers would point at a log
-        )
-        model, loading = loaded
-    except Exception as exc:  # transformers' and safetensors' errors of every kind
-        raise LlmCheckpointError(
-            f"{directory}: transformers cannot load the weights ({type(exc).__name__}: {first_line(exc)})"
-        ) from None
-    for kind in ("missing_keys", "mismatched_keys"):  # transformers would fill them with random values
-        absent = sorted(str(key[0] if isinstance(key, tuple) else key) for key in loading.get(kind) or ())
-        if absent:
-            raise LlmCheckpointError(
-                f"{directory}: the weights {'lack' if kind == 'missing_keys' else 'have another shape for'} "
-                f"{', '.join(absent[:3])}{', ...' if len(absent) > 3 else ''} ({len(absent)} in all), which the "
-                "model would get as random values: save the whole checkpoint again"
-            )
-    for name, parameter in model.named_parameters():  # a sum is 10 GB/s here, isfinite 0.3
-        if not math.isfinite(float(parameter.sum())) and not bool(torch.isfinite(parameter).all()):
-            raise LlmCheckpointError(
-                f"{directory}: weight {name} holds NaN or infinite values, so would every output: use a "
-                "checkpoint whose weights are finite"
-            )
-    count = sum(p.numel() for p in model.parameters())
-    progress(f"loaded {config.model_type} ({count / 1e6:.1f} M parameters) in {time.monotonic() - started:.1f} s")
-    return model.eval(), tokenizer
-
-
 def _eos_ids(text: RunnerText) -> tuple[int, ...]:
     """The tokens ``qnn_llama_runner`` stops on for the version and the ``tokenizer.json``
     pushed beside it (``runner_text``): what ``llm generate`` stops on too, so host and phone
@@ -325,17 +261,49 @@ def static_programs(
     ``--decoder_model_version`` (the family's, told by the tokenizer where one family has
     several, or the one given), and its programs exported in the runner's layout for it."""
     model, tokenizer = load_checkpoint(checkpoint, progress)
+    text, programs = _exported(model, tokenizer, prefill_len, ctx_len, decoder_model_version, progress)
+    return model, tokenizer, text, programs
+
+
+def programs_by_layer(
+    checkpoint: Path,
+    store: Path,
+    prefill_len: int,
+    ctx_len: int,
+    decoder_model_version: str | None,
+    progress: Progress,
+) -> tuple[Any, Any, RunnerText, LlmPrograms, OffloadedWeights]:
+    """``static_programs`` of the checkpoint read a layer at a time (``load_by_layer``), the
+    weights in ``store`` (``OffloadedWeights``, named as the programs name them)."""
+    model, tokenizer, swaps, weights = load_by_layer(checkpoint, store, progress)
+    text, programs = _exported(model, tokenizer, prefill_len, ctx_len, decoder_model_version, progress, swaps)
+    weights.bind(programs.prefill.module)
+    return model, tokenizer, text, programs, weights
+
+
+def _exported(
+    model: Any,
+    tokenizer: Any,
+    prefill_len: int,
+    ctx_len: int,
+    decoder_model_version: str | None,
+    progress: Progress,
+    swapped: list[Swap] | None = None,
+) -> tuple[RunnerText, LlmPrograms]:
+    """The runner's text handling for the model's version and its programs in the runner's layout."""
     started = time.monotonic()
     added = tokenizer.get_added_vocab()  # tokenizer.json's added tokens: the runner's special tokens
     version = runner_version_of(family_of(model.config.model_type), added, decoder_model_version)
     text = RunnerText.of(tokenizer, version)
     warn_of_other_tokens(text)
-    programs = export_llm(model, prefill_len=prefill_len, ctx_len=ctx_len, cache="runner", runner_version=version)
+    programs = export_llm(
+        model, prefill_len=prefill_len, ctx_len=ctx_len, cache="runner", runner_version=version, swapped=swapped
+    )
     progress(
         f"exported prefill ({prefill_len} tokens) and decode over ctx_len {ctx_len} in "
         f"{time.monotonic() - started:.1f} s"
     )
-    return model, tokenizer, text, programs
+    return text, programs
 
 
 #: ``--keep-8bit auto``'s default target: the top-1 agreement with float on the calibration text.
@@ -385,15 +353,26 @@ def _programs_to_lower(
     kv_bits: int = 16,
     keep_8bit: Sequence[str] | str = (),
     keep_target: float = KEEP_TARGET,
+    store: Path | None = None,
 ) -> _ToLower:
     """The checkpoint loaded, exported in the runner's layout for its ``--decoder_model_version``
     (the family's, told by the tokenizer where one family has several, or the one given) and,
-    unless ``quant`` is none, quantized on the calibration text (``keep_8bit``: ``export_checkpoint``'s)."""
+    unless ``quant`` is none, quantized on the calibration text (``keep_8bit``: ``export_checkpoint``'s).
+    With a ``store`` directory a quantized export reads the model a layer at a time and quantizes
+    it so (``layer_stages``), unless it trains (``qat``) or measures parts (``keep_8bit="auto"``):
+    those run the whole model."""
     from .generation import quantize_llm
+    from .layer_stages import quantize_by_layer
 
-    model, tokenizer, text, programs = static_programs(
-        checkpoint, prefill_len, ctx_len, decoder_model_version, progress
-    )
+    weights = None
+    if store is not None and quant != "none" and qat is None and keep_8bit != "auto":
+        model, tokenizer, text, programs, weights = programs_by_layer(
+            checkpoint, store, prefill_len, ctx_len, decoder_model_version, progress
+        )
+    else:
+        model, tokenizer, text, programs = static_programs(
+            checkpoint, prefill_len, ctx_len, decoder_model_version, progress
+        )
     version = programs.runner_version
     modules: tuple[torch.nn.Module, torch.nn.Module] = (programs.prefill.module, programs.decode.module)
     encodings = None
@@ -402,16 +381,21 @@ def _programs_to_lower(
         if keep_8bit == "auto":
             keep_8bit = _chosen_kept(programs, quant, prompts, keep_target, progress)
         started = time.monotonic()
-        modules = quantize_llm(
-            programs,
-            quant,
-            prompts,
-            CALIBRATION_TOKENS,
-            progress=progress,
-            qat=qat,
-            kv_bits=kv_bits,
-            keep_8bit=keep_8bit,
-        )
+        if weights is not None:
+            modules = quantize_by_layer(
+                programs, weights, quant, prompts, CALIBRATION_TOKENS, progress, kv_bits, keep_8bit
+            )
+        else:
+            modules = quantize_llm(
+                programs,
+                quant,
+                prompts,
+                CALIBRATION_TOKENS,
+                progress=progress,
+                qat=qat,
+                kv_bits=kv_bits,
+                keep_8bit=keep_8bit,
+            )
         progress(f"quantized {quant} in {time.monotonic() - started:.1f} s")
         _release_float_weights(model, modules)
         encodings = dict(zip(METHODS, (method_encodings(m) for m in modules)))
@@ -505,20 +489,22 @@ def export_checkpoint(
     budget = MemoryBudget.of(max_memory)  # what is free before this export takes any
     spec = qnn_compile_spec(soc, quant) if target == "qnn" else None
     check_context(checkpoint, ctx_len)
-    staged = _programs_to_lower(
-        checkpoint,
-        prefill_len,
-        ctx_len,
-        quant,
-        calibration,
-        target,
-        progress,
-        decoder_model_version,
-        qat,
-        kv_bits,
-        keep_8bit,
-        keep_target,
-    )
+    with tempfile.TemporaryDirectory(dir=_existing(out_dir), prefix=f".{out_dir.name}.weights.") as store:
+        staged = _programs_to_lower(
+            checkpoint,
+            prefill_len,
+            ctx_len,
+            quant,
+            calibration,
+            target,
+            progress,
+            decoder_model_version,
+            qat,
+            kv_bits,
+            keep_8bit,
+            keep_target,
+            Path(store),
+        )
     fold = target == "host" and quant != "none" and _folded_weights_fit(staged, progress, budget)
     started = time.monotonic()
     delegated = target == "host" and quant == "none"  # a quantized host program runs on the portable kernels
@@ -543,6 +529,12 @@ def export_checkpoint(
     manifest = _write_export(out_dir, lowered.write_to, data, manifest, staged.tokenizer)
     progress(f"wrote {', '.join(_written(out_dir, manifest))}, {out_dir}/{TOKENIZER}/ and {out_dir}/{MANIFEST}")
     return manifest
+
+
+def _existing(out_dir: Path) -> Path:
+    """The nearest directory of ``out_dir``'s that exists: where a layer-at-a-time export keeps its
+    float weights until converted (on the disk the export goes to, never a RAM-backed ``/tmp``)."""
+    return next(d for d in out_dir.absolute().parents if d.is_dir())
 
 
 def _check_shards(shards: int, target: str, checkpoint: Path) -> None:

@@ -201,7 +201,7 @@ def quantize_llm(
     check_kv_bits(kv_bits, quant_dtype)
     if kv_bits != 16 and programs.shape.cache != "runner":
         raise LlmExportError(f"kv_bits={kv_bits}: 8-bit caches need programs of cache='runner'")
-    keep = _kept_parts(keep_8bit, quant_dtype, programs)
+    keep = kept_parts(keep_8bit, quant_dtype, programs)
     config = qat_config(qat)
     prepared = [
         prepare_pt2e(program.exported.module(), llm_quantizer(quant_dtype, keep_8bit=keep))
@@ -230,15 +230,24 @@ def quantize_llm(
             _calibrate_context(programs.shape, prefill, decode, continued, progress)
     if progress is not None:
         progress(f"calibration: prefill observed on {prefill.calls} calls, decode on {decode.calls}")
-    if programs.shape.cache == "runner":
-        share_cache_encodings(prepared, programs.shape, kv_bits)
-    codes = _WeightCodes()
+    return convert_calibrated(prepared, programs.shape, kv_bits)
+
+
+def convert_calibrated(
+    prepared: Sequence[torch.fx.GraphModule], shape: LlmShape, kv_bits: int = 16, offloaded: Any = None
+) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
+    """The calibrated prefill and decode programs converted (``_convert``), their caches' encodings
+    shared first (``share_cache_encodings``), each weight's codes made once and held once; the
+    weights ``offloaded`` holds (``checkpoint_reading.OffloadedWeights``) read from it as needed."""
+    if shape.cache == "runner":
+        share_cache_encodings(prepared, shape, kv_bits)
+    codes = _WeightCodes(offloaded)
     converted = (_convert(prepared[0], codes), _convert(prepared[1], codes))
     _share_equal_tensors(converted)
     return converted
 
 
-def _kept_parts(
+def kept_parts(
     names: Collection[str], quant_dtype: str, programs: LlmPrograms
 ) -> Callable[[torch.fx.Node], bool] | None:
     """The predicate of the parts ``names`` keeps at 8-bit weights, None for none; refused in
@@ -306,11 +315,14 @@ def _quantize_ops() -> frozenset:
 
 
 class _WeightCodes:
-    """The codes of each weight quantized so far, by the weight's memory and the quantization's
-    arguments: a program quantizing a weight as an earlier one did gets the earlier codes."""
+    """The codes of each weight quantized so far, by the weight (its memory, or its name in
+    ``offloaded``) and the quantization's arguments: a program quantizing a weight as an earlier one
+    did gets the earlier codes. A weight ``offloaded`` holds is read when its codes are first made,
+    then given back; what the programs still read of it after folding is put back in them."""
 
-    def __init__(self) -> None:
+    def __init__(self, offloaded: Any = None) -> None:
         self._known: dict[tuple, list[tuple[tuple, torch.Tensor]]] = {}
+        self._offloaded = offloaded
 
     def fold(self, module: torch.fx.GraphModule) -> None:
         """Replace each quantize of a weight (a ``get_attr``) by its codes."""
@@ -319,19 +331,37 @@ class _WeightCodes:
         for node in list(module.graph.nodes):
             arguments = _constant_arguments(module, node) if _is_quantize(node) else None
             if arguments is not None and isinstance(arguments[0], torch.Tensor):
-                replace_node_with_constant(module, node, self._codes(node.target, arguments))
+                weight = node.args[0]
+                assert isinstance(weight, torch.fx.Node)  # a get_attr: _constant_arguments read it
+                replace_node_with_constant(module, node, self._codes(node.target, arguments, str(weight.target)))
         module.graph.eliminate_dead_code()  # the float weights' get_attr nodes, so they are dropped
         module.recompile()
+        self._put_back(module)
 
-    def _codes(self, op: Any, arguments: tuple) -> torch.Tensor:
+    def _is_offloaded(self, name: str) -> bool:
+        return self._offloaded is not None and name in self._offloaded
+
+    def _codes(self, op: Any, arguments: tuple, name: str) -> torch.Tensor:
         weight = arguments[0]
-        key = (op, weight.untyped_storage().data_ptr(), weight.storage_offset(), weight.shape, weight.stride())
+        if self._is_offloaded(name):
+            key: tuple = (op, name)
+        else:
+            key = (op, weight.untyped_storage().data_ptr(), weight.storage_offset(), weight.shape, weight.stride())
         for known, codes in self._known.get(key, []):
             if all(_same(a, b) for a, b in zip(known[1:], arguments[1:])):
                 return codes
+        if self._is_offloaded(name):
+            arguments = (self._offloaded.read(name), *arguments[1:])
         codes = op(*arguments)
-        self._known.setdefault(key, []).append((arguments, codes))
+        self._known.setdefault(key, []).append(((None, *arguments[1:]), codes))
         return codes
+
+    def _put_back(self, module: torch.fx.GraphModule) -> None:
+        """The offloaded weights the program still reads as floats, read back into it."""
+        for node in module.graph.nodes:
+            if node.op == "get_attr" and self._is_offloaded(str(node.target)):
+                owner, attr = _attribute(module, str(node.target))
+                getattr(owner, attr).data = self._offloaded.read(str(node.target))
 
 
 def _constant_arguments(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:

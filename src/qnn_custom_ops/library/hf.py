@@ -82,16 +82,20 @@ class LlmShape:
         int32, the masks ``[1, 1, ar, ctx_len]``, ``input_pos [1, ar]`` int32, then the first
         ``ctx_len - ar`` columns of every K cache and rows of every V cache."""
         ar = len(tokens)
-        kept = self.ctx_len - ar
-        k_caches = [k[..., :kept].contiguous() for k in caches[: self.layers]]
-        v_caches = [v[:, :, :kept].contiguous() for v in caches[self.layers :]]
+        read = [self.cache_read(k, v, ar) for k, v in zip(caches[: self.layers], caches[self.layers :])]
         return (
             torch.tensor([list(tokens)], dtype=torch.int32),
             *masks,
             torch.tensor([list(positions)], dtype=torch.int32),
-            *k_caches,
-            *v_caches,
+            *(k for k, _ in read),
+            *(v for _, v in read),
         )
+
+    def cache_read(self, k: torch.Tensor, v: torch.Tensor, ar: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """What a ``runner`` call of ``ar`` tokens reads of one layer's K and V caches: the first
+        ``ctx_len - ar`` columns of K, rows of V."""
+        kept = self.ctx_len - ar
+        return k[..., :kept].contiguous(), v[:, :, :kept].contiguous()
 
     def example_inputs(self, length: int) -> tuple:
         """Inputs of a call of ``length`` tokens per sequence, for export."""
@@ -498,6 +502,7 @@ def export_llm(
     select: str = "all",
     batch: int = 1,
     runner_version: str | None = None,
+    swapped: list[Swap] | None = None,
 ) -> LlmPrograms:
     """Prefill (``prefill_len`` tokens) and decode (one token) programs of an HF causal LM over a
     static cache of ``ctx_len`` rows, for ``batch`` sequences at a time, each at its own
@@ -505,7 +510,8 @@ def export_llm(
     select)``; its own forward computes the same after). ``runner_version``: the
     ``qnn_llama_runner`` version that will run ``cache="runner"`` programs, which decides their
     masks (by default the family's; ``model_type`` llama's, told by its tokenizer in
-    ``llm export``, is then llama2: the same masks as its other versions)."""
+    ``llm export``, is then llama2: the same masks as its other versions). ``swapped``: the model
+    was swapped already (``checkpoint_reading.load_by_layer`` swaps each layer as it reads it), by these."""
     family = family_of(getattr(getattr(model, "config", None), "model_type", None))
     version = runner_version_of(family, (), runner_version)
     _require(cache in CACHE_LAYOUTS, f"cache={cache!r}; use one of {', '.join(CACHE_LAYOUTS)}")
@@ -521,7 +527,7 @@ def export_llm(
     heads = _config_int(config, "num_attention_heads")
     kv_heads = _config_int(config, "num_key_value_heads", heads)
     tables = _rope_tables(model, family, ctx_len)
-    swaps = swap_modules(model, select)
+    swaps = swap_modules(model, select) if swapped is None else swapped
     attentions = [layer.self_attn for layer in model.model.layers]
     windows = [_window(attention, config) for attention in attentions]
     shape = LlmShape(

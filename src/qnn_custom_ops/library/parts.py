@@ -43,6 +43,12 @@ def _module_path(node: torch.fx.Node) -> str:
     return str(stack[-1][0]) if stack else ""
 
 
+def layer_of(node: torch.fx.Node) -> int | None:
+    """The decoder layer ``node`` was traced in (``layers.N``), None outside the layers."""
+    match = _LAYER.match(_module_path(node))
+    return int(match.group(1)) if match else None
+
+
 def _is_library_op(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and getattr(node.target, "namespace", None) == OPS_NAMESPACE
 
@@ -53,8 +59,7 @@ def part_of(node: torch.fx.Node) -> Part | None:
     if node.op != "call_function":
         return None
     path = _module_path(node)
-    layer_match = _LAYER.match(path)
-    layer = int(layer_match.group(1)) if layer_match else None
+    layer = layer_of(node)
     prefix = f"layers.{layer}." if layer is not None else ""
     weighted = _WEIGHTED.get(node.target)
     if weighted == "embedding":

@@ -50,6 +50,28 @@ FLOAT_ATTEND, FLOAT_MASKED = 0.0, -MASK_DEPTH
 
 
 @dataclass(frozen=True)
+class LoggedCall:
+    """One call the loop made, as calibration a layer at a time replays it (``layer_stages``):
+    its method (0 prefill, 1 decode), its inputs but the caches, where its new rows went
+    (``write_rows``), and whether the caches were cleared before it."""
+
+    phase: int
+    inputs: tuple
+    n_past: int
+    count: int
+    fresh: bool
+
+
+def write_rows(
+    k: torch.Tensor, v: torch.Tensor, new_k: torch.Tensor, new_v: torch.Tensor, n_past: int, count: int
+) -> None:
+    """``update_cache`` for one layer: the first ``count`` new K columns and V rows copied to
+    positions ``n_past...``, as they are."""
+    k[..., n_past : n_past + count] = new_k[..., :count]
+    v[:, :, n_past : n_past + count] = new_v[:, :, :count]
+
+
+@dataclass(frozen=True)
 class MethodEncodings:
     """A quantized method's input and output encodings, in the program's order (None: not quantized)."""
 
@@ -153,6 +175,10 @@ class RunnerLoop:
             raise LlmExportError(f"RunnerLoop: programs of cache={shape.cache!r}; export them with cache='runner'")
         self.shape, self.steps, self.encodings = shape, (prefill, decode), encodings
         self.record: tuple[list[tuple], list[tuple]] | None = None
+        #: Every call made while a list, with where its rows went (``LoggedCall``).
+        self.log: list[LoggedCall] | None = None
+        self._pending: tuple[int, tuple] | None = None
+        self._fresh = True
         self.caches = shape.empty_cache()
         if encodings is not None:  # codes of the new rows' encodings, zero as the runner's buffers start
             self.caches = [c.to(_storage(e)) for c, e in zip(self.caches, encodings[1].outputs[1:])]
@@ -165,6 +191,8 @@ class RunnerLoop:
         inputs = self.shape.runner_inputs(tokens, masks.tensors, positions, self.caches)
         if self.record is not None:
             self.record[phase].append(snapshot(inputs))
+        if self.log is not None:
+            self._pending = (phase, snapshot(inputs[: len(inputs) - len(self.caches)]))
         step = self.steps[phase]
         assert step is not None  # the prompt goes through kv_forward without a prefill step
         if self.encodings is None:
@@ -176,10 +204,17 @@ class RunnerLoop:
     def _update_cache(self, outputs: Sequence[torch.Tensor], n_past: int, count: int) -> None:
         """``update_cache``: the first ``count`` new K columns and V rows, copied as they are."""
         layers = self.shape.layers
-        for k, new in zip(self.caches[:layers], outputs[1 : 1 + layers]):
-            k[..., n_past : n_past + count] = new[..., :count]
-        for v, new in zip(self.caches[layers:], outputs[1 + layers :]):
-            v[:, :, n_past : n_past + count] = new[:, :, :count]
+        for layer in range(layers):
+            k, v = self.caches[layer], self.caches[layers + layer]
+            write_rows(k, v, outputs[1 + layer], outputs[1 + layers + layer], n_past, count)
+        if self.log is not None and self._pending is not None:
+            self.log.append(LoggedCall(*self._pending, n_past, count, self._fresh))
+        self._fresh = False
+
+    def _clear_caches(self) -> None:
+        """Zero the caches, as the runner's buffers are before a new text."""
+        self.caches = [torch.zeros_like(c) for c in self.caches]
+        self._fresh = True
 
     def _logits(self, phase: int, logits: torch.Tensor) -> torch.Tensor:
         """Logits as reals, for reports (the runner takes the argmax of the codes)."""
@@ -228,7 +263,7 @@ class RunnerLoop:
         shape = self.shape
         tokens = token_ids(tokens, shape.vocab, "RunnerLoop.walk")
         check_fits(shape, min(len(tokens), shape.ctx_len - shape.prefill_len), 1, "RunnerLoop.walk")
-        self.caches = [torch.zeros_like(c) for c in self.caches]
+        self._clear_caches()
         self.record = None
         prompt = tokens[: shape.ctx_len - shape.prefill_len]
         for end, _, _ in self._chunks(prompt):
@@ -241,7 +276,7 @@ class RunnerLoop:
         keeps the calls' inputs in ``self.record``."""
         tokens = token_ids(tokens, self.shape.vocab, "RunnerLoop.score")
         check_fits(self.shape, len(tokens), 1, "RunnerLoop.score")
-        self.caches = [torch.zeros_like(c) for c in self.caches]
+        self._clear_caches()
         self.record = ([], []) if record else None
         logits, phase = self._prefill(tokens)
         return self._logits(phase, logits)
@@ -269,7 +304,7 @@ class RunnerLoop:
         prompt = token_ids(prompt, shape.vocab, "RunnerLoop: the prompt")
         check_fits(shape, len(prompt), new_tokens, "RunnerLoop")
         self.record = ([], []) if record else None
-        self.caches = [torch.zeros_like(c) for c in self.caches]
+        self._clear_caches()
         logits, phase = self._prefill(prompt)
         row = logits[-1]
         result = Generation([], [], *(self.record or ([], [])))

@@ -1,0 +1,279 @@
+"""Reading a Hugging Face checkpoint directory: whole (``load_checkpoint``: the model in float32,
+as transformers loads it) or a layer at a time (``load_by_layer``).
+
+Read a layer at a time, the model is built with its parameters unallocated (address space, no
+memory, until written); each decoder layer's weights, then the embedding, final norm and head, are
+read from the memory-mapped safetensors files, made float32, swapped onto the library's ops
+(``swap_modules``) and written to a store on disk (``OffloadedWeights``), and their memory is given
+back before the next layer is read. Calibration and conversion then read from the store what they
+need when they need it (``layer_stages``), so an export holds one layer in float32 at a time: an
+8B model is 32 GB in float32 on a 24 GB machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import UsageError
+from ..progress import silent
+from .config_checks import check_config, check_tokenizer_files, check_weights, first_line, weight_files
+from .hf import warn_float32_cast
+from .swap import Swap, swap_modules
+
+Progress = Callable[[str], None]
+
+
+class LlmCheckpointError(UsageError):
+    """A checkpoint, an export directory or an option ``llm export``/``llm generate`` cannot use."""
+
+
+def config_and_tokenizer(directory: Path) -> tuple[Any, Any]:
+    """The checkpoint's transformers config and tokenizer, read locally only, once ``config.json``
+    and the safetensors headers pass ``config_checks`` (anything transformers still refuses is one
+    line too)."""
+    import transformers
+
+    if not (directory / "config.json").is_file():
+        raise LlmCheckpointError(f"{directory}: no config.json; pass a Hugging Face checkpoint directory")
+    check_weights(directory, check_config(directory))  # an unsupported family is refused before any weight is read
+    check_tokenizer_files(directory)
+    try:
+        config = transformers.AutoConfig.from_pretrained(directory, local_files_only=True)
+    except Exception as exc:  # transformers' own checks raise every kind
+        raise LlmCheckpointError(
+            f"{directory}/config.json: transformers cannot read it ({type(exc).__name__}: {first_line(exc)})"
+        ) from None
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    except Exception as exc:  # the tokenizers library raises bare Exceptions for a damaged file
+        raise LlmCheckpointError(
+            f"{directory}: no tokenizer transformers can load ({type(exc).__name__}: {first_line(exc)}); save one "
+            "beside the weights (tokenizer.save_pretrained)"
+        ) from None
+    stored = getattr(config, "dtype", None)
+    if isinstance(stored, torch.dtype) and stored != torch.float32:
+        warn_float32_cast(str(directory), {stored})
+    return config, tokenizer
+
+
+def _missing(directory: Path, kind: str, names: list[str]) -> LlmCheckpointError:
+    return LlmCheckpointError(
+        f"{directory}: the weights {'lack' if kind == 'missing_keys' else 'have another shape for'} "
+        f"{', '.join(names[:3])}{', ...' if len(names) > 3 else ''} ({len(names)} in all), which the "
+        "model would get as random values: save the whole checkpoint again"
+    )
+
+
+def _check_finite(directory: Path, name: str, tensor: torch.Tensor) -> None:
+    """A weight of NaN or infinite values makes every output so: refused (a sum is 10 GB/s here,
+    isfinite 0.3, so the sum is asked first)."""
+    if not math.isfinite(float(tensor.sum())) and not bool(torch.isfinite(tensor).all()):
+        raise LlmCheckpointError(
+            f"{directory}: weight {name} holds NaN or infinite values, so would every output: use a "
+            "checkpoint whose weights are finite"
+        )
+
+
+def load_checkpoint(directory: Path, progress: Progress = silent) -> tuple[Any, Any]:
+    """The causal LM (eager attention, float32) and tokenizer of a checkpoint directory, the whole
+    model in memory (``load_by_layer`` holds a layer at a time)."""
+    import transformers
+
+    config, tokenizer = config_and_tokenizer(directory)
+    started = time.monotonic()
+    try:
+        loaded: Any = transformers.AutoModelForCausalLM.from_pretrained(  # float32 as read: never bf16 and fp32
+            directory,
+            local_files_only=True,
+            attn_implementation="eager",
+            dtype=torch.float32,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,  # named below, where transformers would point at a log
+        )
+        model, loading = loaded
+    except Exception as exc:  # transformers' and safetensors' errors of every kind
+        raise LlmCheckpointError(
+            f"{directory}: transformers cannot load the weights ({type(exc).__name__}: {first_line(exc)})"
+        ) from None
+    for kind in ("missing_keys", "mismatched_keys"):  # transformers would fill them with random values
+        absent = sorted(str(key[0] if isinstance(key, tuple) else key) for key in loading.get(kind) or ())
+        if absent:
+            raise _missing(directory, kind, absent)
+    for name, parameter in model.named_parameters():
+        _check_finite(directory, name, parameter.detach())
+    count = sum(p.numel() for p in model.parameters())
+    progress(f"loaded {config.model_type} ({count / 1e6:.1f} M parameters) in {time.monotonic() - started:.1f} s")
+    return model.eval(), tokenizer
+
+
+def unallocated(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor of ``tensor``'s shape and dtype whose memory is never written: address space the
+    kernel backs with pages only when touched, so a model of them costs nothing until filled."""
+    return torch.empty(tensor.shape, dtype=tensor.dtype)
+
+
+@dataclass
+class OffloadedWeights:
+    """The float weights of a model read a layer at a time, in safetensors files under
+    ``directory`` (bfloat16 where that keeps a weight exactly, float32 otherwise), by parameter:
+    ``offload`` writes a piece's parameters and gives their memory back; ``bind`` names them as a
+    program does; ``read`` gives one back in float32."""
+
+    directory: Path
+    _keys: dict[int, tuple[Path, str, torch.Size]] = field(default_factory=dict)
+    _names: dict[str, tuple[Path, str, torch.Size]] = field(default_factory=dict)
+
+    def offload(self, parameters: list[torch.nn.Parameter]) -> None:
+        """Write ``parameters`` to one file and leave them unallocated (each once, however often given)."""
+        from safetensors.torch import save_file
+
+        path = self.directory / f"{len({p for p, _, _ in self._keys.values()})}.safetensors"
+        unique = {id(p): p for p in parameters if id(p) not in self._keys}
+        tensors = {}
+        for key, parameter in unique.items():
+            data = parameter.detach()
+            narrow = data.to(torch.bfloat16)
+            tensors[f"w{key}"] = narrow if torch.equal(narrow.float(), data) else data.contiguous()
+        save_file(tensors, path)
+        for key, parameter in unique.items():
+            self._keys[key] = (path, f"w{key}", parameter.shape)
+            parameter.data = unallocated(parameter.data)
+
+    def bind(self, module: torch.nn.Module) -> None:
+        """Name the offloaded parameters as ``module`` (the static program's) names them."""
+        for name, parameter in module.named_parameters(remove_duplicate=False):
+            if id(parameter) in self._keys:
+                self._names[name] = self._keys[id(parameter)]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def read(self, name: str) -> torch.Tensor:
+        """The weight ``name`` (as ``bind`` named it), float32."""
+        from safetensors import safe_open
+
+        path, key, _ = self._names[name]
+        with safe_open(str(path), framework="pt") as stored:
+            return stored.get_tensor(key).float()
+
+    def placeholder(self, name: str) -> torch.Tensor:
+        """An unallocated stand-in of the weight ``name``, to give a read weight's memory back."""
+        return torch.empty(self._names[name][2], dtype=torch.float32)
+
+
+#: glibc's ``mallopt`` parameter of the size from which a block is mapped on its own.
+_M_MMAP_THRESHOLD = -3
+
+
+def _large_blocks_given_back() -> None:
+    """Blocks of 1 MiB and more mapped on their own, so freeing a layer gives its memory back.
+    glibc raises that threshold each time such a block is freed (up to 32 MiB), after which a
+    layer's tensors come from its heap and stay there once freed: reading a model a layer at a
+    time then grew by about a layer's float32 bytes per layer (measured: 15 MB a layer of a
+    50 M-parameter model; 1.4 MB with the threshold fixed). Nothing to do without glibc."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, 1 << 20)
+    except (OSError, AttributeError):
+        pass
+
+
+@contextlib.contextmanager
+def _params_unallocated() -> Iterator[None]:
+    """Every parameter registered within is made unallocated (``unallocated``)."""
+    original = torch.nn.Module.register_parameter
+
+    def register(module: torch.nn.Module, name: str, parameter: torch.nn.Parameter | None) -> None:
+        if parameter is not None:
+            parameter = torch.nn.Parameter(unallocated(parameter.data), requires_grad=parameter.requires_grad)
+        original(module, name, parameter)
+
+    torch.nn.Module.register_parameter = register  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = original  # type: ignore[method-assign]
+
+
+class _CheckpointTensors:
+    """The checkpoint's tensors by name, read from their memory-mapped safetensors files one at a time."""
+
+    def __init__(self, directory: Path):
+        from safetensors import safe_open
+
+        self.directory = directory
+        self.files: dict[str, Path] = {}
+        for path in weight_files(directory):
+            with safe_open(str(path), framework="pt") as stored:
+                self.files.update(dict.fromkeys(stored.keys(), path))
+
+    def fill(self, wanted: list[tuple[str, torch.nn.Parameter]]) -> None:
+        """Each parameter read in float32 from the checkpoint's tensor of its name."""
+        from safetensors import safe_open
+
+        absent = sorted(name for name, _ in wanted if name not in self.files)
+        if absent:
+            raise _missing(self.directory, "missing_keys", absent)
+        for name, parameter in wanted:
+            with safe_open(str(self.files[name]), framework="pt") as stored:
+                tensor = stored.get_tensor(name)
+            if tuple(tensor.shape) != tuple(parameter.shape):
+                raise _missing(self.directory, "mismatched_keys", [name])
+            parameter.data = tensor.float()
+            _check_finite(self.directory, name, parameter.data)
+
+
+def _swapped(parent: torch.nn.Module, name: str, path: str) -> list[Swap]:
+    """``swap_modules`` on ``parent.<name>`` alone (its parameters read, the model's others not),
+    the swaps named by their path in the model."""
+    holder = torch.nn.ModuleDict({name: getattr(parent, name)})
+    swaps = swap_modules(holder)
+    setattr(parent, name, holder[name])
+    prefix = f"{path}." if path else ""
+    return [replace(swap, path=prefix + swap.path) for swap in swaps]
+
+
+def load_by_layer(
+    directory: Path, store: Path, progress: Progress = silent
+) -> tuple[Any, Any, list[Swap], OffloadedWeights]:
+    """The checkpoint's causal LM with its weights offloaded to ``store`` a layer at a time (see
+    the module docstring), swapped onto the library's ops; its tokenizer; the swaps; the store."""
+    import transformers
+
+    _large_blocks_given_back()
+    config, tokenizer = config_and_tokenizer(directory)
+    config._attn_implementation = "eager"
+    started = time.monotonic()
+    from transformers.initialization import no_init_weights
+
+    with _params_unallocated(), no_init_weights():  # nothing written: initializing would allocate them all
+        model: Any = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.tie_weights()
+    model.eval()
+    tensors, weights, swaps = _CheckpointTensors(directory), OffloadedWeights(store), []
+    decoder = model.model
+    for index in range(len(decoder.layers)):
+        tensors.fill([(f"model.layers.{index}.{n}", p) for n, p in decoder.layers[index].named_parameters()])
+        swaps += _swapped(decoder.layers, str(index), "model.layers")
+        weights.offload(list(decoder.layers[index].parameters()))
+        progress(f"read layer {index + 1} of {len(decoder.layers)} ({time.monotonic() - started:.1f} s)")
+    rest = [(n, p) for n, p in model.named_parameters() if not n.startswith("model.layers.")]
+    tensors.fill(rest)
+    for owner, path in ((decoder, "model"), (model, "")):
+        for name in [n for n, _ in owner.named_children() if n not in ("layers", "model")]:
+            swaps += _swapped(owner, name, path)
+    weights.offload([p for n, p in model.named_parameters() if not n.startswith("model.layers.")])
+    count = sum(p.numel() for p in model.parameters())
+    progress(
+        f"read {config.model_type} ({count / 1e6:.1f} M parameters) a layer at a time in "
+        f"{time.monotonic() - started:.1f} s"
+    )
+    return model, tokenizer, swaps, weights

@@ -1,0 +1,177 @@
+"""A checkpoint read and quantized a layer at a time (``checkpoint_reading.load_by_layer``,
+``layer_stages``): the same programs as the whole model gives, calibrated on the same values,
+while holding one layer's float weights at a time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tokenizers
+import torch
+import transformers
+
+from qnn_custom_ops.library.checkpoint import programs_by_layer, static_programs
+from qnn_custom_ops.library.layer_stages import (
+    calibrate_by_layer,
+    calibration_calls,
+    calibration_pass,
+    put_tensor,
+    quantize_by_layer,
+    stages_of,
+)
+from qnn_custom_ops.library.runner_loop import RunnerLoop
+from qnn_custom_ops.library.steps import eager_step
+
+from .conftest import sqnr_db
+from .hf_models import hf_model
+
+PREFILL, CTX = 8, 32
+
+
+def word_tokenizer(vocab: int) -> transformers.PreTrainedTokenizerFast:
+    """A word-level tokenizer of ``vocab`` tokens: what a checkpoint directory must hold beside its weights."""
+    words = {f"w{i}": i for i in range(vocab - 1)} | {"<unk>": vocab - 1}
+    model = tokenizers.Tokenizer(tokenizers.models.WordLevel(words, unk_token="<unk>"))
+    model.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=model, eos_token="<unk>")
+
+
+def save(directory: Path, arch: str, dtype: torch.dtype = torch.float32, **overrides: object) -> Path:
+    model = hf_model(arch, **overrides).to(dtype)
+    model.save_pretrained(directory)
+    word_tokenizer(model.config.vocab_size).save_pretrained(directory)
+    return directory
+
+
+def filled(programs, weights) -> None:
+    """Every offloaded weight read back into the static module (what lowering a float program needs)."""
+    for name, _ in list(programs.prefill.module.named_parameters(remove_duplicate=False)):
+        if name in weights:
+            put_tensor(programs.prefill.module, name, weights.read(name))
+
+
+@pytest.mark.parametrize("arch, dtype", [("llama", torch.bfloat16), ("gemma", torch.float32),
+                                         ("phi3", torch.bfloat16), ("gemma3_text", torch.float32)])
+def test_a_checkpoint_read_a_layer_at_a_time_gives_the_programs_the_whole_model_gives(tmp_path, arch, dtype):
+    checkpoint = save(tmp_path / "checkpoint", arch, dtype)
+    (tmp_path / "store").mkdir()
+    model, _, _, whole = static_programs(checkpoint, PREFILL, CTX, None, lambda line: None)
+    said = []
+    _, _, _, by_layer, weights = programs_by_layer(checkpoint, tmp_path / "store", PREFILL, CTX, None, said.append)
+    assert by_layer.swaps == whole.swaps and by_layer.shape == whole.shape
+    layers = model.config.num_hidden_layers
+    assert [line.split(" (")[0] for line in said[:layers]] == [f"read layer {i} of {layers}" for i in range(1, layers + 1)]
+    names = dict(whole.prefill.module.named_parameters(remove_duplicate=False))
+    assert all(name in weights for name in names), "every weight of the program is in the store"
+    filled(by_layer, weights)
+    torch.manual_seed(1)
+    inputs = list(whole.prefill.example_inputs)
+    inputs[0] = torch.randint(0, model.config.vocab_size, inputs[0].shape, dtype=torch.int32)
+    for got, want in zip(by_layer.prefill.module(*inputs), whole.prefill.module(*inputs)):
+        assert torch.equal(got, want)
+
+
+def observed(module: torch.fx.GraphModule) -> dict[str, tuple]:
+    """Each observer's range, by name."""
+    return {name: (o.min_val.clone(), o.max_val.clone()) for name, o in module.named_modules() if hasattr(o, "min_val")}
+
+
+@pytest.mark.slow
+def test_calibrating_a_stage_at_a_time_observes_what_running_the_whole_programs_observes(tmp_path):
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    from qnn_custom_ops.library.generation import llm_quantizer
+
+    checkpoint = save(tmp_path / "checkpoint", "llama")
+    (tmp_path / "store").mkdir()
+    _, _, _, whole = static_programs(checkpoint, PREFILL, CTX, None, lambda line: None)
+    _, _, _, by_layer, weights = programs_by_layer(checkpoint, tmp_path / "store", PREFILL, CTX, None, print)
+    prompts = [[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], [2, 7, 1, 8]]
+
+    def prepared(programs):
+        return [prepare_pt2e(p.exported.module(), llm_quantizer("16a8w")) for p in (programs.prefill, programs.decode)]
+
+    staged, run = prepared(by_layer), prepared(whole)
+    stages = stages_of(staged[0], whole.shape.layers)
+    layer_nodes = {n.name: s for n, s in stages.items() if n.op == "call_function"}
+    assert set(layer_nodes.values()) == {0, 1, 2, 3}  # the embedding, two layers, the head
+    calls = calibration_calls(by_layer.shape, prompts, 6)
+    calibrate_by_layer(staged, by_layer.shape, calls, weights, lambda line: None)
+    loop = RunnerLoop(whole.shape, eager_step(run[0]), eager_step(run[1]))
+    loop.log = []
+    calibration_pass(loop, prompts, 6)
+    assert [(c.phase, c.n_past, c.count, c.fresh) for c in loop.log] == [
+        (c.phase, c.n_past, c.count, c.fresh) for c in calls]  # the calls logged without computing are the real ones
+    assert all(torch.equal(a, b) for run_call, call in zip(loop.log, calls) for a, b in zip(run_call.inputs, call.inputs))
+    for module_staged, module_run in zip(staged, run):
+        got, want = observed(module_staged), observed(module_run)
+        assert got.keys() == want.keys() and len(got) > 20
+        for name in want:
+            assert torch.equal(got[name][0], want[name][0]) and torch.equal(got[name][1], want[name][1]), name
+
+
+@pytest.mark.slow
+def test_a_model_quantized_a_layer_at_a_time_is_the_whole_model_quantized_on_the_same_calls(tmp_path):
+    """Conversion reads each weight from the store as it makes its codes: the programs compute what
+    the whole model's, calibrated on the same calls and converted alike, compute, bit for bit.
+    (How the teacher-forced calls compare with the whole-model route's generated ones on a trained
+    model: ``benchmarks/bench_llm_accuracy.py --by-layer``.)"""
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    from qnn_custom_ops.library.generation import convert_calibrated, llm_quantizer
+
+    checkpoint = save(tmp_path / "checkpoint", "qwen3")
+    (tmp_path / "store").mkdir()
+    _, _, _, whole = static_programs(checkpoint, PREFILL, CTX, None, lambda line: None)
+    _, _, _, by_layer, weights = programs_by_layer(checkpoint, tmp_path / "store", PREFILL, CTX, None, print)
+    prompts = [[5, 9, 2, 6, 5, 3, 5, 8, 9, 7], [3, 2, 3, 8]]
+    for quant in ("16a8w", "16a4w_block"):
+        got = quantize_by_layer(by_layer, weights, quant, prompts, 6, lambda line: None)
+        prepared = [prepare_pt2e(p.exported.module(), llm_quantizer(quant)) for p in (whole.prefill, whole.decode)]
+        calibration_pass(RunnerLoop(whole.shape, *(eager_step(m) for m in prepared)), prompts, 6)
+        want = convert_calibrated(prepared, whole.shape)
+        text = [7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9, 0, 4, 5]
+        scores = [RunnerLoop(whole.shape, *(eager_step(m) for m in programs)).score(text) for programs in (got, want)]
+        assert torch.equal(*scores), quant
+        assert sqnr_db(whole_float(whole, text), scores[0]) > 10, quant  # a quantization, not noise
+
+
+def whole_float(programs, text: list[int]) -> torch.Tensor:
+    return RunnerLoop(programs.shape, eager_step(programs.prefill.module), eager_step(programs.decode.module)).score(text)
+
+
+PEAK = """
+import json, sys, tempfile
+from pathlib import Path
+from qnn_custom_ops.library.checkpoint_reading import load_by_layer, load_checkpoint
+
+def status(key):
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(key + ":"))
+
+open("/proc/self/clear_refs", "w").write("5")  # the peak (VmHWM) from here: the imports' left out
+before = status("VmRSS")
+if sys.argv[2] == "by-layer":
+    with tempfile.TemporaryDirectory() as store:
+        load_by_layer(Path(sys.argv[1]), Path(store))
+else:
+    load_checkpoint(Path(sys.argv[1]))
+print(json.dumps(status("VmHWM") - before))
+"""
+
+
+@pytest.mark.slow
+def test_reading_a_layer_at_a_time_holds_a_layer_not_the_model(tmp_path):
+    checkpoint = save(tmp_path / "checkpoint", "llama", torch.bfloat16, hidden_size=512, intermediate_size=2048,
+                      num_attention_heads=8, num_key_value_heads=8, num_hidden_layers=12)
+    layer_bytes = 4 * (4 * 512 * 512 + 3 * 512 * 2048)  # float32
+    grew = {}
+    for how in ("whole", "by-layer"):
+        out = subprocess.run([sys.executable, "-c", PEAK, str(checkpoint), how], capture_output=True, text=True,
+                             check=True).stdout
+        grew[how] = json.loads(out.strip().splitlines()[-1])
+    assert grew["whole"] > 12 * layer_bytes, grew  # the model in float32 (and what both import)
+    assert grew["whole"] - grew["by-layer"] > 9 * layer_bytes, grew  # a layer or so in float32
