@@ -46,6 +46,37 @@ def shared_build(name: str, build: Callable[[Path], None]) -> Path:
     return root
 
 
+#: (file under kernels/, original text, changed text)
+KernelChange = tuple[str, str, str]
+
+
+@pytest.fixture
+def hvx_changed_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
+    """``changed(name, changes)``: a copy of the shipped package ``name`` with ``changes``
+    applied (each original once in its file), for the tests that show the Hexagon check catches
+    a changed HVX path. Each original is one line calling an HVX intrinsic (``Q6_...``), which
+    only the Hexagon build compiles: the copy's host build would compile the shipped package's
+    code, so the check's host half runs the shipped build (one per run, shared) instead of
+    building the copy (LlmOpPackage: 10 CPU-seconds a copy)."""
+    from qnn_custom_ops.runtime import build_host_kernels, hexagon
+
+    def changed(name: str, changes: list[KernelChange]) -> Path:
+        package_dir = Path(shutil.copytree(OP_PACKAGES / name, tmp_path / name, ignore=shutil.ignore_patterns("build")))
+        for file, original, new in changes:
+            assert "Q6_" in original and "\n" not in original, f"{original!r}: no line of HVX code"
+            source = package_dir / "kernels" / file
+            assert source.read_text().count(original) == 1
+            source.write_text(source.read_text().replace(original, new))
+        shipped = build_host_kernels(OP_PACKAGES / name)
+        copy = package_dir.resolve()
+        monkeypatch.setattr(
+            hexagon, "build_host_kernels", lambda package: shipped if package == copy else build_host_kernels(package)
+        )
+        return package_dir
+
+    return changed
+
+
 def sqnr_db(reference, approximation) -> float:
     """10 log10 of the reference's power over the error's, in dB (inf when equal)."""
     import torch

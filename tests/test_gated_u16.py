@@ -6,9 +6,6 @@ scheme."""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -109,14 +106,8 @@ MUTATIONS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mutation", sorted(MUTATIONS))
-def test_a_changed_u16_hvx_helper_is_caught(mutation, tmp_path):
-    package_dir = Path(
-        shutil.copytree(OP_PACKAGES / "LlmOpPackage", tmp_path / "LlmOpPackage", ignore=shutil.ignore_patterns("build"))
-    )
-    file, original, changed = MUTATIONS[mutation]
-    source = package_dir / "kernels" / file
-    assert source.read_text().count(original) == 1
-    source.write_text(source.read_text().replace(original, changed))
+def test_a_changed_u16_hvx_helper_is_caught(mutation, hvx_changed_package):
+    package_dir = hvx_changed_package("LlmOpPackage", [MUTATIONS[mutation]])
     cases = edge_cases(shapes=((3, 200),))
     results = {r.label: r for r in hexagon_check(package_dir, cases)}
     assert any("MISMATCH output 0 index " in str(r) for r in results.values())

@@ -125,15 +125,11 @@ def test_cost_counts_executed_packets_on_hexagon(capsys):
 
 
 @pytest.mark.slow
-def test_an_hvx_rounding_shift_off_by_one_is_caught(tmp_path):
+def test_an_hvx_rounding_shift_off_by_one_is_caught(hvx_changed_package):
     """The HVX rounding shift at the wrong bit (shift instead of shift - 1): the uint8 and uint16
     RmsNorm, whose HVX paths use it, differ from the portable path the host runs."""
-    package_dir = Path(shutil.copytree(OP_PACKAGES / "LlmOpPackage", tmp_path / "LlmOpPackage",
-                                       ignore=shutil.ignore_patterns("build")))
-    helpers = package_dir / "kernels/qco/hvx.h"
-    original = "Q6_Vw_vasr_VwR(words, shift - 1)"
-    assert original in helpers.read_text()
-    helpers.write_text(helpers.read_text().replace(original, "Q6_Vw_vasr_VwR(words, shift)"))
+    package_dir = hvx_changed_package(
+        "LlmOpPackage", [("qco/hvx.h", "Q6_Vw_vasr_VwR(words, shift - 1)", "Q6_Vw_vasr_VwR(words, shift)")])
     package = qco.load_package(*sorted(package_dir.glob("config/*.xml")))
     cases = dtype_cases(package, ["RmsNorm:y=3x769,x=3x769,weight=769"])
     results = {r.label.split()[0]: r for r in hexagon_check(package_dir, cases)}

@@ -5,7 +5,6 @@ and both within a hair of the best rounding of the exact rotation."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -118,16 +117,8 @@ def test_the_u16_rope_hvx_path_is_bit_exact_at_the_edges_of_its_scheme():
     assert not failed, "\n".join(failed)
 
 
-def assert_changes_are_caught(tmp_path: Path, changes: list[tuple[str, str, str]], cases: list[KernelCase]):
-    """A copy of LlmOpPackage with each (file under kernels/, original, changed) applied (the original
-    once in its file) fails every case."""
-    package_dir = Path(
-        shutil.copytree(OP_PACKAGES / "LlmOpPackage", tmp_path / "LlmOpPackage", ignore=shutil.ignore_patterns("build"))
-    )
-    for helpers, original, changed in changes:
-        source = package_dir / "kernels" / helpers
-        assert source.read_text().count(original) == 1
-        source.write_text(source.read_text().replace(original, changed))
+def assert_changes_are_caught(package_dir: Path, cases: list[KernelCase]):
+    """The changed copy of LlmOpPackage (the ``hvx_changed_package`` fixture's) fails every case."""
     results = hexagon_check(package_dir, cases)
     assert all("MISMATCH output 0 index " in str(r) for r in results), [str(r) for r in results]
 

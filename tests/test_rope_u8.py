@@ -63,11 +63,12 @@ def test_the_u8_rope_hvx_path_is_bit_exact_at_the_edges_of_its_scheme():
 
 
 @pytest.mark.slow
-def test_a_changed_step_of_either_rope_hvx_scheme_is_caught(tmp_path):
+def test_a_changed_step_of_either_rope_hvx_scheme_is_caught(hvx_changed_package):
     """One package copy for both schemes' changes (each scheme's cases run only its own code): y's
     zero point added without saturation, which the 8-bit cases' saturating int16 pack wraps, and
     the 16-bit scheme's lost carry."""
     generator = np.random.default_rng(3)
     cases = [rope_case(generator, (1, 8, 1, 64), (1, 32), style, U8, y_coarser=1e-6, dtype=U8)[0] for style in STYLES]
     wrapping = ("Rope.h", "Q6_Vh_vadd_VhVh_sat(packed, zero_point)", "Q6_Vh_vadd_VhVh(packed, zero_point)")
-    assert_changes_are_caught(tmp_path, [wrapping, LOST_CARRY], cases + lost_carry_cases())
+    package_dir = hvx_changed_package("LlmOpPackage", [wrapping, LOST_CARRY])
+    assert_changes_are_caught(package_dir, cases + lost_carry_cases())
