@@ -154,8 +154,9 @@ class OffloadedWeights:
             if id(parameter) in self._keys:
                 self._names[name] = self._keys[id(parameter)]
 
-    def __contains__(self, name: object) -> bool:
-        return name in self._names
+    def __contains__(self, item: object) -> bool:
+        """A program's weight name (``bind``), or a parameter already offloaded."""
+        return id(item) in self._keys if isinstance(item, torch.nn.Parameter) else item in self._names
 
     def read(self, name: str) -> torch.Tensor:
         """The weight ``name`` (as ``bind`` named it), float32."""
@@ -265,12 +266,13 @@ def load_by_layer(
         swaps += _swapped(decoder.layers, str(index), "model.layers")
         weights.offload(list(decoder.layers[index].parameters()))
         progress(f"read layer {index + 1} of {len(decoder.layers)} ({time.monotonic() - started:.1f} s)")
-    rest = [(n, p) for n, p in model.named_parameters() if not n.startswith("model.layers.")]
-    tensors.fill(rest)
-    for owner, path in ((decoder, "model"), (model, "")):
+    for owner, path in ((decoder, "model"), (model, "")):  # the embedding, final norm, head: one at a time
         for name in [n for n, _ in owner.named_children() if n not in ("layers", "model")]:
+            prefix = f"{path}.{name}." if path else f"{name}."
+            named = [(prefix + n, p) for n, p in getattr(owner, name).named_parameters() if p not in weights]
+            tensors.fill(named)  # a head tied to the embedding was read with it
             swaps += _swapped(owner, name, path)
-    weights.offload([p for n, p in model.named_parameters() if not n.startswith("model.layers.")])
+            weights.offload(list(getattr(owner, name).parameters()))
     count = sum(p.numel() for p in model.parameters())
     progress(
         f"read {config.model_type} ({count / 1e6:.1f} M parameters) a layer at a time in "
