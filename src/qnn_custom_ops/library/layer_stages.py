@@ -220,8 +220,9 @@ def calibrate_by_layer(
         for program, observer, name in observers:  # each weight observed once, not once a call
             observer(loaded[name] if name in loaded else program.interpreter.fetch_attr(name))
             observer.forward = _passed_on
-        for call, env in zip(calls, envs):
-            programs[call.phase].run(stage, call, env, state)
+        with torch.no_grad():  # a value kept for later stages would hold this stage's weights in its graph
+            for call, env in zip(calls, envs):
+                programs[call.phase].run(stage, call, env, state)
         for _, observer, _ in observers:
             del observer.forward  # the class's own again, for convert_pt2e
         for name in loaded:
