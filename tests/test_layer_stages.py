@@ -175,3 +175,14 @@ def test_reading_a_layer_at_a_time_holds_a_layer_not_the_model(tmp_path):
         grew[how] = json.loads(out.strip().splitlines()[-1])
     assert grew["whole"] > 12 * layer_bytes, grew  # the model in float32 (and what both import)
     assert grew["whole"] - grew["by-layer"] > 9 * layer_bytes, grew  # a layer or so in float32
+
+
+def test_weights_that_cannot_be_kept_on_disk_are_one_line_naming_the_directory_and_the_fix(tmp_path):
+    from qnn_custom_ops.library.checkpoint_reading import LlmCheckpointError, OffloadedWeights
+
+    weights = OffloadedWeights(tmp_path / "gone")  # a store whose directory is not there: the write fails
+    with pytest.raises(LlmCheckpointError) as raised:
+        weights.offload([torch.nn.Parameter(torch.ones(3))])
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith(f"{tmp_path / 'gone'}: cannot keep the weights"), message
+    assert "free space on that disk, or give -o a directory on another" in message

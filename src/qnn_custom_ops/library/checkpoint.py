@@ -489,7 +489,7 @@ def export_checkpoint(
     budget = MemoryBudget.of(max_memory)  # what is free before this export takes any
     spec = qnn_compile_spec(soc, quant) if target == "qnn" else None
     check_context(checkpoint, ctx_len)
-    with tempfile.TemporaryDirectory(dir=_existing(out_dir), prefix=f".{out_dir.name}.weights.") as store:
+    with _weights_store(out_dir) as store:
         staged = _programs_to_lower(
             checkpoint,
             prefill_len,
@@ -531,10 +531,20 @@ def export_checkpoint(
     return manifest
 
 
-def _existing(out_dir: Path) -> Path:
-    """The nearest directory of ``out_dir``'s that exists: where a layer-at-a-time export keeps its
-    float weights until converted (on the disk the export goes to, never a RAM-backed ``/tmp``)."""
-    return next(d for d in out_dir.absolute().parents if d.is_dir())
+@contextmanager
+def _weights_store(out_dir: Path) -> Iterator[str]:
+    """A directory beside ``out_dir`` (in its nearest existing parent: on the disk the export goes
+    to, never a RAM-backed ``/tmp``) where a layer-at-a-time export keeps its float weights until
+    converted; removed after."""
+    parent = next(d for d in out_dir.absolute().parents if d.is_dir())
+    try:
+        store = tempfile.TemporaryDirectory(dir=parent, prefix=f".{out_dir.name}.weights.")
+    except OSError as exc:
+        raise LlmCheckpointError(
+            f"-o {out_dir}: cannot make a directory in {parent} ({exc.strerror}); choose -o where you can write"
+        ) from None
+    with store as path:
+        yield path
 
 
 def _check_shards(shards: int, target: str, checkpoint: Path) -> None:

@@ -143,7 +143,13 @@ class OffloadedWeights:
             data = parameter.detach()
             narrow = data.to(torch.bfloat16)
             tensors[f"w{key}"] = narrow if torch.equal(narrow.float(), data) else data.contiguous()
-        save_file(tensors, path)
+        try:
+            save_file(tensors, path)
+        except Exception as exc:  # safetensors raises its own error for a full disk, OSError for the rest
+            raise LlmCheckpointError(
+                f"{self.directory}: cannot keep the weights read a layer at a time ({first_line(exc)}); "
+                "free space on that disk, or give -o a directory on another (they need about the checkpoint's size)"
+            ) from None
         for key, parameter in unique.items():
             self._keys[key] = (path, f"w{key}", parameter.shape)
             parameter.data = unallocated(parameter.data)
