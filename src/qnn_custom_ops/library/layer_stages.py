@@ -133,6 +133,7 @@ class _StagedProgram:
         }
 
     def weights(self, stage: int) -> set[str]:
+        """The tensors ``stage`` reads (``get_attr``), by name: what it needs read from the store."""
         return {str(n.target) for n in self.nodes[stage] if n.op == "get_attr"}
 
     def weight_observers(self, stage: int) -> list[tuple[torch.nn.Module, str]]:
