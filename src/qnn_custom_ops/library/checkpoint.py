@@ -13,12 +13,13 @@ a quantized program's encodings, the data file), all of them or none. ``load_exp
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ import torch
 from ..atomic_files import Contents
 from ..progress import silent
 from .checkpoint_reading import LlmCheckpointError, OffloadedWeights, load_by_layer, load_checkpoint
-from .config_checks import check_config, check_context, first_line
+from .config_checks import check_config, check_context, first_line, read_header, weight_files
 from .export_files import (
     MANIFEST,
     PROGRAM,
@@ -53,7 +54,7 @@ from .manifest_json import (
     encodings_to_json,
     shape_from_json,
 )
-from .memory_budget import MemoryBudget, fold_fits
+from .memory_budget import MemoryBudget, fold_fits, whole_model_fits
 from .runner_loop import MethodEncodings, RunnerLoop, check_fits, method_encodings
 from .runner_text import RunnerText, warn_of_other_tokens
 from .sampling import Sampling
@@ -358,14 +359,13 @@ def _programs_to_lower(
     """The checkpoint loaded, exported in the runner's layout for its ``--decoder_model_version``
     (the family's, told by the tokenizer where one family has several, or the one given) and,
     unless ``quant`` is none, quantized on the calibration text (``keep_8bit``: ``export_checkpoint``'s).
-    With a ``store`` directory a quantized export reads the model a layer at a time and quantizes
-    it so (``layer_stages``), unless it trains (``qat``) or measures parts (``keep_8bit="auto"``):
-    those run the whole model."""
+    With a ``store`` directory it reads the model a layer at a time and quantizes it so
+    (``layer_stages``; ``by_layer``)."""
     from .generation import quantize_llm
     from .layer_stages import quantize_by_layer
 
     weights = None
-    if store is not None and quant != "none" and qat is None and keep_8bit != "auto":
+    if store is not None:
         model, tokenizer, text, programs, weights = programs_by_layer(
             checkpoint, store, prefill_len, ctx_len, decoder_model_version, progress
         )
@@ -453,6 +453,7 @@ def export_checkpoint(
     keep_target: float = KEEP_TARGET,
     max_memory: float | None = None,
     shards: int | None = None,
+    layer_by_layer: bool = False,
 ) -> LlmManifest:
     """``llm export``: the checkpoint's programs in the runner's layout, quantized on the
     calibration text (one prompt a line; a built-in text by default), lowered for ``target``,
@@ -466,7 +467,10 @@ def export_checkpoint(
     free when called) is the memory budget: a quantized host program whose folded float32 weights
     would not fit keeps its codes (``memory_budget``). ``shards`` (``--target qnn``): the decoder's
     layers in that many QNN contexts per method; None: as many as keep each context's weights within
-    ``lowering.shards.WEIGHT_BUDGET`` (said to ``progress``)."""
+    ``lowering.shards.WEIGHT_BUDGET`` (said to ``progress``). A quantized export without QAT or
+    ``keep_8bit="auto"`` (which train or measure the whole model) reads the model a layer at a time
+    (``checkpoint_reading.load_by_layer``, ``layer_stages``) when ``layer_by_layer`` or when the whole
+    model in float32 would not fit the budget (``memory_budget.whole_model_fits``)."""
     from ..lowering.program import lower_methods
     from ..quantizer import QUANT_MODES
     from .generation import check_kv_bits
@@ -489,7 +493,13 @@ def export_checkpoint(
     budget = MemoryBudget.of(max_memory)  # what is free before this export takes any
     spec = qnn_compile_spec(soc, quant) if target == "qnn" else None
     check_context(checkpoint, ctx_len)
-    with _weights_store(out_dir) as store:
+    by_layer = (
+        quant != "none"
+        and qat is None
+        and keep_8bit != "auto"
+        and (layer_by_layer or not whole_model_fits(_float32_bytes(checkpoint), budget, progress))
+    )
+    with _weights_store(out_dir) if by_layer else nullcontext() as store:
         staged = _programs_to_lower(
             checkpoint,
             prefill_len,
@@ -503,7 +513,7 @@ def export_checkpoint(
             kv_bits,
             keep_8bit,
             keep_target,
-            Path(store),
+            Path(store) if store is not None else None,
         )
     fold = target == "host" and quant != "none" and _folded_weights_fit(staged, progress, budget)
     started = time.monotonic()
@@ -529,6 +539,11 @@ def export_checkpoint(
     manifest = _write_export(out_dir, lowered.write_to, data, manifest, staged.tokenizer)
     progress(f"wrote {', '.join(_written(out_dir, manifest))}, {out_dir}/{TOKENIZER}/ and {out_dir}/{MANIFEST}")
     return manifest
+
+
+def _float32_bytes(checkpoint: Path) -> int:
+    """The checkpoint's weights in float32, from its safetensors headers (nothing read)."""
+    return 4 * sum(math.prod(entry.shape) for path in weight_files(checkpoint) for entry in read_header(path))
 
 
 @contextmanager
