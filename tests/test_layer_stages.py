@@ -75,6 +75,32 @@ def test_a_checkpoint_read_a_layer_at_a_time_gives_the_programs_the_whole_model_
         assert torch.equal(got, want)
 
 
+def test_a_weight_not_yet_read_is_zeros_whatever_the_memory_held_so_annotation_sees_the_whole_models_graph(tmp_path):
+    """ExecuTorch's QNN annotation passes read weight values (``RecomposeHadamard`` takes a square
+    linear whose weight is a scaled Hadamard matrix for a ``hadamard_transform``): a stand-in that
+    showed leftover bytes (near zero, one denormal) once replaced an ``o_proj`` at random."""
+    from collections import Counter
+
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    from qnn_custom_ops.library.generation import llm_quantizer
+
+    checkpoint = save(tmp_path / "checkpoint", "qwen3")
+    (tmp_path / "store").mkdir()
+    _, _, _, whole = static_programs(checkpoint, PREFILL, CTX, None, lambda line: None)
+    shapes = [p.shape for p in whole.prefill.module.parameters()]
+    leftovers = [torch.zeros(shape).index_fill_(-1, torch.tensor([1]), 1e-40) for shape in shapes * 4]
+    del leftovers  # freed: blocks of the weights' sizes, near zero but for one denormal, for the allocator to hand out
+    _, _, _, by_layer, _ = programs_by_layer(checkpoint, tmp_path / "store", PREFILL, CTX, None, lambda line: None)
+    assert all(not p.any() for p in by_layer.prefill.module.parameters())
+
+    def ops(programs) -> Counter:
+        prepared = prepare_pt2e(programs.prefill.exported.module(), llm_quantizer("16a8w"))
+        return Counter(str(n.target) for n in prepared.graph.nodes if n.op == "call_function")
+
+    assert ops(by_layer) == ops(whole)
+
+
 def observed(module: torch.fx.GraphModule) -> dict[str, tuple]:
     """Each observer's range, by name."""
     return {name: (o.min_val.clone(), o.max_val.clone()) for name, o in module.named_modules() if hasattr(o, "min_val")}

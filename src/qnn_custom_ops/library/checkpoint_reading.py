@@ -115,10 +115,23 @@ def load_checkpoint(directory: Path, progress: Progress = silent) -> tuple[Any, 
     return model.eval(), tokenizer
 
 
+def lazy_zeros(shape: torch.Size | tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Zeros that cost no memory until written: ``calloc``'s, which maps a large block fresh from
+    the kernel (whose untouched pages read as zeros and take none) instead of clearing it.
+
+    Never ``torch.empty``: a stand-in's values are read before its weight is (export and
+    ExecuTorch's QNN annotation passes look at weights: ``RecomposeHadamard`` takes a square
+    linear whose weight is a scaled Hadamard matrix for a ``hadamard_transform``, and leftover
+    bytes near zero with one denormal matched it, dropping an ``o_proj`` at random)."""
+    import numpy as np
+
+    nbytes = math.prod(shape) * dtype.itemsize
+    return torch.from_numpy(np.zeros(nbytes, dtype=np.uint8)).view(dtype).reshape(shape)
+
+
 def unallocated(tensor: torch.Tensor) -> torch.Tensor:
-    """A tensor of ``tensor``'s shape and dtype whose memory is never written: address space the
-    kernel backs with pages only when touched, so a model of them costs nothing until filled."""
-    return torch.empty(tensor.shape, dtype=tensor.dtype)
+    """A stand-in of ``tensor``'s shape and dtype that costs nothing until filled (``lazy_zeros``)."""
+    return lazy_zeros(tensor.shape, tensor.dtype)
 
 
 @dataclass
@@ -174,7 +187,7 @@ class OffloadedWeights:
 
     def placeholder(self, name: str) -> torch.Tensor:
         """An unallocated stand-in of the weight ``name``, to give a read weight's memory back."""
-        return torch.empty(self._names[name][2], dtype=torch.float32)
+        return lazy_zeros(self._names[name][2], torch.float32)
 
 
 #: glibc's ``mallopt`` parameter of the size from which a block is mapped on its own.
