@@ -83,3 +83,29 @@ def test_the_qnn_backends_start_up_line_is_dropped_from_a_childs_stdout_and_kept
             "environment variable - using default thread-local behavior.\nout: qwen3, 16a8w\nhere: llm generate out\n")
     assert native_stdout_filtered(said) == "out: qwen3, 16a8w\nhere: llm generate out\n"
     assert native_stdout_filtered(said, verbose=True) == said
+
+
+LIVE = """
+import os, sys
+from pathlib import Path
+from qnn_custom_ops.quiet import native_noise_filtered
+
+written = Path(sys.argv[1])
+with native_noise_filtered():
+    print("[   1.0s] read layer 1 of 2", file=sys.stderr)
+    os.write(2, b"[INFO] [Qnn ExecuTorch] backend set up\\n")
+    os.write(2, b"a native line of its own\\n")
+    text = written.read_text()
+    print("progress shown while running:", "read layer 1 of 2" in text, "; native held:", "of its own" not in text)
+"""
+
+
+def test_progress_inside_the_native_filter_is_shown_as_it_is_written_and_native_noise_is_still_dropped(tmp_path):
+    """A long ``llm export --progress`` says how far it is while it runs: Python's lines pass the
+    filter that holds the runtime's C++ lines (which are replayed after it, known noise dropped)."""
+    stderr = tmp_path / "stderr.txt"
+    with stderr.open("w") as sink:
+        out = subprocess.run([sys.executable, "-c", LIVE, str(stderr)], stderr=sink, stdout=subprocess.PIPE,
+                             text=True, check=True).stdout
+    assert out.strip() == "progress shown while running: True ; native held: True"
+    assert stderr.read_text().splitlines() == ["[   1.0s] read layer 1 of 2", "a native line of its own"]

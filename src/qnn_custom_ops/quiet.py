@@ -42,19 +42,36 @@ def quiet_third_party(verbose: bool = False) -> None:
         warnings.filterwarnings("ignore", category=category)
 
 
+def _writes_to_fd_2(stream: Any) -> bool:
+    """Whether ``stream`` is the process's real stderr (not a ``redirect_stderr`` target)."""
+    try:
+        return stream.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return False
+
+
 @contextlib.contextmanager
-def native_stderr_held() -> Iterator[list[str]]:
+def native_stderr_held(python_live: bool = False) -> Iterator[list[str]]:
     """Hold what is written to file descriptor 2 inside the block (native code's logs, and
-    Python's own stderr when it is the real one); the list holds its lines once the block ends,
-    raised or not, for the caller to replay, filter or report."""
+    Python's own stderr when it is the real one, unless ``python_live``: then Python's lines,
+    such as progress, reach the real stderr as they are written); the list holds the held lines
+    once the block ends, raised or not, for the caller to replay, filter or report."""
     sys.stderr.flush()
     saved = os.dup(2)
     lines: list[str] = []
+    python_stderr = sys.stderr
+    live = python_live and _writes_to_fd_2(python_stderr)
     with tempfile.TemporaryFile(mode="w+b") as capture:
         os.dup2(capture.fileno(), 2)
+        if live:
+            encoding = python_stderr.encoding
+            sys.stderr = open(os.dup(saved), "w", buffering=1, encoding=encoding, errors="backslashreplace")
         try:
             yield lines
         finally:
+            if live:
+                sys.stderr.close()
+                sys.stderr = python_stderr
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
@@ -64,13 +81,15 @@ def native_stderr_held() -> Iterator[list[str]]:
 
 @contextlib.contextmanager
 def native_noise_filtered(verbose: bool = False) -> Iterator[None]:
-    """Drop the runtime's known C++ chatter from stderr inside the block; keep every other line."""
+    """Drop the runtime's known C++ chatter from stderr inside the block; keep every other line.
+    Python's own lines (progress, our warnings) are not held: a long export says how far it is
+    while it runs, not when it ends."""
     if verbose:
         yield
         return
     lines: list[str] = []
     try:
-        with native_stderr_held() as lines:
+        with native_stderr_held(python_live=True) as lines:
             yield
     finally:
         sys.stderr.write("".join(line for line in lines if not _NATIVE_NOISE.match(line)))
