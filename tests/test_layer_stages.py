@@ -212,13 +212,3 @@ def test_weights_that_cannot_be_kept_on_disk_are_one_line_naming_the_directory_a
     message = str(raised.value)
     assert "\n" not in message and message.startswith(f"{tmp_path / 'gone'}: cannot keep the weights"), message
     assert "free space on that disk, or give -o a directory on another" in message
-
-
-def test_a_quantized_export_reads_by_layer_when_the_whole_model_in_float32_would_not_fit_and_says_so():
-    from qnn_custom_ops.library.memory_budget import GIB, MemoryBudget, whole_model_fits
-
-    said: list[str] = []
-    assert whole_model_fits(4 * GIB, MemoryBudget(int(8 * GIB), True), said.append) and not said
-    assert not whole_model_fits(32 * GIB, MemoryBudget(int(22 * GIB), True), said.append)
-    assert said == ["reading the model a layer at a time: its float32 weights, 32.00 GiB, held whole would peak "
-                    "near 2x that, past --max-memory 22 GiB"]

@@ -172,12 +172,17 @@ def test_llm_export_says_how_far_calibration_and_float_lowering_are_with_the_tim
     total = compiled[0].split()[3]
     assert compiled[-1] == f"lowering: {total} of {total} partitions compiled by XNNPACK", said
     assert said.index(compiled[-1]) < [i for i, line in enumerate(said) if line.startswith("lowered in")][0]
-    calibration = [line for line in progress_of(quantized_export) if line.startswith("calibration: ")]
-    assert re.fullmatch(r"calibration: prompt 1 of 3 observed, about \d+ s left", calibration[0]), calibration
-    assert calibration[2:] == ["calibration: prompt 3 of 3 observed", "calibration: the prompts and their "
-                               f"continuations as one text of {CTX - 1} tokens, every prefill chunk to ctx_len {CTX} "
-                               "and 4 decode calls after each", calibration[-1]], calibration
-    assert re.fullmatch(r"calibration: prefill observed on \d+ calls, decode on \d+", calibration[-1]), calibration
+    said = progress_of(quantized_export)  # read and calibrated a layer at a time, each step said
+    read = [line for line in said if line.startswith("read layer ")]
+    layers = len(read)
+    assert layers >= 1 and read[-1].startswith(f"read layer {layers} of {layers} ("), said
+    calibration = [line for line in said if line.startswith("calibration by layer: ")]
+    calls = re.fullmatch(r"calibration by layer: the embedding observed on (\d+) calls, about \d+ s left",
+                         calibration[0]).group(1)
+    stages = ["the embedding", *(f"layer {i} of {layers}" for i in range(1, layers + 1)), "the head"]
+    assert [re.sub(r", about \d+ s left$", "", line) for line in calibration] == [
+        f"calibration by layer: {stage} observed on {calls} calls" for stage in stages], calibration
+    assert calibration[-1] == f"calibration by layer: the head observed on {calls} calls"
 
 
 @pytest.mark.slow

@@ -13,7 +13,6 @@ a quantized program's encodings, the data file), all of them or none. ``load_exp
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import tempfile
 import time
@@ -28,8 +27,14 @@ import torch
 
 from ..atomic_files import Contents
 from ..progress import silent
-from .checkpoint_reading import LlmCheckpointError, OffloadedWeights, load_by_layer, load_checkpoint
-from .config_checks import check_config, check_context, first_line, read_header, weight_files
+from .checkpoint_reading import (
+    LlmCheckpointError,
+    OffloadedWeights,
+    freed_blocks_kept_mapped,
+    load_by_layer,
+    load_checkpoint,
+)
+from .config_checks import check_config, check_context, first_line
 from .export_files import (
     MANIFEST,
     PROGRAM,
@@ -54,7 +59,7 @@ from .manifest_json import (
     encodings_to_json,
     shape_from_json,
 )
-from .memory_budget import MemoryBudget, fold_fits, whole_model_fits
+from .memory_budget import MemoryBudget, fold_fits
 from .runner_loop import MethodEncodings, RunnerLoop, check_fits, method_encodings
 from .runner_text import RunnerText, warn_of_other_tokens
 from .sampling import Sampling
@@ -453,7 +458,6 @@ def export_checkpoint(
     keep_target: float = KEEP_TARGET,
     max_memory: float | None = None,
     shards: int | None = None,
-    layer_by_layer: bool = False,
 ) -> LlmManifest:
     """``llm export``: the checkpoint's programs in the runner's layout, quantized on the
     calibration text (one prompt a line; a built-in text by default), lowered for ``target``,
@@ -469,8 +473,7 @@ def export_checkpoint(
     layers in that many QNN contexts per method; None: as many as keep each context's weights within
     ``lowering.shards.WEIGHT_BUDGET`` (said to ``progress``). A quantized export without QAT or
     ``keep_8bit="auto"`` (which train or measure the whole model) reads the model a layer at a time
-    (``checkpoint_reading.load_by_layer``, ``layer_stages``) when ``layer_by_layer`` or when the whole
-    model in float32 would not fit the budget (``memory_budget.whole_model_fits``)."""
+    (``checkpoint_reading.load_by_layer``, ``layer_stages``): it never holds it in float32."""
     from ..lowering.program import lower_methods
     from ..quantizer import QUANT_MODES
     from .generation import check_kv_bits
@@ -493,12 +496,7 @@ def export_checkpoint(
     budget = MemoryBudget.of(max_memory)  # what is free before this export takes any
     spec = qnn_compile_spec(soc, quant) if target == "qnn" else None
     check_context(checkpoint, ctx_len)
-    by_layer = (
-        quant != "none"
-        and qat is None
-        and keep_8bit != "auto"
-        and (layer_by_layer or not whole_model_fits(_float32_bytes(checkpoint), budget, progress))
-    )
+    by_layer = quant != "none" and qat is None and keep_8bit != "auto"
     with _weights_store(out_dir) if by_layer else nullcontext() as store:
         staged = _programs_to_lower(
             checkpoint,
@@ -515,6 +513,8 @@ def export_checkpoint(
             keep_target,
             Path(store) if store is not None else None,
         )
+    if by_layer:
+        freed_blocks_kept_mapped()
     fold = target == "host" and quant != "none" and _folded_weights_fit(staged, progress, budget)
     started = time.monotonic()
     delegated = target == "host" and quant == "none"  # a quantized host program runs on the portable kernels
@@ -539,11 +539,6 @@ def export_checkpoint(
     manifest = _write_export(out_dir, lowered.write_to, data, manifest, staged.tokenizer)
     progress(f"wrote {', '.join(_written(out_dir, manifest))}, {out_dir}/{TOKENIZER}/ and {out_dir}/{MANIFEST}")
     return manifest
-
-
-def _float32_bytes(checkpoint: Path) -> int:
-    """The checkpoint's weights in float32, from its safetensors headers (nothing read)."""
-    return 4 * sum(math.prod(entry.shape) for path in weight_files(checkpoint) for entry in read_header(path))
 
 
 @contextmanager

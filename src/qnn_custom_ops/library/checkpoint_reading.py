@@ -192,6 +192,16 @@ class OffloadedWeights:
 
 #: glibc's ``mallopt`` parameter of the size from which a block is mapped on its own.
 _M_MMAP_THRESHOLD = -3
+#: The highest glibc's own threshold grows to on 64-bit (its ``DEFAULT_MMAP_THRESHOLD_MAX``).
+_GLIBC_THRESHOLD_MAX = 32 << 20
+
+
+def _set_mmap_threshold(size: int) -> None:
+    """glibc's mmap threshold fixed at ``size`` for the process; nothing to do without glibc."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, size)
+    except (OSError, AttributeError):
+        pass
 
 
 def _large_blocks_given_back() -> None:
@@ -199,11 +209,16 @@ def _large_blocks_given_back() -> None:
     glibc raises that threshold each time such a block is freed (up to 32 MiB), after which a
     layer's tensors come from its heap and stay there once freed: reading a model a layer at a
     time then grew by about a layer's float32 bytes per layer (measured: 15 MB a layer of a
-    50 M-parameter model; 1.4 MB with the threshold fixed). Nothing to do without glibc."""
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, 1 << 20)
-    except (OSError, AttributeError):
-        pass
+    50 M-parameter model; 1.4 MB with the threshold fixed)."""
+    _set_mmap_threshold(1 << 20)
+
+
+def freed_blocks_kept_mapped() -> None:
+    """glibc's threshold where its own growth takes it, for what follows a model read a layer at a
+    time: QAIRT's graph preparation (a QNN lowering's compile) reads memory freed before it. With
+    freed blocks unmapped at once it crashed (SIGSEGV in ``GraphPrepare::prepare``, on either route
+    under ``MALLOC_MMAP_THRESHOLD_=4096``); glibc's default keeps them mapped."""
+    _set_mmap_threshold(_GLIBC_THRESHOLD_MAX)
 
 
 @contextlib.contextmanager

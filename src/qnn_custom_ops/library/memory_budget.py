@@ -90,23 +90,6 @@ def fold_fits(float32_bytes: int, budget: MemoryBudget, progress: Callable[[str]
     return False
 
 
-#: A whole-model quantized export's peak over its float32 weights (3b 16a4w: 18.4 GiB for 12.0).
-WHOLE_MODEL_PEAK_FACTOR = 2
-
-
-def whole_model_fits(float32_bytes: int, budget: MemoryBudget, progress: Callable[[str], None]) -> bool:
-    """Whether a quantized export may hold the whole model in float32 (``float32_bytes``): when
-    ``WHOLE_MODEL_PEAK_FACTOR`` times them fit the budget; else it reads the model a layer at a
-    time (``layer_stages``). Said when it does not fit."""
-    if WHOLE_MODEL_PEAK_FACTOR * float32_bytes <= budget.bytes:
-        return True
-    progress(
-        f"reading the model a layer at a time: its float32 weights, {float32_bytes / GIB:.2f} GiB, held whole "
-        f"would peak near {WHOLE_MODEL_PEAK_FACTOR}x that, past {budget}"
-    )
-    return False
-
-
 def run_bytes(pte: bytes, data: Path | None) -> int:
     """The least running a host program holds at its peak: its files (the weights, once: packed by
     XNNPACK or mapped from the data file), its planned buffers (host-only methods of one loaded
