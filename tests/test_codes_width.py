@@ -89,3 +89,38 @@ def test_a_16a4w_block_host_program_of_codes_runs_and_gives_the_folded_programs_
         logits[fold] = loop.score(PROMPTS[0] * 2)
     assert sizes[False] < 0.6 * sizes[True], sizes
     assert torch.equal(logits[False], logits[True])
+
+
+@pytest.mark.slow
+def test_a_tied_embedding_is_one_table_of_8bit_codes_that_the_gather_and_the_lm_head_both_read(tmp_path):
+    """Quantized once at the ``lm_head``'s encoding (8 bits a row; ``quantizer.tied_weights``),
+    where the gather took 16-bit codes of its own: the host program of codes gathers each row's
+    codes and scale, stores the table once, and gives the folded program's logits bit for bit."""
+    import qnn_custom_ops as qco
+    from qnn_custom_ops.library import RunnerLoop, host_step, package_dir
+    from qnn_custom_ops.runtime import HostRunner
+
+    model = hf_model("gemma")
+    assert model.config.tie_word_embeddings
+    tied = export_llm(model, prefill_len=8, ctx_len=32, cache="runner")
+    converted = quantize_llm(tied, "16a8w", PROMPTS, 2)
+    table = tuple(model.get_input_embeddings().weight.shape)
+    for module in converted:
+        tables = {str(n.target) for n in module.graph.nodes
+                  if n.op == "get_attr" and tuple(getattr(module, str(n.target)).shape) == table}
+        assert len(tables) == 1 and getattr(module, tables.pop()).dtype == torch.int8
+    inputs = (tied.prefill.example_inputs, tied.decode.example_inputs)
+    runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
+    logits, sizes = {}, {}
+    for fold in (True, False):
+        lowered = lower_methods(dict(zip(METHODS, zip(converted, inputs))), llm_binding(), "host", plan_outputs=False,
+                                fold_weights=fold, external_weights=True)
+        data = tmp_path / f"fold-{fold}.ptd"
+        with data.open("wb") as stream:
+            lowered.write_data_to(stream)
+        sizes[fold] = data.stat().st_size
+        loop = RunnerLoop(tied.shape, *(host_step(runner, lowered.buffer, m, data) for m in METHODS))
+        logits[fold] = loop.score(PROMPTS[0] * 2)
+    assert torch.equal(logits[False], logits[True])
+    layers = sum(p.numel() for n, p in model.named_parameters() if "layers." in n)
+    assert sizes[False] < (table[0] * table[1] + layers) * 1.3, sizes  # the table's codes once, a byte each

@@ -384,3 +384,39 @@ def test_a_share_override_cannot_become_an_io_quant_config():
     binding = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3})
     with pytest.raises(qco.QuantAnnotationError, match=r"ExampleCustomOp: output 0 shares another tensor's encoding"):
         qco.io_quant_configs(binding, "8a8w", {"ExampleCustomOp": {("output", 0): qco.Share("input", 0)}})
+
+
+class TiedTable(torch.nn.Module):
+    """An embedding whose table is also the output projection's weight (a tied LLM head)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.table = torch.nn.Embedding(64, 32)
+
+    def forward(self, ids):
+        return torch.nn.functional.linear(torch.tanh(self.table(ids)), self.table.weight)
+
+
+@pytest.mark.slow  # four quantizations: kept out of the fast tier's 40 s
+@pytest.mark.parametrize("mode, tables", [("16a8w", 1), ("16a4w", 1), ("8a8w", 2), ("16a16w", 2)])
+def test_a_tied_table_is_quantized_once_where_its_gathered_rows_have_more_bits_than_its_weights(mode, tables):
+    """One observer, one encoding (the linear's, a scale a row), one codes tensor for both uses;
+    at equal bits (8a8w, 16a16w) re-quantizing the gathered rows would round them twice as coarsely
+    again, so each use keeps its own."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
+
+    from qnn_custom_ops.library import llm_binding
+
+    ids = (torch.randint(0, 64, (1, 12)),)
+    model = TiedTable().eval()
+    quantizer = qco.make_quantizer(llm_binding(), mode, per_channel_linear=True)
+    prepared = prepare_pt2e(torch.export.export(model, ids).module(), quantizer)
+    (table,) = [n for n in prepared.graph.nodes if n.op == "get_attr" and n.target == "table.weight"]
+    assert len(table.users) == tables
+    prepared(*ids)
+    converted = convert_pt2e(prepared)
+    codes = [n for n in converted.graph.nodes if n.op == "get_attr"
+             and getattr(converted, str(n.target)).shape == (64, 32)]
+    assert len(codes) == tables
+    assert sqnr_db(model(*ids), converted(*ids)) > 15  # a quantization (4-bit rows: 18 dB), not noise

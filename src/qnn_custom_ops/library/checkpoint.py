@@ -30,7 +30,7 @@ from ..progress import silent
 from .checkpoint_reading import (
     LlmCheckpointError,
     OffloadedWeights,
-    freed_blocks_kept_mapped,
+    large_blocks_given_back,
     load_by_layer,
     load_checkpoint,
 )
@@ -497,7 +497,10 @@ def export_checkpoint(
     spec = qnn_compile_spec(soc, quant) if target == "qnn" else None
     check_context(checkpoint, ctx_len)
     by_layer = quant != "none" and qat is None and keep_8bit != "auto"
-    with _weights_store(out_dir) if by_layer else nullcontext() as store:
+    with (
+        _weights_store(out_dir) if by_layer else nullcontext() as store,
+        large_blocks_given_back() if by_layer else nullcontext(),
+    ):
         staged = _programs_to_lower(
             checkpoint,
             prefill_len,
@@ -513,8 +516,6 @@ def export_checkpoint(
             keep_target,
             Path(store) if store is not None else None,
         )
-    if by_layer:
-        freed_blocks_kept_mapped()
     fold = target == "host" and quant != "none" and _folded_weights_fit(staged, progress, budget)
     started = time.monotonic()
     delegated = target == "host" and quant == "none"  # a quantized host program runs on the portable kernels

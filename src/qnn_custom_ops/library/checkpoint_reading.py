@@ -129,11 +129,6 @@ def lazy_zeros(shape: torch.Size | tuple[int, ...], dtype: torch.dtype) -> torch
     return torch.from_numpy(np.zeros(nbytes, dtype=np.uint8)).view(dtype).reshape(shape)
 
 
-def unallocated(tensor: torch.Tensor) -> torch.Tensor:
-    """A stand-in of ``tensor``'s shape and dtype that costs nothing until filled (``lazy_zeros``)."""
-    return lazy_zeros(tensor.shape, tensor.dtype)
-
-
 @dataclass
 class OffloadedWeights:
     """The float weights of a model read a layer at a time, in safetensors files under
@@ -165,7 +160,7 @@ class OffloadedWeights:
             ) from None
         for key, parameter in unique.items():
             self._keys[key] = (path, f"w{key}", parameter.shape)
-            parameter.data = unallocated(parameter.data)
+            parameter.data = lazy_zeros(parameter.shape, parameter.dtype)
 
     def bind(self, module: torch.nn.Module) -> None:
         """Name the offloaded parameters as ``module`` (the static program's) names them."""
@@ -204,31 +199,49 @@ def _set_mmap_threshold(size: int) -> None:
         pass
 
 
-def _large_blocks_given_back() -> None:
-    """Blocks of 1 MiB and more mapped on their own, so freeing a layer gives its memory back.
-    glibc raises that threshold each time such a block is freed (up to 32 MiB), after which a
-    layer's tensors come from its heap and stay there once freed: reading a model a layer at a
-    time then grew by about a layer's float32 bytes per layer (measured: 15 MB a layer of a
-    50 M-parameter model; 1.4 MB with the threshold fixed)."""
-    _set_mmap_threshold(1 << 20)
+class _MmapThreshold:
+    """glibc's mmap threshold at 1 MiB while a model is read, calibrated and converted a layer at a
+    time (``large_blocks_given_back``), and where glibc's own growth takes it (32 MiB) after.
+
+    At 1 MiB a block of 1 MiB or more is mapped on its own, so freeing a layer gives its memory
+    back. glibc raises its threshold each time such a block is freed, after which a layer's tensors
+    come from its heap and stay there once freed: reading a model a layer at a time grew by about
+    a layer's float32 bytes per layer (measured: 15 MB a layer of a 50 M-parameter model; 1.4 MB
+    with the threshold fixed). After, freed blocks stay mapped again: QAIRT's graph preparation
+    (a QNN lowering's compile) reads memory freed before it, and with freed blocks unmapped at
+    once it crashed (SIGSEGV in ``GraphPrepare::prepare``, on either route under
+    ``MALLOC_MMAP_THRESHOLD_=4096``). glibc has no getter, so nested blocks are counted."""
+
+    def __init__(self) -> None:
+        self._depth = 0
+
+    @contextlib.contextmanager
+    def lowered(self) -> Iterator[None]:
+        self._depth += 1
+        if self._depth == 1:
+            _set_mmap_threshold(1 << 20)
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                _set_mmap_threshold(_GLIBC_THRESHOLD_MAX)
 
 
-def freed_blocks_kept_mapped() -> None:
-    """glibc's threshold where its own growth takes it, for what follows a model read a layer at a
-    time: QAIRT's graph preparation (a QNN lowering's compile) reads memory freed before it. With
-    freed blocks unmapped at once it crashed (SIGSEGV in ``GraphPrepare::prepare``, on either route
-    under ``MALLOC_MMAP_THRESHOLD_=4096``); glibc's default keeps them mapped."""
-    _set_mmap_threshold(_GLIBC_THRESHOLD_MAX)
+#: Blocks of 1 MiB and more unmapped when freed within, kept mapped again after (``_MmapThreshold``).
+large_blocks_given_back = _MmapThreshold().lowered
 
 
 @contextlib.contextmanager
 def _params_unallocated() -> Iterator[None]:
-    """Every parameter registered within is made unallocated (``unallocated``)."""
+    """Every parameter registered within is made unallocated (``lazy_zeros``)."""
     original = torch.nn.Module.register_parameter
 
     def register(module: torch.nn.Module, name: str, parameter: torch.nn.Parameter | None) -> None:
         if parameter is not None:
-            parameter = torch.nn.Parameter(unallocated(parameter.data), requires_grad=parameter.requires_grad)
+            parameter = torch.nn.Parameter(
+                lazy_zeros(parameter.shape, parameter.dtype), requires_grad=parameter.requires_grad
+            )
         original(module, name, parameter)
 
     torch.nn.Module.register_parameter = register  # type: ignore[method-assign,assignment]
@@ -276,14 +289,15 @@ def _swapped(parent: torch.nn.Module, name: str, path: str) -> list[Swap]:
     return [replace(swap, path=prefix + swap.path) for swap in swaps]
 
 
+@large_blocks_given_back()
 def load_by_layer(
     directory: Path, store: Path, progress: Progress = silent
 ) -> tuple[Any, Any, list[Swap], OffloadedWeights]:
     """The checkpoint's causal LM with its weights offloaded to ``store`` a layer at a time (see
-    the module docstring), swapped onto the library's ops; its tokenizer; the swaps; the store."""
+    the module docstring), swapped onto the library's ops; its tokenizer; the swaps; the store.
+    Blocks of 1 MiB are given back when freed while it reads (``large_blocks_given_back``)."""
     import transformers
 
-    _large_blocks_given_back()
     config, tokenizer = config_and_tokenizer(directory)
     config._attn_implementation = "eager"
     started = time.monotonic()

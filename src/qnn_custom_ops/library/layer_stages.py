@@ -114,6 +114,26 @@ def stages_of(module: torch.fx.GraphModule, layers: int) -> dict[torch.fx.Node, 
     return stage
 
 
+def _is_weight(node: torch.fx.Node) -> bool:
+    """A weight (``get_attr``), or an observer of one."""
+    return node.op == "get_attr" or (
+        node.op == "call_module" and bool(node.all_input_nodes) and node.all_input_nodes[0].op == "get_attr"
+    )
+
+
+def _weight_readers(module: torch.fx.GraphModule, stage: dict[torch.fx.Node, int]) -> dict[torch.fx.Node, set[int]]:
+    """The stages that read each weight node: a weight two stages read (a tied embedding, the
+    gather's and the ``lm_head``'s) is fetched again in each, where its weights are read from the
+    store, not carried from the first, whose weights were given back when it ended."""
+    readers: dict[torch.fx.Node, set[int]] = {}
+    for node in reversed(module.graph.nodes):
+        if _is_weight(node):
+            readers[node] = set()
+            for user in node.users:
+                readers[node] |= readers[user] if user in readers else {stage[user]} if user in stage else set()
+    return readers
+
+
 class _StagedProgram:
     """One prepared program, run a stage at a time: its nodes by stage, its inputs, caches and
     new rows, and the last stage that reads each node's value."""
@@ -122,7 +142,11 @@ class _StagedProgram:
         self.module, self.shape = module, shape
         self.interpreter = torch.fx.Interpreter(module)
         stage = stages_of(module, shape.layers)
-        self.nodes = [[n for n in module.graph.nodes if stage.get(n) == s] for s in range(shape.layers + 2)]
+        readers = _weight_readers(module, stage)
+        self.nodes = [
+            [n for n in module.graph.nodes if stage.get(n) == s or s in readers.get(n, ())]
+            for s in range(shape.layers + 2)
+        ]
         placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
         first_cache = 1 + shape.masks + 1  # tokens, masks, input_pos
         self.inputs, self.caches = placeholders[:first_cache], placeholders[first_cache:]
@@ -141,7 +165,7 @@ class _StagedProgram:
         return [
             (self.module.get_submodule(str(n.target)), str(n.all_input_nodes[0].target))
             for n in self.nodes[stage]
-            if n.op == "call_module" and n.all_input_nodes and n.all_input_nodes[0].op == "get_attr"
+            if n.op == "call_module" and _is_weight(n)
         ]
 
     def run(self, stage: int, call: LoggedCall, env: dict, state: _LayerCaches) -> None:

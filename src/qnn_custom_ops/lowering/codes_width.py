@@ -102,28 +102,37 @@ class CodesInTheirWidth:
         """``embedding(dequantize(table), ids)`` -> ``dequantize(embedding(table, ids))``: the
         rows' codes gathered, then only they dequantized (the same values: a gather moves them),
         where the program dequantized the whole table on every call (a float32 copy of it in its
-        memory). A 16-bit table is stored in 16 bits, as other codes are."""
+        memory). A table quantized per row (a tied embedding at its ``lm_head``'s encoding) has
+        each row's scale and zero point gathered with it. A 16-bit table is stored in 16 bits, as
+        other codes are."""
         dequantize = embedding.args[0]
         if not (
             isinstance(dequantize, torch.fx.Node)
-            and dequantize.target is _DEQUANTIZE_PER_TENSOR
+            and dequantize.target in (_DEQUANTIZE_PER_TENSOR, _DEQUANTIZE_PER_CHANNEL)
             and _constant(dequantize) is not None
             and len(embedding.args) == 2
             and not embedding.kwargs
+            and "val" in embedding.meta
         ):
             return
-        arguments: Any = dequantize.args  # a per-tensor dequantize's, checked above
-        codes, scale, zero_point, low, high, dtype = arguments
+        arguments: Any = dequantize.args  # a per-tensor or per-channel dequantize's, checked above
+        codes, *encoding = arguments
+        low, high, dtype = encoding[-3:]
         table = getattr(module, str(codes.target))
         narrow = (
             next((d for d, lo, hi in _SIXTEEN_BITS if lo <= low and high <= hi), None) if dtype == torch.int32 else None
         )
         if narrow is not None:
             setattr(module, str(codes.target), self._once(table, str(narrow), lambda: table.to(narrow)))
-            dtype = narrow
+            encoding[-1] = narrow
         with module.graph.inserting_before(embedding):
-            rows = module.graph.call_function(torch.ops.aten.embedding.default, (codes, embedding.args[1]))
-            reals = module.graph.call_function(_DEQUANTIZE_PER_TENSOR, (rows, scale, zero_point, low, high, dtype))
+            if dequantize.target is _DEQUANTIZE_PER_TENSOR:
+                rows = module.graph.call_function(torch.ops.aten.embedding.default, (codes, embedding.args[1]))
+                reals = module.graph.call_function(_DEQUANTIZE_PER_TENSOR, (rows, *encoding))
+            else:
+                reals = _gather_rows_per_channel(
+                    module.graph, codes, embedding.args[1], encoding, list(embedding.meta["val"].shape)
+                )
         embedding.replace_all_uses_with(reals)
         module.graph.erase_node(embedding)
 
@@ -133,6 +142,22 @@ class CodesInTheirWidth:
         if key not in self._narrowed:
             self._narrowed[key] = narrow()
         return self._narrowed[key]
+
+
+def _gather_rows_per_channel(
+    graph: torch.fx.Graph, codes: torch.fx.Node, ids: Any, encoding: list, shape: list[int]
+) -> torch.fx.Node:
+    """The rows ``ids`` picks of a table quantized per row, dequantized with their own rows'
+    scales and zero points: the ids flattened so the rows are axis 0 of a matrix, as the
+    per-channel dequantize reads them, and the result given the gather's ``shape``."""
+    scales, zero_points, axis, low, high, dtype = encoding
+    aten = torch.ops.aten
+    flat = graph.call_function(aten.reshape.default, (ids, [-1]))
+    rows = graph.call_function(aten.index_select.default, (codes, 0, flat))
+    row_scales = graph.call_function(aten.index_select.default, (scales, 0, flat))
+    row_points = graph.call_function(aten.index_select.default, (zero_points, 0, flat))
+    reals = graph.call_function(_DEQUANTIZE_PER_CHANNEL, (rows, row_scales, row_points, axis, low, high, dtype))
+    return graph.call_function(aten.reshape.default, (reals, shape))
 
 
 def _drop_unread_constants(module: torch.fx.GraphModule, read_before: set[str]) -> None:

@@ -19,6 +19,7 @@ from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
 from ..errors import UsageError
 from ..torch_bridge import OpPackageBinding
 from .annotation import Overrides, qat_supported, quant_annotation
+from .tied_weights import annotate_tied_tables
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,8 @@ def make_quantizer(
     ``quant_annotation(binding, ...)`` as a custom annotation), without importing its debug
     tooling. ``default_config`` goes to ``QnnQuantizer.set_default_quant_config``. Nodes
     ``keep`` accepts take the mode's ``kept`` dtype per channel (a 4-bit mode's ``lm_head`` at
-    16a8w, as ExecuTorch's Llama recipes keep it).
+    16a8w, as ExecuTorch's Llama recipes keep it). A table that an embedding and a linear both
+    read (a tied embedding) is quantized once, at the linear's spec (``tied_weights``).
 
     With ``qat`` every spec fake-quantizes instead of observing (executorch's QAT configs, the
     bound ops' OpDef-derived annotation included): prepare with ``prepare_qat_pt2e``, train, then
@@ -137,7 +139,7 @@ def make_quantizer(
         )
     annotation = quant_annotation(binding, mode.ops, overrides, qat)
     quantizer = BoundOpsQnnQuantizer(binding, mode.block_size, soc_model=QcomChipset[soc_model])
-    quantizer.add_custom_quant_annotations((annotation,))
+    quantizer.add_custom_quant_annotations((annotation, annotate_tied_tables))
     quantizer.set_default_quant_config(
         mode.default,
         is_qat=qat,
