@@ -16,7 +16,8 @@ mode with 8-bit KV caches (``kv_bits=8``), and the cache bytes they save at Llam
 auto --keep-target PCT`` keeps at 8-bit weights (``sensitivity.choose_kept`` on the calibration
 prompts, as the export measures it), saying what it kept and its share of the 4-bit weights;
 ``--by-layer`` a row per mode quantized as ``llm export`` quantizes without QAT: the checkpoint read
-and calibrated a layer at a time (``layer_stages.quantize_by_layer``, teacher-forced calibration calls).
+and calibrated a layer at a time (``layer_stages.quantize_by_layer``, teacher-forced calibration calls),
+and a ``+by-layer-q`` row with each layer's inputs from the quantized layer (``inputs="quantized"``).
 
     .venv/bin/python benchmarks/bench_llm_accuracy.py [--quants 8a8w,16a8w,16a16w] [--windows 12]
         [--qat STEPS [--qat-loss distill|next_token] [--qat-lr 1e-4] [--qat-text TOKENS]] [--kv8]
@@ -132,7 +133,8 @@ def runs(args, tokenizer) -> list:
     rows = []
     for quant in args.quants.split(","):
         if args.by_layer:
-            rows.append((f"{quant}+by-layer", {"by_layer": True}))
+            rows.append((f"{quant}+by-layer", {"by_layer": "float"}))
+            rows.append((f"{quant}+by-layer-q", {"by_layer": "quantized"}))
         kept = [("+keep8", {"keep_8bit": "auto"})] if args.keep8 and quant.startswith("16a4w") else []
         rows += [(quant, {}), *((quant + name, options) for name, options in kept)]
         if args.qat:
@@ -158,7 +160,7 @@ def kept(programs, quant: str, options: dict, calibration, target: float) -> dic
     return {**options, "keep_8bit": choice.kept}
 
 
-def quantized_by_layer(checkpoint: Path, quant: str, calibration) -> tuple:
+def quantized_by_layer(checkpoint: Path, quant: str, calibration, inputs: str) -> tuple:
     """The checkpoint read and quantized a layer at a time, as ``llm export`` does without QAT."""
     import tempfile
 
@@ -167,7 +169,7 @@ def quantized_by_layer(checkpoint: Path, quant: str, calibration) -> tuple:
 
     with tempfile.TemporaryDirectory() as store:
         _, _, _, programs, weights = programs_by_layer(checkpoint, Path(store), PREFILL, CTX, None, lambda line: None)
-        return quantize_by_layer(programs, weights, quant, calibration, 16, lambda line: None)
+        return quantize_by_layer(programs, weights, quant, calibration, 16, lambda line: None, inputs=inputs)
 
 
 def main() -> None:
@@ -201,8 +203,9 @@ def main() -> None:
             started = time.monotonic()
             quant = name.split("+")[0]
             options = kept(programs, quant, options, calibration, args.keep8 / 100)
-            if options.pop("by_layer", False):
-                modules = quantized_by_layer(checkpoint, quant, calibration)
+            inputs = options.pop("by_layer", None)
+            if inputs is not None:
+                modules = quantized_by_layer(checkpoint, quant, calibration, inputs)
             else:
                 modules = quantize_llm(programs, quant, calibration, 16, **options)
             run = evaluate(loop_for(programs, modules, runner), windows, prompts)

@@ -214,3 +214,38 @@ def test_weights_that_cannot_be_kept_on_disk_are_one_line_naming_the_directory_a
     message = str(raised.value)
     assert "\n" not in message and message.startswith(f"{tmp_path / 'gone'}: cannot keep the weights"), message
     assert "free space on that disk, or give -o a directory on another" in message
+
+
+@pytest.mark.slow
+def test_calibration_by_layer_can_give_each_layer_the_quantized_layers_outputs(tmp_path):
+    """``inputs="quantized"`` runs each stage again as the converted program computes it before the
+    next stage reads it: the embedding's observers see what the float route's see, every layer
+    after sees other values, and the programs are a quantization of the model, not noise."""
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    from qnn_custom_ops.library.generation import convert_calibrated, llm_quantizer
+
+    checkpoint = save(tmp_path / "checkpoint", "llama")
+    (tmp_path / "store").mkdir()
+    _, _, _, programs, weights = programs_by_layer(checkpoint, tmp_path / "store", PREFILL, CTX, None, print)
+    calls = calibration_calls(programs.shape, [[5, 9, 2, 6, 5, 3, 5, 8, 9, 7], [3, 2, 3, 8]], 6)
+    seen, converted = {}, {}
+    for inputs in ("float", "quantized"):
+        prepared = [prepare_pt2e(p.exported.module(), llm_quantizer("16a8w")) for p in (programs.prefill, programs.decode)]
+        calibrate_by_layer(prepared, programs.shape, calls, weights, lambda line: None, inputs)
+        seen[inputs] = (stages_of(prepared[0], programs.shape.layers), observed(prepared[0]))
+        converted[inputs] = convert_calibrated(prepared, programs.shape, offloaded=weights)
+    stages, ranges = seen["float"][0], {k: v[1] for k, v in seen.items()}
+    moved: dict[int, bool] = {}
+    for node, stage in stages.items():
+        if node.op == "call_module" and str(node.target) in ranges["float"]:
+            float_range, quantized_range = ranges["float"][str(node.target)], ranges["quantized"][str(node.target)]
+            differs = not all(torch.equal(a, b) for a, b in zip(float_range, quantized_range))
+            moved[stage] = moved.get(stage, False) or differs
+    assert moved == {0: False, 1: True, 2: True, 3: True}, moved
+    filled(programs, weights)
+    text = [7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9, 0, 4, 5]
+    score = RunnerLoop(programs.shape, *(eager_step(m) for m in converted["quantized"])).score(text)
+    assert sqnr_db(whole_float(programs, text), score) > 10
+    with pytest.raises(Exception, match="inputs='fake'; use one of float, quantized"):
+        calibrate_by_layer(prepared, programs.shape, calls, weights, lambda line: None, "fake")
