@@ -71,6 +71,7 @@ class CodesInTheirWidth:
                     self._narrow_sixteen(rewritten, node, quant_min, quant_max)
         rewritten.graph.eliminate_dead_code()
         _drop_unread_constants(rewritten, read_before)
+        _dequantized_where_used(rewritten.graph)
         rewritten.recompile()
         return rewritten
 
@@ -158,6 +159,23 @@ def _gather_rows_per_channel(
     row_points = graph.call_function(aten.index_select.default, (zero_points, 0, flat))
     reals = graph.call_function(_DEQUANTIZE_PER_CHANNEL, (rows, row_scales, row_points, axis, low, high, dtype))
     return graph.call_function(aten.reshape.default, (reals, shape))
+
+
+def _dequantized_where_used(graph: torch.fx.Graph) -> None:
+    """Each computation on constants alone (a weight's unpacking and dequantize) moved to just
+    before its first user. PT2E's convert puts them at the top of the graph, so every weight's
+    float32 copy was live from the start of a call to its layer: ExecuTorch's memory plan then
+    held the whole model in float32 (a 1B program of codes planned 4.6 GiB a method)."""
+    constant = {node for node in graph.nodes if node.op == "get_attr"}
+    for node in graph.nodes:
+        if node.op == "call_function" and node.all_input_nodes and all(i in constant for i in node.all_input_nodes):
+            constant.add(node)
+    order: dict[torch.fx.Node, float] = {node: index for index, node in enumerate(graph.nodes)}
+    for node in reversed([n for n in graph.nodes if n.op == "call_function" and n in constant]):
+        first = min(node.users, key=order.__getitem__, default=None)
+        if first is not None and first.op != "output":
+            first.prepend(node)
+            order[node] = (order[node.prev] + order[first]) / 2  # its place now: between its neighbours
 
 
 def _drop_unread_constants(module: torch.fx.GraphModule, read_before: set[str]) -> None:
