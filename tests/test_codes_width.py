@@ -106,6 +106,7 @@ def test_a_tied_embedding_is_one_table_of_8bit_codes_that_the_gather_and_the_lm_
     import qnn_custom_ops as qco
     from qnn_custom_ops.library import RunnerLoop, host_step, package_dir
     from qnn_custom_ops.runtime import HostRunner
+    from qnn_custom_ops.runtime.loading import program_facts
 
     model = hf_model("gemma")
     assert model.config.tie_word_embeddings
@@ -116,9 +117,16 @@ def test_a_tied_embedding_is_one_table_of_8bit_codes_that_the_gather_and_the_lm_
         tables = {str(n.target) for n in module.graph.nodes
                   if n.op == "get_attr" and tuple(getattr(module, str(n.target)).shape) == table}
         assert len(tables) == 1 and getattr(module, tables.pop()).dtype == torch.int8
+        rewritten = CodesInTheirWidth()(module)  # stored transposed for the lm_head's matmul, gathered by column
+        gathered = {str(n.args[0].target) for n in rewritten.graph.nodes
+                    if n.target is torch.ops.aten.index_select.default and n.args[0].op == "get_attr"
+                    and getattr(rewritten, str(n.args[0].target)).dtype == torch.int8}  # not the rows' scales
+        dequantized = {str(n.args[0].target) for n in rewritten.graph.nodes
+                       if "dequantize" in str(n.target) and n.args[0].op == "get_attr"}
+        assert len(gathered) == 1 and gathered <= dequantized, (gathered, dequantized)
     inputs = (tied.prefill.example_inputs, tied.decode.example_inputs)
     runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
-    logits, sizes = {}, {}
+    logits, sizes, planned = {}, {}, {}
     for fold in (True, False):
         lowered = lower_methods(dict(zip(METHODS, zip(converted, inputs))), llm_binding(), "host", plan_outputs=False,
                                 fold_weights=fold, external_weights=True)
@@ -126,8 +134,12 @@ def test_a_tied_embedding_is_one_table_of_8bit_codes_that_the_gather_and_the_lm_
         with data.open("wb") as stream:
             lowered.write_data_to(stream)
         sizes[fold] = data.stat().st_size
+        planned[fold] = program_facts(lowered.buffer).planned_bytes
         loop = RunnerLoop(tied.shape, *(host_step(runner, lowered.buffer, m, data) for m in METHODS))
         logits[fold] = loop.score(PROMPTS[0] * 2)
     assert torch.equal(logits[False], logits[True])
+    largest = 4 * max(p.numel() for p in model.parameters())
+    for method in METHODS:  # one float32 weight at a time: none transposed again on every call
+        assert planned[False][method] - planned[True][method] <= 1.5 * largest, (planned, largest)
     layers = sum(p.numel() for n, p in model.named_parameters() if "layers." in n)
     assert sizes[False] < (table[0] * table[1] + layers) * 1.3, sizes  # the table's codes once, a byte each

@@ -13,7 +13,11 @@ float32 weights do not fit) is rewritten here, before it is exported, so that it
   as float32 times its scale (torchao's order of operations, so the same bits), the scales on
   QNN's grid stored as their uint8 multiples of one float32 unit a row;
 - an embedding's gather on the table's codes, its rows dequantized after, not the whole table
-  dequantized on every call.
+  dequantized on every call;
+- a linear layer's 8- and 16-bit codes stored transposed, so its float32 weight is not transposed
+  again on every call (a tied table too, gathered by column);
+- each weight dequantized just before its layer, not at the top of the graph, so the memory plan
+  holds one weight in float32 at a time, not the model.
 
 The program computes what it did before, bit for bit; only its constants are smaller. A weight
 read by both methods is packed once, so the data file still stores it once.
@@ -70,6 +74,10 @@ class CodesInTheirWidth:
                 elif dtype == torch.int32:
                     self._narrow_sixteen(rewritten, node, quant_min, quant_max)
         rewritten.graph.eliminate_dead_code()
+        for node in list(rewritten.graph.nodes):
+            if node.op == "call_function" and node.target is torch.ops.aten.linear.default:
+                self._on_transposed_codes(rewritten, node)
+        rewritten.graph.eliminate_dead_code()
         _drop_unread_constants(rewritten, read_before)
         _dequantized_where_used(rewritten.graph)
         rewritten.recompile()
@@ -103,7 +111,8 @@ class CodesInTheirWidth:
         """``embedding(dequantize(table), ids)`` -> ``dequantize(embedding(table, ids))``: the
         rows' codes gathered, then only they dequantized (the same values: a gather moves them),
         where the program dequantized the whole table on every call (a float32 copy of it in its
-        memory). A table quantized per row (a tied embedding at its ``lm_head``'s encoding) has
+        memory). A gather's other arguments (``padding_idx``: which row gets no gradient) change
+        nothing forward. A table quantized per row (a tied embedding at its ``lm_head``'s encoding) has
         each row's scale and zero point gathered with it. A 16-bit table is stored in 16 bits, as
         other codes are."""
         dequantize = embedding.args[0]
@@ -111,7 +120,6 @@ class CodesInTheirWidth:
             isinstance(dequantize, torch.fx.Node)
             and dequantize.target in (_DEQUANTIZE_PER_TENSOR, _DEQUANTIZE_PER_CHANNEL)
             and _constant(dequantize) is not None
-            and len(embedding.args) == 2
             and not embedding.kwargs
             and "val" in embedding.meta
         ):
@@ -136,6 +144,47 @@ class CodesInTheirWidth:
                 )
         embedding.replace_all_uses_with(reals)
         module.graph.erase_node(embedding)
+
+    def _on_transposed_codes(self, module: torch.fx.GraphModule, linear: torch.fx.Node) -> None:
+        """``linear(x, dequantize(codes), bias)`` -> ``matmul(x, dequantize(codes^T))`` (+ bias),
+        the codes stored transposed (the same bytes): ``linear`` lowers to a copy of its float32
+        weight transposed and an ``mm``, a second float32 copy of each weight on every call (the
+        ``lm_head``'s 1 GB at Llama-3.2-1B's size) in the memory plan. A table the embedding also
+        gathers rows from (tied) is then gathered along its columns. Left as it is where anything
+        else reads the codes, or where they are computed (unpacked 4-bit codes)."""
+        weight = linear.args[1]
+        if not (isinstance(weight, torch.fx.Node) and len(weight.users) == 1):
+            return
+        codes = _constant(weight) if weight.target in (_DEQUANTIZE_PER_TENSOR, _DEQUANTIZE_PER_CHANNEL) else None
+        if codes is None or getattr(module, str(codes.target)).dim() != 2:
+            return
+        if weight.target is _DEQUANTIZE_PER_CHANNEL and weight.args[3] != 0:
+            return
+        table = getattr(module, str(codes.target))
+        readers = [u for n in module.graph.nodes if n.op == "get_attr" and n.target == codes.target for u in n.users]
+        gathers = [u for u in readers if u is not weight]
+        if not all(u.target is torch.ops.aten.index_select.default and u.args[1] == 0 for u in gathers):
+            return
+        name = f"{codes.target}_transposed"
+        setattr(module, name, self._once(table, "transposed", lambda: table.t().contiguous()))
+        aten, graph, dequantize = torch.ops.aten, module.graph, _DEQUANTIZE_PER_TENSOR
+        with graph.inserting_before(linear):
+            arguments = [_get_attr(graph, name), *weight.args[1:]]
+            if weight.target is _DEQUANTIZE_PER_CHANNEL:
+                dequantize, arguments[3] = _DEQUANTIZE_PER_CHANNEL, 1
+            product = graph.call_function(
+                aten.matmul.default, (linear.args[0], graph.call_function(dequantize, tuple(arguments)))
+            )
+            if len(linear.args) > 2 and linear.args[2] is not None:
+                product = graph.call_function(aten.add.Tensor, (product, linear.args[2]))
+        linear.replace_all_uses_with(product)
+        graph.erase_node(linear)
+        for gather in gathers:
+            with graph.inserting_before(gather):
+                columns = graph.call_function(aten.index_select.default, (_get_attr(graph, name), 1, gather.args[2]))
+                rows = graph.call_function(aten.permute.default, (columns, [1, 0]))
+            gather.replace_all_uses_with(rows)
+            graph.erase_node(gather)
 
     def _once(self, weight: torch.Tensor, kind: str, narrow: Callable[[], torch.Tensor]) -> torch.Tensor:
         """``narrow()`` of ``weight``, computed once for every program of the export."""
