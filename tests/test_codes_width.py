@@ -66,18 +66,14 @@ def test_narrowed_programs_hold_packed_4bit_and_16bit_codes_and_compute_the_same
     assert constant_bytes(narrowed(converted[1]))[torch.int8] == constant_bytes(rewritten[1])[torch.int8]
 
 
-@pytest.mark.slow
-def test_a_16a4w_block_host_program_of_codes_runs_and_gives_the_folded_programs_bits(programs, tmp_path):
-    """Refused before (no host kernel for torchao's per-block dequantize); now its data file is
-    under 0.6x the folded program's and its logits are the folded program's, bit for bit. Each
-    weight is dequantized where its layer uses it, so the memory plan holds a weight or two in
-    float32 at a time, not the model (a 1B program of codes planned 4.6 GiB a method)."""
+def folded_and_as_codes(programs, converted, tmp_path) -> tuple[dict, dict, dict]:
+    """The converted programs lowered for the host with their weights folded (True) and as codes
+    (False): each one's logits on a prompt, data file bytes and planned memory per method."""
     import qnn_custom_ops as qco
     from qnn_custom_ops.library import RunnerLoop, host_step, package_dir
     from qnn_custom_ops.runtime import HostRunner
     from qnn_custom_ops.runtime.loading import program_facts
 
-    converted = quantize_llm(programs, "16a4w_block", PROMPTS, 2)
     inputs = (programs.prefill.example_inputs, programs.decode.example_inputs)
     runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
     logits, sizes, planned = {}, {}, {}
@@ -91,6 +87,17 @@ def test_a_16a4w_block_host_program_of_codes_runs_and_gives_the_folded_programs_
         planned[fold] = program_facts(lowered.buffer).planned_bytes
         loop = RunnerLoop(programs.shape, *(host_step(runner, lowered.buffer, m, data) for m in METHODS))
         logits[fold] = loop.score(PROMPTS[0] * 2)
+    return logits, sizes, planned
+
+
+@pytest.mark.slow
+def test_a_16a4w_block_host_program_of_codes_runs_and_gives_the_folded_programs_bits(programs, tmp_path):
+    """Refused before (no host kernel for torchao's per-block dequantize); now its data file is
+    under 0.6x the folded program's and its logits are the folded program's, bit for bit. Each
+    weight is dequantized where its layer uses it, so the memory plan holds a weight or two in
+    float32 at a time, not the model (a 1B program of codes planned 4.6 GiB a method)."""
+    converted = quantize_llm(programs, "16a4w_block", PROMPTS, 2)
+    logits, sizes, planned = folded_and_as_codes(programs, converted, tmp_path)
     assert sizes[False] < 0.6 * sizes[True], sizes
     assert torch.equal(logits[False], logits[True])
     largest = 4 * max(p.numel() for p in programs.prefill.module.parameters())
@@ -103,11 +110,6 @@ def test_a_tied_embedding_is_one_table_of_8bit_codes_that_the_gather_and_the_lm_
     """Quantized once at the ``lm_head``'s encoding (8 bits a row; ``quantizer.tied_weights``),
     where the gather took 16-bit codes of its own: the host program of codes gathers each row's
     codes and scale, stores the table once, and gives the folded program's logits bit for bit."""
-    import qnn_custom_ops as qco
-    from qnn_custom_ops.library import RunnerLoop, host_step, package_dir
-    from qnn_custom_ops.runtime import HostRunner
-    from qnn_custom_ops.runtime.loading import program_facts
-
     model = hf_model("gemma")
     assert model.config.tie_word_embeddings
     tied = export_llm(model, prefill_len=8, ctx_len=32, cache="runner")
@@ -124,19 +126,7 @@ def test_a_tied_embedding_is_one_table_of_8bit_codes_that_the_gather_and_the_lm_
         dequantized = {str(n.args[0].target) for n in rewritten.graph.nodes
                        if "dequantize" in str(n.target) and n.args[0].op == "get_attr"}
         assert len(gathered) == 1 and gathered <= dequantized, (gathered, dequantized)
-    inputs = (tied.prefill.example_inputs, tied.decode.example_inputs)
-    runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
-    logits, sizes, planned = {}, {}, {}
-    for fold in (True, False):
-        lowered = lower_methods(dict(zip(METHODS, zip(converted, inputs))), llm_binding(), "host", plan_outputs=False,
-                                fold_weights=fold, external_weights=True)
-        data = tmp_path / f"fold-{fold}.ptd"
-        with data.open("wb") as stream:
-            lowered.write_data_to(stream)
-        sizes[fold] = data.stat().st_size
-        planned[fold] = program_facts(lowered.buffer).planned_bytes
-        loop = RunnerLoop(tied.shape, *(host_step(runner, lowered.buffer, m, data) for m in METHODS))
-        logits[fold] = loop.score(PROMPTS[0] * 2)
+    logits, sizes, planned = folded_and_as_codes(tied, converted, tmp_path)
     assert torch.equal(logits[False], logits[True])
     largest = 4 * max(p.numel() for p in model.parameters())
     for method in METHODS:  # one float32 weight at a time: none transposed again on every call
