@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ..lowering.codes_width import constant_nodes
 from ..lowering.weight_sharing import EqualTensors
 from ..progress import time_left
 from .hf import LlmExportError, LlmPrograms, LlmShape
@@ -286,12 +287,7 @@ def _convert(prepared: torch.fx.GraphModule, codes: _WeightCodes) -> torch.fx.Gr
 
 def _constant_quantizes_left(module: torch.fx.GraphModule) -> bool:
     """Whether a quantize node computes on constants only (``get_attr`` and what derives from them)."""
-    constant: set[torch.fx.Node] = set()
-    for node in module.graph.nodes:
-        inputs = node.all_input_nodes
-        if node.op == "get_attr" or (node.op == "call_function" and inputs and all(i in constant for i in inputs)):
-            constant.add(node)
-    return any(_is_quantize(node) for node in constant)
+    return any(_is_quantize(node) for node in constant_nodes(module.graph))
 
 
 def _is_quantize(node: torch.fx.Node) -> bool:

@@ -156,11 +156,11 @@ class CodesInTheirWidth:
         if not (isinstance(weight, torch.fx.Node) and len(weight.users) == 1):
             return
         codes = _constant(weight) if weight.target in (_DEQUANTIZE_PER_TENSOR, _DEQUANTIZE_PER_CHANNEL) else None
-        if codes is None or getattr(module, str(codes.target)).dim() != 2:
+        table = getattr(module, str(codes.target)) if codes is not None else None
+        if codes is None or table is None or table.dim() != 2:
             return
         if weight.target is _DEQUANTIZE_PER_CHANNEL and weight.args[3] != 0:
             return
-        table = getattr(module, str(codes.target))
         readers = [u for n in module.graph.nodes if n.op == "get_attr" and n.target == codes.target for u in n.users]
         gathers = [u for u in readers if u is not weight]
         if not all(u.target is torch.ops.aten.index_select.default and u.args[1] == 0 for u in gathers):
@@ -210,15 +210,22 @@ def _gather_rows_per_channel(
     return graph.call_function(aten.reshape.default, (reals, shape))
 
 
+def constant_nodes(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """The nodes that compute on constants alone: ``get_attr`` and what derives from them only."""
+    constant: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        inputs = node.all_input_nodes
+        if node.op == "get_attr" or (node.op == "call_function" and inputs and all(i in constant for i in inputs)):
+            constant.add(node)
+    return constant
+
+
 def _dequantized_where_used(graph: torch.fx.Graph) -> None:
     """Each computation on constants alone (a weight's unpacking and dequantize) moved to just
     before its first user. PT2E's convert puts them at the top of the graph, so every weight's
     float32 copy was live from the start of a call to its layer: ExecuTorch's memory plan then
     held the whole model in float32 (a 1B program of codes planned 4.6 GiB a method)."""
-    constant = {node for node in graph.nodes if node.op == "get_attr"}
-    for node in graph.nodes:
-        if node.op == "call_function" and node.all_input_nodes and all(i in constant for i in node.all_input_nodes):
-            constant.add(node)
+    constant = constant_nodes(graph)
     order: dict[torch.fx.Node, float] = {node: index for index, node in enumerate(graph.nodes)}
     for node in reversed([n for n in graph.nodes if n.op == "call_function" and n in constant]):
         first = min(node.users, key=order.__getitem__, default=None)
