@@ -6,6 +6,8 @@ folded one does, bit for bit."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -66,9 +68,10 @@ def test_narrowed_programs_hold_packed_4bit_and_16bit_codes_and_compute_the_same
     assert constant_bytes(narrowed(converted[1]))[torch.int8] == constant_bytes(rewritten[1])[torch.int8]
 
 
-def folded_and_as_codes(programs, converted, tmp_path) -> tuple[dict, dict, dict]:
-    """The converted programs lowered for the host with their weights folded (True) and as codes
-    (False): each one's logits on a prompt, data file bytes and planned memory per method."""
+def host_program(programs, converted, fold: bool, data: Path) -> tuple[torch.Tensor, int, dict]:
+    """The converted programs lowered for the host with their weights folded or as codes, the data
+    file written to ``data``: the program's logits on a prompt, its data file's bytes and its
+    planned memory per method."""
     import qnn_custom_ops as qco
     from qnn_custom_ops.library import RunnerLoop, host_step, package_dir
     from qnn_custom_ops.runtime import HostRunner
@@ -76,17 +79,19 @@ def folded_and_as_codes(programs, converted, tmp_path) -> tuple[dict, dict, dict
 
     inputs = (programs.prefill.example_inputs, programs.decode.example_inputs)
     runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
+    lowered = lower_methods(dict(zip(METHODS, zip(converted, inputs))), llm_binding(), "host", plan_outputs=False,
+                            fold_weights=fold, external_weights=True)
+    with data.open("wb") as stream:
+        lowered.write_data_to(stream)
+    loop = RunnerLoop(programs.shape, *(host_step(runner, lowered.buffer, m, data) for m in METHODS))
+    return loop.score(PROMPTS[0] * 2), data.stat().st_size, program_facts(lowered.buffer).planned_bytes
+
+
+def folded_and_as_codes(programs, converted, tmp_path) -> tuple[dict, dict, dict]:
+    """``host_program`` with the weights folded (True) and as codes (False)."""
     logits, sizes, planned = {}, {}, {}
     for fold in (True, False):
-        lowered = lower_methods(dict(zip(METHODS, zip(converted, inputs))), llm_binding(), "host", plan_outputs=False,
-                                fold_weights=fold, external_weights=True)
-        data = tmp_path / f"fold-{fold}.ptd"
-        with data.open("wb") as stream:
-            lowered.write_data_to(stream)
-        sizes[fold] = data.stat().st_size
-        planned[fold] = program_facts(lowered.buffer).planned_bytes
-        loop = RunnerLoop(programs.shape, *(host_step(runner, lowered.buffer, m, data) for m in METHODS))
-        logits[fold] = loop.score(PROMPTS[0] * 2)
+        logits[fold], sizes[fold], planned[fold] = host_program(programs, converted, fold, tmp_path / f"fold-{fold}.ptd")
     return logits, sizes, planned
 
 

@@ -94,6 +94,41 @@ def test_a_tied_embedding_twice_in_the_single_pte_is_once_beside_it_and_computes
 transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 
 
+class Gather(torch.nn.Module):
+    """A 64 MB table that only a gather reads: a program constant, not an XNNPACK blob."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(4096, 4096))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.embedding(ids, self.table)
+
+
+@pytest.mark.slow  # traced allocations make the lowering a few times slower
+def test_a_weight_bound_for_the_data_file_is_written_from_its_own_memory_never_copied(tmp_path):
+    """ExecuTorch's emitter copies each constant into ``bytes`` (and keeps them until the program
+    is written): the weights were held twice, the peak of a large export. Now the data file is
+    written from the weight's own memory: the lowering's Python allocations stay under half of it,
+    and the data file holds its bytes, once."""
+    import tracemalloc
+
+    model = Gather().eval()
+    size = model.table.numel() * 4
+    tracemalloc.start()
+    try:
+        lowered = _lower({"prefill": model}, external_weights=True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < size / 2, (peak, size)
+    pte, ptd = _write(lowered, tmp_path)
+    assert ptd.read_bytes().count(_bytes_of(model.table)) == 1
+    ids = torch.tensor([[5, 4095, 0, 5]])
+    ((rows,),) = HostRunner().run(pte.read_bytes(), [[ids]], method="prefill", data=ptd)
+    assert torch.equal(rows, model(ids))
+
+
 def _tied_checkpoint(directory: Path) -> Path:
     """A Qwen3 with a tied embedding (Qwen2.5-0.5B and Llama-3.2-1B tie theirs), saved with a tokenizer."""
     from .hf_models import COMMON

@@ -168,6 +168,34 @@ def test_a_model_quantized_a_layer_at_a_time_is_the_whole_model_quantized_on_the
         assert sqnr_db(whole_float(whole, text), scores[0]) > 10, quant  # a quantization, not noise
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("quant", ["16a4w", "16a4w_block"])
+def test_a_host_program_that_keeps_its_codes_converts_each_weight_straight_into_its_own_width(tmp_path, quant):
+    """``narrow=True``, what an export whose host program keeps its codes converts with: each
+    weight's codes are narrowed as they are made, so none is held as PT2E makes them (4-bit in int8,
+    the 16-bit embedding in int32), and the programs compute what those converted wide compute,
+    bit for bit, eagerly and lowered as a program of codes, whose data file is no larger."""
+    from .test_codes_width import constant_bytes, host_program
+
+    checkpoint = save(tmp_path / "checkpoint", "qwen3")
+    (tmp_path / "store").mkdir()
+    _, _, _, programs, weights = programs_by_layer(checkpoint, tmp_path / "store", PREFILL, CTX, None, print)
+    prompts, quiet = [[5, 9, 2, 6, 5, 3, 5, 8, 9, 7], [3, 2, 3, 8]], lambda line: None
+    wide = quantize_by_layer(programs, weights, quant, prompts, 6, quiet)
+    narrow = quantize_by_layer(programs, weights, quant, prompts, 6, quiet, narrow=True)
+    for narrowed, made in zip(narrow, wide):
+        held, was = constant_bytes(narrowed), constant_bytes(made)
+        assert torch.int32 not in {d for d, n in held.items() if n > 64} and held[torch.uint16] == was[torch.int32] // 2
+        assert held[torch.int8] < 0.6 * was[torch.int8]  # the 4-bit projections halved; lm_head's 8 bits kept
+    text = [7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9, 0, 4, 5]
+    scores = [RunnerLoop(programs.shape, *(eager_step(m) for m in converted)).score(text) for converted in (narrow, wide)]
+    assert torch.equal(*scores)
+    (got, got_bytes, _), (want, want_bytes, _) = (
+        host_program(programs, converted, False, tmp_path / f"{name}.ptd") for name, converted in [("narrow", narrow), ("wide", wide)]
+    )
+    assert torch.equal(got, want) and got_bytes <= want_bytes, (got_bytes, want_bytes)
+
+
 def whole_float(programs, text: list[int]) -> torch.Tensor:
     return RunnerLoop(programs.shape, eager_step(programs.prefill.module), eager_step(programs.decode.module)).score(text)
 

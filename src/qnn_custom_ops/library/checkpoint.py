@@ -258,6 +258,7 @@ class _ToLower:
     manifest: LlmManifest
     metadata: dict[str, Any]
     tokenizer: Any
+    fold: bool  # a quantized host program's weights folded into float32 (``lower_methods``' fold_weights)
 
 
 def static_programs(
@@ -348,6 +349,7 @@ class LlmQuantWarning(UserWarning):
 
 def _programs_to_lower(
     checkpoint: Path,
+    budget: MemoryBudget,
     prefill_len: int,
     ctx_len: int,
     quant: str,
@@ -365,7 +367,8 @@ def _programs_to_lower(
     (the family's, told by the tokenizer where one family has several, or the one given) and,
     unless ``quant`` is none, quantized on the calibration text (``keep_8bit``: ``export_checkpoint``'s).
     With a ``store`` directory it reads the model a layer at a time and quantizes it so
-    (``layer_stages``; ``by_layer``)."""
+    (``layer_stages``; ``by_layer``). A quantized host program whose folded weights would not fit
+    ``budget`` (``_folded_weights_fit``) keeps its codes, stored in their own width as they are made."""
     from .generation import quantize_llm
     from .layer_stages import quantize_by_layer
 
@@ -381,6 +384,7 @@ def _programs_to_lower(
     version = programs.runner_version
     modules: tuple[torch.nn.Module, torch.nn.Module] = (programs.prefill.module, programs.decode.module)
     encodings = None
+    fold = target == "host" and quant != "none" and _folded_weights_fit(programs, progress, budget)
     if quant != "none":
         prompts = calibration_prompts(tokenizer, programs.shape, calibration, version=version)
         if keep_8bit == "auto":
@@ -388,7 +392,15 @@ def _programs_to_lower(
         started = time.monotonic()
         if weights is not None:
             modules = quantize_by_layer(
-                programs, weights, quant, prompts, CALIBRATION_TOKENS, progress, kv_bits, keep_8bit
+                programs,
+                weights,
+                quant,
+                prompts,
+                CALIBRATION_TOKENS,
+                progress,
+                kv_bits,
+                keep_8bit,
+                narrow=target == "host" and not fold,
             )
         else:
             modules = quantize_llm(
@@ -415,7 +427,7 @@ def _programs_to_lower(
         encodings,
     )
     metadata = _runner_metadata(programs, model, text, quant, kv_bits)
-    return _ToLower(dict(zip(METHODS, zip(modules, inputs))), manifest, metadata, tokenizer)
+    return _ToLower(dict(zip(METHODS, zip(modules, inputs))), manifest, metadata, tokenizer, fold)
 
 
 def _release_float_weights(model: torch.nn.Module, converted: Sequence[torch.nn.Module]) -> None:
@@ -429,16 +441,13 @@ def _release_float_weights(model: torch.nn.Module, converted: Sequence[torch.nn.
             parameter.data = torch.empty(0, dtype=parameter.dtype)
 
 
-def _folded_weights_fit(staged: _ToLower, progress: Progress, budget: MemoryBudget) -> bool:
+def _folded_weights_fit(programs: LlmPrograms, progress: Progress, budget: MemoryBudget) -> bool:
     """Whether a quantized host program gets its weights folded into float32 (``lower``'s
-    ``fold_weights``), decided against the memory budget (``memory_budget.fold_fits``)."""
-    storages = {
-        t.untyped_storage().data_ptr(): t.numel()
-        for module, _ in staged.methods.values()
-        for t in module.state_dict().values()
-        if not t.is_floating_point() and t.dim() >= 2
-    }
-    return fold_fits(4 * sum(storages.values()), budget, progress)
+    ``fold_weights``), decided against the memory budget (``memory_budget.fold_fits``) before it is
+    quantized, so that codes kept are stored in their own width as they are made: the weights
+    quantized are the model's matrices (a tied one once)."""
+    matrices = sum(p.numel() for p in programs.prefill.module.parameters() if p.dim() >= 2)
+    return fold_fits(4 * matrices, budget, progress)
 
 
 def export_checkpoint(
@@ -503,6 +512,7 @@ def export_checkpoint(
     ):
         staged = _programs_to_lower(
             checkpoint,
+            budget,
             prefill_len,
             ctx_len,
             quant,
@@ -516,7 +526,6 @@ def export_checkpoint(
             keep_target,
             Path(store) if store is not None else None,
         )
-    fold = target == "host" and quant != "none" and _folded_weights_fit(staged, progress, budget)
     started = time.monotonic()
     delegated = target == "host" and quant == "none"  # a quantized host program runs on the portable kernels
     told = ", the time left told as XNNPACK compiles its partitions" if delegated else ""
@@ -529,7 +538,7 @@ def export_checkpoint(
         constant_methods=staged.metadata,
         plan_outputs=False,
         codes_io=target == "qnn" and quant != "none",
-        fold_weights=fold,
+        fold_weights=staged.fold,
         external_weights=target == "host",
         shards=shards if target == "qnn" else 1,
         progress=progress,

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..lowering.codes_width import constant_nodes
+from ..lowering.codes_width import StoredCodes, constant_nodes, read_as_stored, stored_codes
 from ..lowering.weight_sharing import EqualTensors
 from ..progress import time_left
 from .hf import LlmExportError, LlmPrograms, LlmShape
@@ -235,14 +235,21 @@ def quantize_llm(
 
 
 def convert_calibrated(
-    prepared: Sequence[torch.fx.GraphModule], shape: LlmShape, kv_bits: int = 16, offloaded: Any = None
+    prepared: Sequence[torch.fx.GraphModule],
+    shape: LlmShape,
+    kv_bits: int = 16,
+    offloaded: Any = None,
+    narrow: bool = False,
 ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
     """The calibrated prefill and decode programs converted (``_convert``), their caches' encodings
     shared first (``share_cache_encodings``), each weight's codes made once and held once; the
-    weights ``offloaded`` holds (``checkpoint_reading.OffloadedWeights``) read from it as needed."""
+    weights ``offloaded`` holds (``checkpoint_reading.OffloadedWeights``) read from it as needed.
+    ``narrow``: the codes stored in their own width as they are made (``_WeightCodes``), for a host
+    program that keeps its codes (``lower_methods(..., fold_weights=False)``); QNN's lowering and
+    the folding of weights read codes as PT2E makes them."""
     if shape.cache == "runner":
         share_cache_encodings(prepared, shape, kv_bits)
-    codes = _WeightCodes(offloaded)
+    codes = _WeightCodes(offloaded, narrow)
     converted = (_convert(prepared[0], codes), _convert(prepared[1], codes))
     _share_equal_tensors(converted)
     return converted
@@ -314,11 +321,16 @@ class _WeightCodes:
     """The codes of each weight quantized so far, by the weight (its memory, or its name in
     ``offloaded``) and the quantization's arguments: a program quantizing a weight as an earlier one
     did gets the earlier codes. A weight ``offloaded`` holds is read when its codes are first made,
-    then given back; what the programs still read of it after folding is put back in them."""
+    then given back; what the programs still read of it after folding is put back in them. With
+    ``narrow``, each weight's codes are stored in their own width as they are made
+    (``codes_width.stored_codes``: 4-bit two a byte, 16-bit in 16 bits), the program reading them
+    so, and only those are kept: an 8B model's codes as PT2E makes them (4-bit in int8, a 16-bit
+    embedding in int32) are 9.6 GB, stored so 5.2."""
 
-    def __init__(self, offloaded: Any = None) -> None:
-        self._known: dict[tuple, list[tuple[tuple, torch.Tensor]]] = {}
+    def __init__(self, offloaded: Any = None, narrow: bool = False) -> None:
+        self._known: dict[tuple, list[tuple[tuple, StoredCodes]]] = {}
         self._offloaded = offloaded
+        self._narrow = narrow
 
     def fold(self, module: torch.fx.GraphModule) -> None:
         """Replace each quantize of a weight (a ``get_attr``) by its codes."""
@@ -327,9 +339,14 @@ class _WeightCodes:
         for node in list(module.graph.nodes):
             arguments = _constant_arguments(module, node) if _is_quantize(node) else None
             if arguments is not None and isinstance(arguments[0], torch.Tensor):
-                weight = node.args[0]
+                weight, readers = node.args[0], list(node.users)
                 assert isinstance(weight, torch.fx.Node)  # a get_attr: _constant_arguments read it
-                replace_node_with_constant(module, node, self._codes(node.target, arguments, str(weight.target)))
+                stored = self._codes(node.target, arguments, str(weight.target), readers)
+                replace_node_with_constant(module, node, stored.tensor)
+                if stored.form is not None:
+                    codes = readers[0].args[0]  # the get_attr that replaced the quantize
+                    assert isinstance(codes, torch.fx.Node) and codes.op == "get_attr"
+                    read_as_stored(module, codes, stored)
         module.graph.eliminate_dead_code()  # the float weights' get_attr nodes, so they are dropped
         module.recompile()
         self._put_back(module)
@@ -337,20 +354,21 @@ class _WeightCodes:
     def _is_offloaded(self, name: str) -> bool:
         return self._offloaded is not None and name in self._offloaded
 
-    def _codes(self, op: Any, arguments: tuple, name: str) -> torch.Tensor:
+    def _codes(self, op: Any, arguments: tuple, name: str, readers: list[torch.fx.Node]) -> StoredCodes:
         weight = arguments[0]
         if self._is_offloaded(name):
             key: tuple = (op, name)
         else:
             key = (op, weight.untyped_storage().data_ptr(), weight.storage_offset(), weight.shape, weight.stride())
-        for known, codes in self._known.get(key, []):
+        for known, stored in self._known.get(key, []):
             if all(_same(a, b) for a, b in zip(known[1:], arguments[1:])):
-                return codes
+                return stored
         if self._is_offloaded(name):
             arguments = (self._offloaded.read(name), *arguments[1:])
         codes = op(*arguments)
-        self._known.setdefault(key, []).append(((None, *arguments[1:]), codes))
-        return codes
+        stored = stored_codes(codes, readers) if self._narrow else StoredCodes(codes, None, tuple(codes.shape))
+        self._known.setdefault(key, []).append(((None, *arguments[1:]), stored))
+        return stored
 
     def _put_back(self, module: torch.fx.GraphModule) -> None:
         """The offloaded weights the program still reads as floats, read back into it."""

@@ -324,11 +324,12 @@ def quantize_by_layer(
     kv_bits: int = 16,
     keep_8bit: Collection[str] = (),
     inputs: str = "float",
+    narrow: bool = False,
 ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
     """``generation.quantize_llm`` for programs whose weights are in ``weights`` (read a layer at a
     time): calibrated a stage at a time on ``calibration_calls``, converted reading each weight as
-    its codes are made; ``inputs`` is ``calibrate_by_layer``'s. Quantization-aware training needs
-    the whole model: not here."""
+    its codes are made (``narrow``: stored in their own width, ``convert_calibrated``'s); ``inputs``
+    is ``calibrate_by_layer``'s. Quantization-aware training needs the whole model: not here."""
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
     if programs.shape.cache != "runner":
@@ -340,4 +341,4 @@ def quantize_by_layer(
     ]
     calls = calibration_calls(programs.shape, prompts, new_tokens)
     calibrate_by_layer(prepared, programs.shape, calls, weights, progress, inputs)
-    return convert_calibrated(prepared, programs.shape, kv_bits, weights)
+    return convert_calibrated(prepared, programs.shape, kv_bits, weights, narrow)

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import torch
 
@@ -62,9 +62,8 @@ class CodesInTheirWidth:
         for node in list(rewritten.graph.nodes):
             if node.op != "call_function":
                 continue
-            block_codes = _constant(node) if _is_block_dequantize(node) else None
-            if block_codes is not None:
-                shape = tuple(getattr(rewritten, str(block_codes.target)).shape)
+            shape = _shape_of(rewritten, node.args[0]) if _is_block_dequantize(node) else None
+            if shape is not None:
                 self._pack(rewritten, node, *node.args[5:7])
                 _write_out_block_dequantize(rewritten, node, shape)
             elif node.target in (_DEQUANTIZE_PER_TENSOR, _DEQUANTIZE_PER_CHANNEL):
@@ -86,7 +85,7 @@ class CodesInTheirWidth:
     def _narrow_sixteen(self, module: torch.fx.GraphModule, dequantize: torch.fx.Node, low: int, high: int) -> None:
         """16-bit codes held in int32 -> uint16 (or int16), the dequantize told so."""
         codes = _constant(dequantize)
-        narrow = next((dtype for dtype, lo, hi in _SIXTEEN_BITS if lo <= low and high <= hi), None)
+        narrow = _sixteen_bit_dtype(low, high)
         if codes is None or narrow is None:
             return
         weight = getattr(module, str(codes.target))
@@ -96,10 +95,10 @@ class CodesInTheirWidth:
     def _pack(self, module: torch.fx.GraphModule, dequantize: torch.fx.Node, low: int, high: int) -> None:
         """4-bit codes held in int8 -> two a byte, unpacked by the program before ``dequantize``."""
         codes = _constant(dequantize)
-        if codes is None or not (-8 <= low and high <= 7):
+        if codes is None:
             return
         weight = getattr(module, str(codes.target))
-        if weight.dtype != torch.int8 or weight.shape[-1] % 2:
+        if not _packs(weight, low, high):
             return
         name = f"{codes.target}_packed"
         setattr(module, name, self._once(weight, "int4", lambda: pack_int4(weight)))
@@ -128,9 +127,7 @@ class CodesInTheirWidth:
         codes, *encoding = arguments
         low, high, dtype = encoding[-3:]
         table = getattr(module, str(codes.target))
-        narrow = (
-            next((d for d, lo, hi in _SIXTEEN_BITS if lo <= low and high <= hi), None) if dtype == torch.int32 else None
-        )
+        narrow = _sixteen_bit_dtype(low, high) if dtype == torch.int32 else None
         if narrow is not None:
             setattr(module, str(codes.target), self._once(table, str(narrow), lambda: table.to(narrow)))
             encoding[-1] = narrow
@@ -192,6 +189,80 @@ class CodesInTheirWidth:
         if key not in self._narrowed:
             self._narrowed[key] = narrow()
         return self._narrowed[key]
+
+
+class StoredCodes(NamedTuple):
+    """A weight's codes as a program stores them: narrowed (``form``: "int4" two a byte, or a
+    16-bit dtype's name) or as computed (None), and the shape of the codes themselves."""
+
+    tensor: torch.Tensor
+    form: str | None
+    shape: tuple[int, ...]
+
+
+def stored_codes(codes: torch.Tensor, dequantizes: Sequence[torch.fx.Node]) -> StoredCodes:
+    """``codes`` (a weight's, as PT2E computes them), narrowed where every one of ``dequantizes``
+    (what reads them) can read them so: 4-bit codes two a byte, unless a gather reads them (it
+    gathers codes; ``_gather_codes``), and 16-bit codes in 16 bits. Made as each weight is folded
+    (``generation._WeightCodes``), so that a program's wide codes are never all held at once."""
+    shape = tuple(codes.shape)
+    ranges = [_codes_range(d) for d in dequantizes]
+    if not dequantizes or any(r is None for r in ranges):
+        return StoredCodes(codes, None, shape)
+    lows, highs = zip(*[r for r in ranges if r is not None])
+    gathered = any(u.target is torch.ops.aten.embedding.default for d in dequantizes for u in d.users)
+    if not gathered and _packs(codes, min(lows), max(highs)):
+        return StoredCodes(pack_int4(codes), INT4, shape)
+    narrow = _sixteen_bit_dtype(min(lows), max(highs))
+    if codes.dtype == torch.int32 and narrow is not None and not any(map(_is_block_dequantize, dequantizes)):
+        return StoredCodes(codes.to(narrow), str(narrow).removeprefix("torch."), shape)
+    return StoredCodes(codes, None, shape)
+
+
+def read_as_stored(module: torch.fx.GraphModule, codes: torch.fx.Node, stored: StoredCodes) -> None:
+    """The readers of ``codes`` (a ``get_attr`` of ``stored.tensor``) given what they read before it
+    was narrowed: packed codes unpacked by the program, 16-bit codes read as such by their
+    dequantizes (the portable dequantize reads uint16 and int16)."""
+    readers = list(codes.users)
+    if stored.form == INT4:
+        with module.graph.inserting_before(codes.next):  # in order, after the codes
+            unpacked = _unpack_int4_nodes(module.graph, codes, stored.shape)
+        for reader in readers:
+            reader.replace_input_with(codes, unpacked)
+    elif stored.form is not None:
+        for reader in readers:
+            reader.args = (*reader.args[:-1], getattr(torch, stored.form))
+
+
+#: ``StoredCodes.form`` of 4-bit codes two a byte.
+INT4 = "int4"
+
+
+def _codes_range(dequantize: torch.fx.Node) -> tuple[int, int] | None:
+    """The [quant_min, quant_max] of the codes a dequantize reads, None for another node."""
+    if _is_block_dequantize(dequantize):
+        return dequantize.args[5], dequantize.args[6]  # type: ignore[return-value]  # torchao's positions
+    if dequantize.target in (_DEQUANTIZE_PER_TENSOR, _DEQUANTIZE_PER_CHANNEL):
+        return dequantize.args[-3], dequantize.args[-2]  # type: ignore[return-value]
+    return None
+
+
+def _packs(codes: torch.Tensor, low: int, high: int) -> bool:
+    """Whether codes in [low, high] held in int8 go two a byte (an even last axis)."""
+    return -8 <= low and high <= 7 and codes.dtype == torch.int8 and codes.shape[-1] % 2 == 0
+
+
+def _sixteen_bit_dtype(low: int, high: int) -> torch.dtype | None:
+    """The 16-bit dtype that holds codes in [low, high], None where none does."""
+    return next((dtype for dtype, lo, hi in _SIXTEEN_BITS if lo <= low and high <= hi), None)
+
+
+def _shape_of(module: torch.fx.GraphModule, codes: torch.fx.Node) -> tuple[int, ...] | None:
+    """The shape of codes a dequantize reads: a constant's, or its unpacking's (``_unpack_int4_nodes``);
+    None for codes computed otherwise."""
+    if codes.op == "get_attr":
+        return tuple(getattr(module, str(codes.target)).shape)
+    return codes.meta.get("codes_shape")
 
 
 def _gather_rows_per_channel(
@@ -269,7 +340,9 @@ def _unpack_int4_nodes(graph: torch.fx.Graph, packed: torch.fx.Node, shape: tupl
     low = graph.call_function(aten.bitwise_right_shift.Tensor_Scalar, (shifted, 4))
     high = graph.call_function(aten.bitwise_right_shift.Tensor_Scalar, (packed, 4))
     pairs = graph.call_function(aten.stack.default, ([low, high], -1))
-    return graph.call_function(aten.reshape.default, (pairs, list(shape)))
+    unpacked = graph.call_function(aten.reshape.default, (pairs, list(shape)))
+    unpacked.meta["codes_shape"] = shape
+    return unpacked
 
 
 def _write_out_block_dequantize(module: torch.fx.GraphModule, node: torch.fx.Node, shape: tuple[int, ...]) -> None:

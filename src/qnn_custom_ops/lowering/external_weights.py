@@ -8,15 +8,23 @@ equal bytes once, under both keys. Three things send them there: the emitter's
 ``external_constants`` (``weights_tag``), XNNPACK's ``delegate_constant_tag`` on the weight nodes
 it serializes (``tag_weights_external``), and one name per value across methods
 (``name_constants_apart``), as the data file names each program constant by its fully qualified
-name.
+name. While the program is emitted, each of those constants is kept as a view of its tensor, not
+copied into bytes (``constants_kept_as_views``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
+from executorch.exir.emit._emitter import _Emitter
+from executorch.exir.schema import EValue, TensorDataLocation
+from executorch.exir.tensor import TensorSpec, make_tensor_value
 from torch.export import ExportedProgram
+
+from .weight_sharing import TensorBackedData
 
 #: The tag, and so the one data file, of every weight of a program lowered with
 #: ``external_weights=True``: program constants and XNNPACK's blobs alike.
@@ -67,3 +75,48 @@ def name_constants_apart(programs: Mapping[str, ExportedProgram]) -> None:
                 spec.target = f"{method}.{name}"
                 table[spec.target] = table.pop(name)
             seen.setdefault(spec.target, table[spec.target])
+
+
+def _is_external_constant(spec: TensorSpec) -> bool:
+    """A constant the emitter puts in the data file (and so plans no memory for), of its storage's size."""
+    info = spec.extra_tensor_info
+    return (
+        spec.const
+        and spec.allocated_memory != 0
+        and (spec.mem_id is None or spec.mem_offset is None)
+        and info is not None
+        and info.fully_qualified_name is not None
+        and info.location == TensorDataLocation.EXTERNAL
+        and spec.storage is not None
+        and spec.storage.nbytes() == spec.nbytes()
+    )
+
+
+@contextlib.contextmanager
+def constants_kept_as_views() -> Iterator[None]:
+    """Within the block, ExecuTorch's emitter keeps each constant bound for the data file as a view
+    of its tensor's memory (``TensorBackedData``), hashed and deduplicated as it does, where it
+    copies it into ``bytes``: an emitted program held its weights twice, which decided the peak of an
+    export (Llama-3.2-1B of codes: 4.7 GiB for a 1.2 GB program). The data file is written from the
+    views, byte for byte what ExecuTorch writes; its behaviour is back afterwards."""
+    emit = _Emitter._tensor_spec_to_evalue
+
+    def to_evalue(self: Any, spec: TensorSpec, constant_tag: str | None = None) -> EValue:
+        if not _is_external_constant(spec):
+            return emit(self, spec, constant_tag)
+        storage = spec.storage
+        assert storage is not None and spec.extra_tensor_info is not None  # _is_external_constant
+        blob = TensorBackedData(torch.empty(0, dtype=torch.uint8).set_(storage))
+        hashed = blob.sha256().hex()
+        index = self.program_state.external_constant_hash.get(hashed, -1)
+        if index == -1:
+            index = self._save_new_const_tensor(spec, blob, hashed, None, constant_tag)
+        else:
+            self._save_to_external_constant_map(spec.extra_tensor_info.fully_qualified_name, index, constant_tag)
+        return EValue(make_tensor_value(index, None, spec))
+
+    _Emitter._tensor_spec_to_evalue = to_evalue
+    try:
+        yield
+    finally:
+        _Emitter._tensor_spec_to_evalue = emit

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from ..torch_bridge.quantized import Encoding, encoding_of, is_dequantize
 from .block_linears import block_linears_as_convolutions
 from .codes_width import CodesInTheirWidth
 from .emulation import EmulatedOp, cast_int64_inputs, emulate_quantized
-from .external_weights import name_constants_apart, tag_weights_external, weights_tag
+from .external_weights import constants_kept_as_views, name_constants_apart, tag_weights_external, weights_tag
 from .folding import FoldQuantizedWeights
 from .host_speed import LayoutOnCodes, UseHostSpeedKernels
 from .lowering_progress import Stages, partitions_reported
@@ -285,7 +286,8 @@ def lower_methods(
         external_constants=weights_tag if external_weights else False,
     )
     stages.ended("edge dialect, passes and delegation", then="emitting the program")
-    manager = edge.to_executorch(config)
+    with constants_kept_as_views() if external_weights else contextlib.nullcontext():
+        manager = edge.to_executorch(config)
     stages.ended("program emitted")
     return LoweredProgram(manager, tuple(emulated), encodings)
 
