@@ -169,12 +169,15 @@ def test_a_model_quantized_a_layer_at_a_time_is_the_whole_model_quantized_on_the
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("quant", ["16a4w", "16a4w_block"])
+@pytest.mark.parametrize("quant", ["16a8w", "16a4w", "16a4w_block"])
 def test_a_host_program_that_keeps_its_codes_converts_each_weight_straight_into_its_own_width(tmp_path, quant):
     """``narrow=True``, what an export whose host program keeps its codes converts with: each
-    weight's codes are narrowed as they are made, so none is held as PT2E makes them (4-bit in int8,
-    the 16-bit embedding in int32), and the programs compute what those converted wide compute,
-    bit for bit, eagerly and lowered as a program of codes, whose data file is no larger."""
+    weight's codes are stored as the program of codes stores them as they are made, so none is held
+    as PT2E makes them (4-bit in int8, the 16-bit embedding in int32) and lowering copies none again
+    (a linear layer's transposed); the programs compute what those converted wide compute, bit for
+    bit, eagerly and lowered as a program of codes, whose data file is no larger."""
+    from qnn_custom_ops.lowering.codes_width import CodesInTheirWidth
+
     from .test_codes_width import constant_bytes, host_program
 
     checkpoint = save(tmp_path / "checkpoint", "qwen3")
@@ -186,7 +189,14 @@ def test_a_host_program_that_keeps_its_codes_converts_each_weight_straight_into_
     for narrowed, made in zip(narrow, wide):
         held, was = constant_bytes(narrowed), constant_bytes(made)
         assert torch.int32 not in {d for d, n in held.items() if n > 64} and held[torch.uint16] == was[torch.int32] // 2
-        assert held[torch.int8] < 0.6 * was[torch.int8]  # the 4-bit projections halved; lm_head's 8 bits kept
+        if quant == "16a8w":
+            assert held[torch.int8] == was[torch.int8]
+        else:
+            assert held[torch.int8] < 0.6 * was[torch.int8]  # the 4-bit projections halved; lm_head's 8 bits kept
+        memory = {t.untyped_storage().data_ptr() for t in narrowed.state_dict().values()}
+        rewritten = CodesInTheirWidth()(narrowed)
+        copied = sum(t.nbytes for t in rewritten.state_dict().values() if t.untyped_storage().data_ptr() not in memory)
+        assert copied < 0.1 * sum(held.values()), (copied, held)  # the block scales' uint8 steps, at most
     text = [7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9, 0, 4, 5]
     scores = [RunnerLoop(programs.shape, *(eager_step(m) for m in converted)).score(text) for converted in (narrow, wide)]
     assert torch.equal(*scores)

@@ -343,7 +343,7 @@ class _WeightCodes:
                 assert isinstance(weight, torch.fx.Node)  # a get_attr: _constant_arguments read it
                 stored = self._codes(node.target, arguments, str(weight.target), readers)
                 replace_node_with_constant(module, node, stored.tensor)
-                if stored.form is not None:
+                if not stored.as_computed:
                     codes = readers[0].args[0]  # the get_attr that replaced the quantize
                     assert isinstance(codes, torch.fx.Node) and codes.op == "get_attr"
                     read_as_stored(module, codes, stored)

@@ -150,20 +150,24 @@ class CodesInTheirWidth:
         gathers rows from (tied) is then gathered along its columns. Left as it is where anything
         else reads the codes, or where they are computed (unpacked 4-bit codes)."""
         weight = linear.args[1]
-        if not (isinstance(weight, torch.fx.Node) and len(weight.users) == 1):
+        if not (isinstance(weight, torch.fx.Node) and len(weight.users) == 1 and _reads_rows(weight)):
             return
-        codes = _constant(weight) if weight.target in (_DEQUANTIZE_PER_TENSOR, _DEQUANTIZE_PER_CHANNEL) else None
-        table = getattr(module, str(codes.target)) if codes is not None else None
-        if codes is None or table is None or table.dim() != 2:
-            return
-        if weight.target is _DEQUANTIZE_PER_CHANNEL and weight.args[3] != 0:
-            return
-        readers = [u for n in module.graph.nodes if n.op == "get_attr" and n.target == codes.target for u in n.users]
-        gathers = [u for u in readers if u is not weight]
-        if not all(u.target is torch.ops.aten.index_select.default and u.args[1] == 0 for u in gathers):
-            return
-        name = f"{codes.target}_transposed"
-        setattr(module, name, self._once(table, "transposed", lambda: table.t().contiguous()))
+        stored = _stored_transposed(weight.args[0])
+        gathers: list[torch.fx.Node] = []
+        if stored is not None:  # transposed as it was converted (``stored_codes``)
+            name = str(stored.target)
+        else:
+            codes = _constant(weight)
+            table = getattr(module, str(codes.target)) if codes is not None else None
+            if codes is None or table is None or table.dim() != 2:
+                return
+            same = [n for n in module.graph.nodes if n.op == "get_attr" and n.target == codes.target]
+            readers = [u for n in same for u in n.users]
+            gathers = [u for u in readers if u is not weight]
+            if not all(u.target is torch.ops.aten.index_select.default and u.args[1] == 0 for u in gathers):
+                return
+            name = f"{codes.target}_transposed"
+            setattr(module, name, self._once(table, "transposed", lambda: table.t().contiguous()))
         aten, graph, dequantize = torch.ops.aten, module.graph, _DEQUANTIZE_PER_TENSOR
         with graph.inserting_before(linear):
             arguments = [_get_attr(graph, name), *weight.args[1:]]
@@ -193,18 +197,27 @@ class CodesInTheirWidth:
 
 class StoredCodes(NamedTuple):
     """A weight's codes as a program stores them: narrowed (``form``: "int4" two a byte, or a
-    16-bit dtype's name) or as computed (None), and the shape of the codes themselves."""
+    16-bit dtype's name) or in the width computed (None), the shape of the codes themselves, and
+    whether they are stored transposed (a linear layer's: ``_on_transposed_codes``)."""
 
     tensor: torch.Tensor
     form: str | None
     shape: tuple[int, ...]
+    transposed: bool = False
+
+    @property
+    def as_computed(self) -> bool:
+        """Whether they are stored as PT2E computed them, so the program reads them as they are."""
+        return self.form is None and not self.transposed
 
 
 def stored_codes(codes: torch.Tensor, dequantizes: Sequence[torch.fx.Node]) -> StoredCodes:
-    """``codes`` (a weight's, as PT2E computes them), narrowed where every one of ``dequantizes``
-    (what reads them) can read them so: 4-bit codes two a byte, unless a gather reads them (it
-    gathers codes; ``_gather_codes``), and 16-bit codes in 16 bits. Made as each weight is folded
-    (``generation._WeightCodes``), so that a program's wide codes are never all held at once."""
+    """``codes`` (a weight's, as PT2E computes them) stored as the program of codes that
+    ``CodesInTheirWidth`` makes stores them, where every one of ``dequantizes`` (what reads them)
+    can read them so: 4-bit codes two a byte, unless a gather reads them (it gathers codes;
+    ``_gather_codes``), 16-bit codes in 16 bits, a linear layer's 8- and 16-bit codes transposed.
+    Made as each weight is folded (``generation._WeightCodes``), so that neither a program's codes
+    as computed nor a second copy of them is ever held."""
     shape = tuple(codes.shape)
     ranges = [_codes_range(d) for d in dequantizes]
     if not dequantizes or any(r is None for r in ranges):
@@ -214,24 +227,58 @@ def stored_codes(codes: torch.Tensor, dequantizes: Sequence[torch.fx.Node]) -> S
     if not gathered and _packs(codes, min(lows), max(highs)):
         return StoredCodes(pack_int4(codes), INT4, shape)
     narrow = _sixteen_bit_dtype(min(lows), max(highs))
+    form = None
     if codes.dtype == torch.int32 and narrow is not None and not any(map(_is_block_dequantize, dequantizes)):
-        return StoredCodes(codes.to(narrow), str(narrow).removeprefix("torch."), shape)
-    return StoredCodes(codes, None, shape)
+        codes, form = codes.to(narrow), str(narrow).removeprefix("torch.")
+    if codes.dim() == 2 and all(_read_by_a_linear(d) for d in dequantizes):
+        return StoredCodes(codes.t().contiguous(), form, shape, transposed=True)
+    return StoredCodes(codes, form, shape)
 
 
 def read_as_stored(module: torch.fx.GraphModule, codes: torch.fx.Node, stored: StoredCodes) -> None:
     """The readers of ``codes`` (a ``get_attr`` of ``stored.tensor``) given what they read before it
-    was narrowed: packed codes unpacked by the program, 16-bit codes read as such by their
-    dequantizes (the portable dequantize reads uint16 and int16)."""
+    was stored so: packed codes unpacked by the program, transposed codes transposed back (a view;
+    ``_on_transposed_codes`` then multiplies by them as they are), 16-bit codes read as such by
+    their dequantizes (the portable dequantize reads uint16 and int16)."""
     readers = list(codes.users)
-    if stored.form == INT4:
-        with module.graph.inserting_before(codes.next):  # in order, after the codes
-            unpacked = _unpack_int4_nodes(module.graph, codes, stored.shape)
-        for reader in readers:
-            reader.replace_input_with(codes, unpacked)
-    elif stored.form is not None:
-        for reader in readers:
+    read: torch.fx.Node = codes
+    with module.graph.inserting_before(codes.next):  # in order, after the codes
+        if stored.form == INT4:
+            read = _unpack_int4_nodes(module.graph, codes, stored.shape)
+        elif stored.transposed:
+            read = module.graph.call_function(torch.ops.aten.permute.default, (codes, [1, 0]))
+    for reader in readers:
+        reader.replace_input_with(codes, read)
+        if stored.form not in (None, INT4):
             reader.args = (*reader.args[:-1], getattr(torch, stored.form))
+
+
+def _reads_rows(dequantize: torch.fx.Node) -> bool:
+    """A per-tensor dequantize, or a per-channel one of a scale per row (axis 0)."""
+    return dequantize.target is _DEQUANTIZE_PER_TENSOR or (
+        dequantize.target is _DEQUANTIZE_PER_CHANNEL and bool(dequantize.args[3] == 0)
+    )
+
+
+def _read_by_a_linear(dequantize: torch.fx.Node) -> bool:
+    """Whether ``dequantize`` gives its values to one linear layer as its weight, and nothing else."""
+    (user, *others) = dequantize.users or [None]
+    return (
+        _reads_rows(dequantize)
+        and not others
+        and user is not None
+        and user.target is torch.ops.aten.linear.default
+        and user.args[1] is dequantize
+    )
+
+
+def _stored_transposed(codes: Any) -> torch.fx.Node | None:
+    """The ``get_attr`` of codes stored transposed, where ``codes`` reads them back (``read_as_stored``)."""
+    if isinstance(codes, torch.fx.Node) and codes.target is torch.ops.aten.permute.default:
+        stored = codes.args[0]
+        if isinstance(stored, torch.fx.Node) and stored.op == "get_attr" and codes.args[1] == [1, 0]:
+            return stored
+    return None
 
 
 #: ``StoredCodes.form`` of 4-bit codes two a byte.
