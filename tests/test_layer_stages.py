@@ -170,12 +170,16 @@ def test_a_model_quantized_a_layer_at_a_time_is_the_whole_model_quantized_on_the
 
 @pytest.mark.slow
 @pytest.mark.parametrize("quant", ["16a8w", "16a4w", "16a4w_block"])
-def test_a_host_program_that_keeps_its_codes_converts_each_weight_straight_into_its_own_width(tmp_path, quant):
+def test_a_host_program_that_keeps_its_codes_converts_each_weight_straight_into_its_own_width(
+    tmp_path, quant, monkeypatch
+):
     """``narrow=True``, what an export whose host program keeps its codes converts with: each
-    weight's codes are stored as the program of codes stores them as they are made, so none is held
-    as PT2E makes them (4-bit in int8, the 16-bit embedding in int32) and lowering copies none again
-    (a linear layer's transposed); the programs compute what those converted wide compute, bit for
-    bit, eagerly and lowered as a program of codes, whose data file is no larger."""
+    weight's codes are stored as the program of codes stores them as they are made, a few rows at a
+    time, so none is held as PT2E makes them (4-bit in int8, the 16-bit embedding in int32), nor a
+    whole weight in float32, and lowering copies none again (a linear layer's transposed); the
+    programs compute what those converted wide and whole compute, bit for bit, eagerly and lowered
+    as a program of codes, whose data file is no larger."""
+    from qnn_custom_ops.library import generation
     from qnn_custom_ops.lowering.codes_width import CodesInTheirWidth
 
     from .test_codes_width import constant_bytes, host_program
@@ -185,6 +189,7 @@ def test_a_host_program_that_keeps_its_codes_converts_each_weight_straight_into_
     _, _, _, programs, weights = programs_by_layer(checkpoint, tmp_path / "store", PREFILL, CTX, None, print)
     prompts, quiet = [[5, 9, 2, 6, 5, 3, 5, 8, 9, 7], [3, 2, 3, 8]], lambda line: None
     wide = quantize_by_layer(programs, weights, quant, prompts, 6, quiet)
+    monkeypatch.setattr(generation, "_CHUNK_ELEMENTS", 3 * 64)  # 3 rows of 64 at a time; the tables' 32 rows 1 by 1
     narrow = quantize_by_layer(programs, weights, quant, prompts, 6, quiet, narrow=True)
     for narrowed, made in zip(narrow, wide):
         held, was = constant_bytes(narrowed), constant_bytes(made)
@@ -193,6 +198,8 @@ def test_a_host_program_that_keeps_its_codes_converts_each_weight_straight_into_
             assert held[torch.int8] == was[torch.int8]
         else:
             assert held[torch.int8] < 0.6 * was[torch.int8]  # the 4-bit projections halved; lm_head's 8 bits kept
+        if quant == "16a4w_block":  # block scales as uint8 steps of a unit a row, zero points (all 0) left out
+            assert held[torch.float32] < 0.5 * was[torch.float32] and held[torch.uint8] > 0, (held, was)
         memory = {t.untyped_storage().data_ptr() for t in narrowed.state_dict().values()}
         rewritten = CodesInTheirWidth()(narrowed)
         copied = sum(t.nbytes for t in rewritten.state_dict().values() if t.untyped_storage().data_ptr() not in memory)

@@ -433,8 +433,7 @@ def _programs_to_lower(
 def _release_float_weights(model: torch.nn.Module, converted: Sequence[torch.nn.Module]) -> None:
     """Free the float weights of a quantized export's model, but those the converted programs
     still read: they are the largest thing an export holds (12 GB for a 3B model in float32),
-    and torchao's ``prepare_pt2e`` keeps a reference to the model it prepared, so dropping ours
-    would not free them."""
+    and the exported programs, still held, share them, so dropping the model would not free them."""
     kept = {t.untyped_storage().data_ptr() for m in converted for t in m.state_dict().values()}
     for parameter in model.parameters():
         if parameter.untyped_storage().data_ptr() not in kept:
@@ -530,19 +529,20 @@ def export_checkpoint(
     delegated = target == "host" and quant == "none"  # a quantized host program runs on the portable kernels
     told = ", the time left told as XNNPACK compiles its partitions" if delegated else ""
     progress(f"lowering {' and '.join(METHODS)} for {target} (the longest step{told})")
-    lowered = lower_methods(
-        staged.methods,
-        llm_binding(),
-        target,
-        compile_spec=spec,
-        constant_methods=staged.metadata,
-        plan_outputs=False,
-        codes_io=target == "qnn" and quant != "none",
-        fold_weights=staged.fold,
-        external_weights=target == "host",
-        shards=shards if target == "qnn" else 1,
-        progress=progress,
-    )
+    with large_blocks_given_back() if by_layer and target == "host" else nullcontext():  # not QAIRT's compile
+        lowered = lower_methods(
+            staged.methods,
+            llm_binding(),
+            target,
+            compile_spec=spec,
+            constant_methods=staged.metadata,
+            plan_outputs=False,
+            codes_io=target == "qnn" and quant != "none",
+            fold_weights=staged.fold,
+            external_weights=target == "host",
+            shards=shards if target == "qnn" else 1,
+            progress=progress,
+        )
     progress(f"lowered in {time.monotonic() - started:.1f} s")
     data = lowered.write_data_to if lowered.has_data_file else None
     manifest = replace(staged.manifest, program_data=PROGRAM_DATA if data is not None else None)

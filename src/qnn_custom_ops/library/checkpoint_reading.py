@@ -172,13 +172,13 @@ class OffloadedWeights:
         """A program's weight name (``bind``), or a parameter already offloaded."""
         return id(item) in self._keys if isinstance(item, torch.nn.Parameter) else item in self._names
 
-    def read(self, name: str) -> torch.Tensor:
-        """The weight ``name`` (as ``bind`` named it), float32."""
+    def read(self, name: str, rows: slice | None = None) -> torch.Tensor:
+        """The weight ``name`` (as ``bind`` named it), float32; only ``rows`` of it, if given."""
         from safetensors import safe_open
 
         path, key, _ = self._names[name]
         with safe_open(str(path), framework="pt") as stored:
-            return stored.get_tensor(key).float()
+            return (stored.get_tensor(key) if rows is None else stored.get_slice(key)[rows]).float()
 
     def placeholder(self, name: str) -> torch.Tensor:
         """An unallocated stand-in of the weight ``name``, to give a read weight's memory back."""

@@ -17,7 +17,14 @@ from typing import Any
 
 import torch
 
-from ..lowering.codes_width import StoredCodes, constant_nodes, read_as_stored, stored_codes
+from ..lowering.codes_width import (
+    StoredCodes,
+    block_parameters_stored,
+    constant_nodes,
+    read_as_stored,
+    stored_codes,
+    stored_in_rows,
+)
 from ..lowering.weight_sharing import EqualTensors
 from ..progress import time_left
 from .hf import LlmExportError, LlmPrograms, LlmShape
@@ -252,7 +259,19 @@ def convert_calibrated(
     codes = _WeightCodes(offloaded, narrow)
     converted = (_convert(prepared[0], codes), _convert(prepared[1], codes))
     _share_equal_tensors(converted)
+    _forget_prepared_modules()
     return converted
+
+
+def _forget_prepared_modules() -> None:
+    """Empty torchao's cache of each module's device (``torchao.utils._assert_and_get_unique_device``,
+    a ``functools.cache`` that prepare and convert call with the module): it kept every prepared
+    program alive after conversion, and with it each weight observer's ranges (at 16a4w_block, a
+    minimum and a maximum per block of 32 weights, per program: 0.5 bytes a weight, 3.5 GB for an
+    8B model) through lowering."""
+    from torchao import utils
+
+    utils._assert_and_get_unique_device.cache_clear()
 
 
 def kept_parts(
@@ -286,6 +305,8 @@ def _convert(prepared: torch.fx.GraphModule, codes: _WeightCodes) -> torch.fx.Gr
     module = convert_pt2e(prepared, fold_quantize=False)
     move_block_scales_onto_qnn_grid(module)
     codes.fold(module)
+    if codes.narrow:
+        block_parameters_stored(module)
     if _constant_quantizes_left(module):
         constant_fold(module, _is_quantize)
     _drop_unused_tensors(module)
@@ -330,7 +351,7 @@ class _WeightCodes:
     def __init__(self, offloaded: Any = None, narrow: bool = False) -> None:
         self._known: dict[tuple, list[tuple[tuple, StoredCodes]]] = {}
         self._offloaded = offloaded
-        self._narrow = narrow
+        self.narrow = narrow
 
     def fold(self, module: torch.fx.GraphModule) -> None:
         """Replace each quantize of a weight (a ``get_attr``) by its codes."""
@@ -363,12 +384,34 @@ class _WeightCodes:
         for known, stored in self._known.get(key, []):
             if all(_same(a, b) for a, b in zip(known[1:], arguments[1:])):
                 return stored
-        if self._is_offloaded(name):
-            arguments = (self._offloaded.read(name), *arguments[1:])
-        codes = op(*arguments)
-        stored = stored_codes(codes, readers) if self._narrow else StoredCodes(codes, None, tuple(codes.shape))
+        stored = stored_in_rows(self._stored_rows(op, arguments, name, readers))
         self._known.setdefault(key, []).append(((None, *arguments[1:]), stored))
         return stored
+
+    def _stored_rows(
+        self, op: Any, arguments: tuple, name: str, readers: list[torch.fx.Node]
+    ) -> Iterator[tuple[slice, int, StoredCodes]]:
+        """The weight's codes a chunk of rows at a time, where its quantization treats rows apart
+        (``_row_arguments``), else whole: its float32 copy and the quantize's intermediates are held
+        a chunk at a time (an 8B model's embedding is 2.1 GB in float32, its quantize's
+        intermediates as many again), each chunk stored as ``narrow`` asks."""
+        weight = arguments[0]
+        rows = weight.shape[0] if weight.dim() >= 2 else 1
+        step = max(1, _CHUNK_ELEMENTS // max(1, weight[0].numel())) if weight.dim() >= 2 else rows
+        if _row_arguments(op, arguments, slice(0, rows)) is None:
+            step = rows
+        for start in range(0, rows, step):
+            chunk = slice(start, min(rows, start + step))
+            whole = chunk.stop - chunk.start == rows
+            if self._is_offloaded(name):
+                values = self._offloaded.read(name, None if whole else chunk)
+            else:
+                values = weight if whole else weight[chunk]
+            rest = tuple(arguments[1:]) if whole else _row_arguments(op, arguments, chunk)
+            assert rest is not None  # rows are quantized apart, or the weight is one chunk
+            codes = op(values, *rest)
+            del values
+            yield chunk, rows, stored_codes(codes, readers) if self.narrow else StoredCodes(codes, None, codes.shape)
 
     def _put_back(self, module: torch.fx.GraphModule) -> None:
         """The offloaded weights the program still reads as floats, read back into it."""
@@ -376,6 +419,26 @@ class _WeightCodes:
             if node.op == "get_attr" and self._is_offloaded(str(node.target)):
                 owner, attr = _attribute(module, str(node.target))
                 getattr(owner, attr).data = self._offloaded.read(str(node.target))
+
+
+#: The elements of a weight quantized at once (``_WeightCodes._stored_rows``): 64 MB of float32.
+_CHUNK_ELEMENTS = 1 << 24
+
+
+def _row_arguments(op: Any, arguments: tuple, rows: slice) -> tuple | None:
+    """A weight quantize's arguments after the weight for ``rows`` of it, where each row is
+    quantized apart from the others (one scale for all, a scale per row, blocks within a row);
+    None where it is not."""
+    _, *rest = arguments
+    ops = torch.ops.quantized_decomposed
+    if op in (ops.quantize_per_tensor.default, ops.quantize_per_tensor.tensor):
+        return tuple(rest)
+    if op is ops.quantize_per_channel.default and rest[2] == 0:
+        return (rest[0][rows], rest[1][rows], *rest[2:])
+    block_size, scale, zero_point = (rest + [None, None, None])[:3]
+    if op in (torch.ops.torchao.quantize_affine, torch.ops.torchao.quantize_affine.default) and block_size[0] == 1:
+        return (block_size, scale[rows], None if zero_point is None else zero_point[rows], *rest[3:])
+    return None
 
 
 def _constant_arguments(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:

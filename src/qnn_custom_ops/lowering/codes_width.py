@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -233,6 +233,49 @@ def stored_codes(codes: torch.Tensor, dequantizes: Sequence[torch.fx.Node]) -> S
     if codes.dim() == 2 and all(_read_by_a_linear(d) for d in dequantizes):
         return StoredCodes(codes.t().contiguous(), form, shape, transposed=True)
     return StoredCodes(codes, form, shape)
+
+
+def block_parameters_stored(module: torch.fx.GraphModule) -> None:
+    """Each per-block dequantize's parameters as the program of codes stores them, made as the
+    program is converted: zero points left out where all zero, scales on QNN's grid as their uint8
+    steps and a float32 unit a row (``_grid_scales``), the program multiplying them back. PT2E's
+    float32 scales and int32 zero points, a pair per block of 32 weights, are 0.25 bytes a weight a
+    program (1.75 GB for an 8B model): they were held beside the codes until lowering."""
+    graph = module.graph
+    read_before = {str(node.target) for node in graph.nodes if node.op == "get_attr"}
+    for node in [n for n in graph.nodes if _is_block_dequantize(n)]:
+        scale, zero_point = node.args[2], node.args[3]
+        if zero_point is not None and _all_zero(module, zero_point):
+            node.args = (*node.args[:3], None, *node.args[4:])
+        if isinstance(scale, torch.fx.Node) and scale.op == "get_attr":
+            shape = list(getattr(module, str(scale.target)).shape)
+            with graph.inserting_before(node):
+                steps = _grid_scales(module, scale, [shape[0], -1, 1])
+                if steps is not None:
+                    node.replace_input_with(scale, graph.call_function(torch.ops.aten.reshape.default, (steps, shape)))
+    graph.eliminate_dead_code()
+    _drop_unread_constants(module, read_before)
+    module.recompile()
+
+
+def stored_in_rows(chunks: Iterable[tuple[slice, int, StoredCodes]]) -> StoredCodes:
+    """A weight's codes stored a chunk of its rows at a time (``stored_codes`` of each: ``chunks``
+    gives each one's rows, the weight's rows, and the chunk), placed in one tensor as they come, so
+    only one chunk is held beside it."""
+    whole: StoredCodes | None = None
+    for rows, total, chunk in chunks:
+        if whole is None and rows.stop - rows.start == total:
+            return chunk
+        stored = chunk.tensor
+        if whole is None:
+            shape = (stored.shape[0], total) if chunk.transposed else (total, *stored.shape[1:])
+            whole = chunk._replace(tensor=torch.empty(shape, dtype=stored.dtype), shape=(total, *chunk.shape[1:]))
+        if chunk.transposed:
+            whole.tensor[:, rows] = stored
+        else:
+            whole.tensor[rows] = stored
+    assert whole is not None, "a weight of no rows"
+    return whole
 
 
 def read_as_stored(module: torch.fx.GraphModule, codes: torch.fx.Node, stored: StoredCodes) -> None:
