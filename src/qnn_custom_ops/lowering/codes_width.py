@@ -252,7 +252,9 @@ def block_parameters_stored(module: torch.fx.GraphModule) -> None:
             with graph.inserting_before(node):
                 steps = _grid_scales(module, scale, [shape[0], -1, 1])
                 if steps is not None:
-                    node.replace_input_with(scale, graph.call_function(torch.ops.aten.reshape.default, (steps, shape)))
+                    scales = graph.call_function(torch.ops.aten.reshape.default, (steps, shape))
+                    scales.meta[_GRID_SCALES] = True
+                    node.replace_input_with(scale, scales)
     graph.eliminate_dead_code()
     _drop_unread_constants(module, read_before)
     module.recompile()
@@ -451,8 +453,10 @@ def _write_out_block_dequantize(module: torch.fx.GraphModule, node: torch.fx.Nod
             points = _laid_out(module, zero_point, [rows, blocks, 1], torch.int32)
             centred = graph.call_function(aten.sub.Tensor, (centred, points))
         reals = graph.call_function(aten._to_copy.default, (centred,), {"dtype": torch.float32})
-        scales = _grid_scales(module, scale, [rows, blocks, 1]) or _laid_out(
-            module, scale, [rows, blocks, 1], torch.float32
+        scales = (
+            _grid_scales_made(scale)
+            or _grid_scales(module, scale, [rows, blocks, 1])
+            or _laid_out(module, scale, [rows, blocks, 1], torch.float32)
         )
         product = graph.call_function(aten.mul.Tensor, (reals, scales))
         weight = graph.call_function(aten.reshape.default, (product, [rows, columns]))
@@ -478,6 +482,17 @@ def _grid_scales(module: torch.fx.GraphModule, scale: torch.fx.Node, shape: list
         torch.ops.aten._to_copy.default, (_get_attr(graph, f"{name}_steps"),), {"dtype": torch.float32}
     )
     return graph.call_function(torch.ops.aten.mul.Tensor, (reals, _get_attr(graph, f"{name}_unit")))
+
+
+#: The mark ``block_parameters_stored`` leaves on the scales it computes from grid steps.
+_GRID_SCALES = "qco_grid_scales"
+
+
+def _grid_scales_made(scale: torch.fx.Node) -> torch.fx.Node | None:
+    """The ``[rows, blocks, 1]`` product of steps and units that ``block_parameters_stored`` made at
+    conversion, under its reshape: read as it is, not reshaped and copied back on every call."""
+    made = scale.args[0] if scale.meta.get(_GRID_SCALES) else None
+    return made if isinstance(made, torch.fx.Node) else None
 
 
 def _all_zero(module: torch.fx.GraphModule, value: torch.fx.Node | None) -> bool:
