@@ -188,3 +188,32 @@ def test_the_isolated_child_ends_with_the_cli(faulty_package, tmp_path, signal_n
     if signal_number == signal.SIGTERM:
         assert (returncode, cli.stderr.read().strip()) == (128 + signal.SIGTERM, "terminated (SIGTERM)")
         assert not list((tmp_path / "tmp").iterdir())
+
+
+CRASHING_COMMAND = """
+import os, signal, sys
+from qnn_custom_ops.runtime.isolation import faults_logged
+faults_logged()
+def a_native_call():
+    os.kill(os.getpid(), signal.SIGSEGV)
+def run_out_of_memory():
+    os.kill(os.getpid(), signal.SIGKILL)
+print("said before")
+sys.stdout.flush()
+{"segv": a_native_call, "kill": run_out_of_memory, "ok": lambda: None}[sys.argv[1]]()
+"""
+
+
+@pytest.mark.parametrize("how, said", [
+    ("segv", r"crashed: SIGSEGV in a_native_call \(<string>:6\)$"),
+    ("kill", r"crashed: SIGKILL \(killed: out of memory\?\)$"),
+])
+def test_a_command_of_ours_that_dies_by_a_signal_is_reported_with_the_function_it_died_in(how, said):
+    """``llm export --target qnn`` runs itself again on QAIRT's libraries: a crash there is one
+    line naming the signal and where, never a bare negative exit status."""
+    from qnn_custom_ops.runtime.isolation import run_command_reporting_crashes
+
+    command = [sys.executable, "-c", CRASHING_COMMAND]
+    with pytest.raises(KernelCrashError, match=rf"^the command {said}"):
+        run_command_reporting_crashes([*command, how], dict(os.environ), "the command")
+    assert run_command_reporting_crashes([*command, "ok"], dict(os.environ), "the command").stdout == "said before\n"

@@ -14,7 +14,6 @@ import math
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -207,12 +206,14 @@ def _lowered_on_simulator_libraries(args: argparse.Namespace) -> int:
     """``llm export --target qnn`` without a QNN SDK: the same command in a child process started
     with the simulator's environment (QAIRT's x86 libraries from PyPI, ExecuTorch's QNN adaptor
     over them; the loader reads ``LD_LIBRARY_PATH`` only at start); its exit status."""
+    from .runtime.isolation import run_command_reporting_crashes
     from .runtime.simulator_sdk import SIMULATOR_QAIRT, simulator_environment
 
     _progress(args)(f"no QNN SDK: lowering with QAIRT {SIMULATOR_QAIRT}'s x86 libraries (installed from PyPI once)")
     environment = {**os.environ, **simulator_environment()}
     command = [sys.executable, "-m", "qnn_custom_ops", *args.argv]
-    child = subprocess.run(command, env=environment, stdout=subprocess.PIPE, text=True)
+    what = f"llm export --target qnn on QAIRT {SIMULATOR_QAIRT}'s x86 libraries"
+    child = run_command_reporting_crashes(command, environment, what)
     sys.stdout.write(native_stdout_filtered(child.stdout, args.verbose))
     return child.returncode
 

@@ -11,10 +11,12 @@ with the parent (``qco_<Pkg>_trace_into``), so the report names the kernel that 
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import logging
 import mmap
 import os
 import pickle
+import re
 import signal
 import struct
 import subprocess
@@ -34,6 +36,8 @@ _CALL, _RESULT, _TRACE_FILE = "call.pickle", "result.pickle", "trace"
 _LIMITS = struct.Struct("<dd")
 # In an isolated child: the page shared with the parent, and a ctypes char over it.
 _TRACE: tuple[mmap.mmap, ctypes.c_char] | None = None
+#: Set for a command run by ``run_command_reporting_crashes``: the file its Python stack goes to on a crash.
+FAULT_LOG = "QCO_FAULT_LOG"
 
 
 class KernelCrashError(ReportedError, RuntimeError):
@@ -84,6 +88,34 @@ def call_isolated(function: Callable[..., Any], *args: Any, what: str) -> Any:
     if outcome == "error":
         raise _rebuilt(*value)
     return value
+
+
+def run_command_reporting_crashes(command: list[str], env: dict[str, str], what: str) -> subprocess.CompletedProcess:
+    """``command`` (one of ours: it calls ``faults_logged`` at start) run to its end, its standard
+    output captured; a death by signal raised as ``KernelCrashError`` naming the Python function the
+    crash happened under, never returned as a bare negative status."""
+    with tempfile.TemporaryDirectory(prefix="qco-command-") as tmp:
+        log = Path(tmp) / "faults"
+        child = subprocess.run(command, env={**env, FAULT_LOG: str(log)}, stdout=subprocess.PIPE, text=True)
+        if child.returncode >= 0:
+            return child
+        site = _crash_site(log.read_text(errors="replace") if log.is_file() else "")
+        killed = " (killed: out of memory?)" if child.returncode == -signal.SIGKILL else ""
+        raise KernelCrashError(f"{what} crashed: {signal_name(-child.returncode)}{killed}{site}")
+
+
+def faults_logged() -> None:
+    """In a command started by ``run_command_reporting_crashes``: a fatal signal writes the Python
+    stack into the file the parent named (faulthandler holds it open for the process's life)."""
+    path = os.environ.get(FAULT_LOG)
+    if path:
+        faulthandler.enable(open(path, "w"), all_threads=False)  # noqa: SIM115
+
+
+def _crash_site(log: str) -> str:
+    """`` in <function> (<file>:<line>)``: the innermost Python frame faulthandler wrote, or ''."""
+    frame = re.search(r'File "([^"]+)", line (\d+) in (\S+)', log)
+    return f" in {frame[3]} ({Path(frame[1]).name}:{frame[2]})" if frame else ""
 
 
 def _wait(process: subprocess.Popen, trace: Path) -> tuple[int, float]:
