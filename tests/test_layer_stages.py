@@ -161,7 +161,12 @@ def test_a_model_quantized_a_layer_at_a_time_is_the_whole_model_quantized_on_the
         got = quantize_by_layer(by_layer, weights, quant, prompts, 6, lambda line: None)
         prepared = [prepare_pt2e(p.exported.module(), llm_quantizer(quant)) for p in (whole.prefill, whole.decode)]
         calibration_pass(RunnerLoop(whole.shape, *(eager_step(m) for m in prepared)), prompts, 6)
+        observers = [p.get_submodule(str(n.target)) for p in prepared for n in p.graph.nodes
+                     if n.op == "call_module" and getattr(n.args[0], "op", None) == "get_attr"]
         want = convert_calibrated(prepared, whole.shape)
+        assert observers and not any(hasattr(o, "min_val") for o in observers), quant  # ranges let go once read
+        with pytest.raises((AssertionError, AttributeError), match="min_val"):
+            observers[0].calculate_qparams()  # asked again: refused, never answered from nothing
         text = [7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9, 0, 4, 5]
         scores = [RunnerLoop(whole.shape, *(eager_step(m) for m in programs)).score(text) for programs in (got, want)]
         assert torch.equal(*scores), quant
