@@ -192,28 +192,48 @@ def test_the_isolated_child_ends_with_the_cli(faulty_package, tmp_path, signal_n
 
 CRASHING_COMMAND = """
 import os, signal, sys
+from pathlib import Path
 from qnn_custom_ops.runtime.isolation import faults_logged
 faults_logged()
 def a_native_call():
     os.kill(os.getpid(), signal.SIGSEGV)
 def run_out_of_memory():
     os.kill(os.getpid(), signal.SIGKILL)
+def crash_the_first_time():
+    runs = Path(sys.argv[2])
+    runs.write_text(runs.read_text() + "run\\n")
+    if runs.read_text().count("run") == 1:
+        a_native_call()
 print("said before")
 sys.stdout.flush()
-{"segv": a_native_call, "kill": run_out_of_memory, "ok": lambda: None}[sys.argv[1]]()
+{"segv": a_native_call, "kill": run_out_of_memory, "once": crash_the_first_time, "ok": lambda: None}[sys.argv[1]]()
 """
 
 
-@pytest.mark.parametrize("how, said", [
-    ("segv", r"crashed: SIGSEGV in a_native_call \(<string>:6\)$"),
-    ("kill", r"crashed: SIGKILL \(killed: out of memory\?\)$"),
+@pytest.mark.parametrize("how, attempts, said", [
+    ("segv", 1, r"crashed: SIGSEGV in a_native_call \(<string>:7\)$"),
+    ("segv", 2, r"crashed: SIGSEGV in a_native_call \(<string>:7\)$"),
+    ("kill", 2, r"crashed: SIGKILL \(killed: out of memory\?\)$"),
 ])
-def test_a_command_of_ours_that_dies_by_a_signal_is_reported_with_the_function_it_died_in(how, said):
+def test_a_command_of_ours_that_dies_by_a_signal_is_reported_with_the_function_it_died_in(how, attempts, said):
     """``llm export --target qnn`` runs itself again on QAIRT's libraries: a crash there is one
-    line naming the signal and where, never a bare negative exit status."""
+    line naming the signal and where, never a bare negative exit status; a process killed is not
+    run again."""
     from qnn_custom_ops.runtime.isolation import run_command_reporting_crashes
 
-    command = [sys.executable, "-c", CRASHING_COMMAND]
+    command, warnings = [sys.executable, "-c", CRASHING_COMMAND], []
     with pytest.raises(KernelCrashError, match=rf"^the command {said}"):
-        run_command_reporting_crashes([*command, how], dict(os.environ), "the command")
-    assert run_command_reporting_crashes([*command, "ok"], dict(os.environ), "the command").stdout == "said before\n"
+        run_command_reporting_crashes([*command, how], dict(os.environ), "the command", warnings.append, attempts)
+    assert len(warnings) == (attempts - 1 if how == "segv" else 0), warnings
+
+
+def test_a_command_that_crashes_once_is_run_again_and_says_so(tmp_path):
+    """QAIRT's x86 lowering crashed now and then: a second attempt, announced."""
+    from qnn_custom_ops.runtime.isolation import run_command_reporting_crashes
+
+    runs, warnings = tmp_path / "runs", []
+    runs.write_text("")
+    child = run_command_reporting_crashes([sys.executable, "-c", CRASHING_COMMAND, "once", str(runs)],
+                                          dict(os.environ), "the command", warnings.append, attempts=2)
+    assert child.stdout == "said before\n" and runs.read_text() == "run\nrun\n"
+    assert warnings == ["warning: the command crashed: SIGSEGV in a_native_call (<string>:7); running it again (2 of 2)"]

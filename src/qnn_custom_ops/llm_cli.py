@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import json
 import math
@@ -202,6 +203,12 @@ def _check_utf8(option: str, text: str) -> None:
         ) from None
 
 
+#: Runs of a lowering on QAIRT's x86 libraries, the first crashing, before it is given up: the test
+#: suite's crashed once in CI (SIGSEGV), and once in about fifteen runs here (23 GB resident, then
+#: killed); its cause is not found (``runtime.isolation`` names where the next one happens).
+_QAIRT_ATTEMPTS = 2
+
+
 def _lowered_on_simulator_libraries(args: argparse.Namespace) -> int:
     """``llm export --target qnn`` without a QNN SDK: the same command in a child process started
     with the simulator's environment (QAIRT's x86 libraries from PyPI, ExecuTorch's QNN adaptor
@@ -213,7 +220,8 @@ def _lowered_on_simulator_libraries(args: argparse.Namespace) -> int:
     environment = {**os.environ, **simulator_environment()}
     command = [sys.executable, "-m", "qnn_custom_ops", *args.argv]
     what = f"llm export --target qnn on QAIRT {SIMULATOR_QAIRT}'s x86 libraries"
-    child = run_command_reporting_crashes(command, environment, what)
+    said = functools.partial(print, file=sys.stderr, flush=True)
+    child = run_command_reporting_crashes(command, environment, what, said, attempts=_QAIRT_ATTEMPTS)
     sys.stdout.write(native_stdout_filtered(child.stdout, args.verbose))
     return child.returncode
 

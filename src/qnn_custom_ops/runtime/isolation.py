@@ -90,18 +90,37 @@ def call_isolated(function: Callable[..., Any], *args: Any, what: str) -> Any:
     return value
 
 
-def run_command_reporting_crashes(command: list[str], env: dict[str, str], what: str) -> subprocess.CompletedProcess:
+def run_command_reporting_crashes(
+    command: list[str], env: dict[str, str], what: str, said: Callable[[str], None], attempts: int = 1
+) -> subprocess.CompletedProcess:
     """``command`` (one of ours: it calls ``faults_logged`` at start) run to its end, its standard
     output captured; a death by signal raised as ``KernelCrashError`` naming the Python function the
-    crash happened under, never returned as a bare negative status."""
+    crash happened under, never returned as a bare negative status. A crash (``CRASHES``) with
+    ``attempts`` left runs the command again, ``said`` so: for native code of others that crashes
+    now and then (QAIRT's), never for a process killed or stopped."""
+    attempt = 1
+    while True:
+        child, site = _run_with_fault_log(command, env)
+        if child.returncode >= 0:
+            return child
+        killed = " (killed: out of memory?)" if child.returncode == -signal.SIGKILL else ""
+        crash = f"{what} crashed: {signal_name(-child.returncode)}{killed}{site}"
+        if attempt == attempts or -child.returncode not in CRASHES:
+            raise KernelCrashError(crash)
+        attempt += 1
+        said(f"warning: {crash}; running it again ({attempt} of {attempts})")
+
+
+def _run_with_fault_log(command: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess, str]:
+    """The command run, and where it crashed (``_crash_site``; '' when it did not)."""
     with tempfile.TemporaryDirectory(prefix="qco-command-") as tmp:
         log = Path(tmp) / "faults"
         child = subprocess.run(command, env={**env, FAULT_LOG: str(log)}, stdout=subprocess.PIPE, text=True)
-        if child.returncode >= 0:
-            return child
-        site = _crash_site(log.read_text(errors="replace") if log.is_file() else "")
-        killed = " (killed: out of memory?)" if child.returncode == -signal.SIGKILL else ""
-        raise KernelCrashError(f"{what} crashed: {signal_name(-child.returncode)}{killed}{site}")
+        return child, _crash_site(log.read_text(errors="replace") if log.is_file() else "")
+
+
+#: The signals of a process that crashed, rather than one killed or stopped from outside.
+CRASHES = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL, signal.SIGFPE})
 
 
 def faults_logged() -> None:
