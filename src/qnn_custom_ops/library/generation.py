@@ -22,6 +22,7 @@ from ..lowering.codes_width import (
     StoredCodes,
     block_parameters_stored,
     constant_nodes,
+    dequantize_parameters_stored,
     read_as_stored,
     stored_codes,
     stored_in_rows,
@@ -343,7 +344,8 @@ def _convert(prepared: torch.fx.GraphModule, codes: _WeightCodes) -> torch.fx.Gr
 
     from ..quantizer.block_scales import move_block_scales_onto_qnn_grid
 
-    module = convert_pt2e(prepared, fold_quantize=False)
+    with _block_weights_folded_as_converted(prepared, codes):
+        module = convert_pt2e(prepared, fold_quantize=False)
     move_block_scales_onto_qnn_grid(module)
     codes.fold(module)
     if codes.narrow:
@@ -352,6 +354,46 @@ def _convert(prepared: torch.fx.GraphModule, codes: _WeightCodes) -> torch.fx.Gr
         constant_fold(module, _is_quantize)
     _drop_unused_tensors(module)
     return module
+
+
+@contextlib.contextmanager
+def _block_weights_folded_as_converted(module: torch.fx.GraphModule, codes: _WeightCodes) -> Iterator[None]:
+    """Within the block, each per-block weight observer of ``module`` (torchao's, converted by its
+    own ``convert``) has its weight's codes made, and with ``codes.narrow`` its parameters stored,
+    as soon as it is converted (``_folded_at_conversion``): PT2E's float32 scales and int32 zero
+    points of a whole program (0.25 bytes a weight) are never held together."""
+    patched = []
+    for node in module.graph.nodes:
+        if node.op == "call_module" and _observes_a_weight(node):
+            observer: Any = module.get_submodule(str(node.target))
+            if hasattr(type(observer), "convert") and "convert" not in vars(observer):
+                observer.convert = _folded_at_conversion(observer.convert, codes)
+                patched.append(observer)
+    try:
+        yield
+    finally:
+        for observer in patched:
+            del observer.convert
+
+
+def _folded_at_conversion(convert: Callable[[torch.fx.GraphModule, torch.fx.Node], None], codes: _WeightCodes) -> Any:
+    """``convert`` of a weight observer followed at once by what ``_convert`` does to the whole
+    program after ``convert_pt2e``, for this weight: its block scale moved onto QNN's grid, its
+    codes folded, its dequantize's parameters stored."""
+    from ..quantizer.block_scales import scale_moved_onto_qnn_grid
+
+    def convert_and_fold(module: torch.fx.GraphModule, observer_node: torch.fx.Node) -> None:
+        weight = observer_node.args[0]
+        assert isinstance(weight, torch.fx.Node)  # _observes_a_weight
+        convert(module, observer_node)
+        for quantize in [user for user in weight.users if _is_quantize(user)]:
+            dequantizes = list(quantize.users)
+            scale_moved_onto_qnn_grid(module, quantize)
+            if codes.fold_node(module, quantize) and codes.narrow:
+                for dequantize in dequantizes:
+                    dequantize_parameters_stored(module, dequantize)
+
+    return convert_and_fold
 
 
 def _constant_quantizes_left(module: torch.fx.GraphModule) -> bool:
@@ -396,22 +438,28 @@ class _WeightCodes:
 
     def fold(self, module: torch.fx.GraphModule) -> None:
         """Replace each quantize of a weight (a ``get_attr``) by its codes."""
-        from torchao.quantization.pt2e.constant_fold import replace_node_with_constant
-
         for node in list(module.graph.nodes):
-            arguments = _constant_arguments(module, node) if _is_quantize(node) else None
-            if arguments is not None and isinstance(arguments[0], torch.Tensor):
-                weight, readers = node.args[0], list(node.users)
-                assert isinstance(weight, torch.fx.Node)  # a get_attr: _constant_arguments read it
-                stored = self._codes(node.target, arguments, str(weight.target), readers)
-                replace_node_with_constant(module, node, stored.tensor)
-                if not stored.as_computed:
-                    codes = readers[0].args[0]  # the get_attr that replaced the quantize
-                    assert isinstance(codes, torch.fx.Node) and codes.op == "get_attr"
-                    read_as_stored(module, codes, stored)
+            self.fold_node(module, node)
         module.graph.eliminate_dead_code()  # the float weights' get_attr nodes, so they are dropped
         module.recompile()
         self._put_back(module)
+
+    def fold_node(self, module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+        """Replace ``node`` by its codes where it quantizes a weight; whether it did."""
+        from torchao.quantization.pt2e.constant_fold import replace_node_with_constant
+
+        arguments = _constant_arguments(module, node) if _is_quantize(node) else None
+        if arguments is None or not isinstance(arguments[0], torch.Tensor):
+            return False
+        weight, readers = node.args[0], list(node.users)
+        assert isinstance(weight, torch.fx.Node)  # a get_attr: _constant_arguments read it
+        stored = self._codes(node.target, arguments, str(weight.target), readers)
+        replace_node_with_constant(module, node, stored.tensor)
+        if not stored.as_computed:
+            codes = readers[0].args[0]  # the get_attr that replaced the quantize
+            assert isinstance(codes, torch.fx.Node) and codes.op == "get_attr"
+            read_as_stored(module, codes, stored)
+        return True
 
     def _is_offloaded(self, name: str) -> bool:
         return self._offloaded is not None and name in self._offloaded

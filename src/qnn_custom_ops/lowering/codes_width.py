@@ -243,21 +243,41 @@ def block_parameters_stored(module: torch.fx.GraphModule) -> None:
     program (1.75 GB for an 8B model): they were held beside the codes until lowering."""
     graph = module.graph
     read_before = {str(node.target) for node in graph.nodes if node.op == "get_attr"}
-    for node in [n for n in graph.nodes if _is_block_dequantize(n)]:
-        scale, zero_point = node.args[2], node.args[3]
-        if zero_point is not None and _all_zero(module, zero_point):
-            node.args = (*node.args[:3], None, *node.args[4:])
-        if isinstance(scale, torch.fx.Node) and scale.op == "get_attr":
-            shape = list(getattr(module, str(scale.target)).shape)
-            with graph.inserting_before(node):
-                steps = _grid_scales(module, scale, [shape[0], -1, 1])
-                if steps is not None:
-                    scales = graph.call_function(torch.ops.aten.reshape.default, (steps, shape))
-                    scales.meta[_GRID_SCALES] = True
-                    node.replace_input_with(scale, scales)
+    for node in list(graph.nodes):
+        dequantize_parameters_stored(module, node)
     graph.eliminate_dead_code()
     _drop_unread_constants(module, read_before)
     module.recompile()
+
+
+def dequantize_parameters_stored(module: torch.fx.GraphModule, node: torch.fx.Node) -> None:
+    """``block_parameters_stored`` of one node, where it is a per-block dequantize; the float32
+    scales and zero points it no longer reads are let go at once, a weight's at a time."""
+    if not _is_block_dequantize(node):
+        return
+    graph = module.graph
+    scale, zero_point = node.args[2], node.args[3]
+    if isinstance(zero_point, torch.fx.Node) and _all_zero(module, zero_point):
+        node.args = (*node.args[:3], None, *node.args[4:])
+    if isinstance(scale, torch.fx.Node) and scale.op == "get_attr":
+        shape = list(getattr(module, str(scale.target)).shape)
+        with graph.inserting_before(node):
+            steps = _grid_scales(module, scale, [shape[0], -1, 1])
+            if steps is not None:
+                scales = graph.call_function(torch.ops.aten.reshape.default, (steps, shape))
+                scales.meta[_GRID_SCALES] = True
+                node.replace_input_with(scale, scales)
+    for parameter in (scale, zero_point):
+        if isinstance(parameter, torch.fx.Node) and parameter.op == "get_attr" and not parameter.users:
+            _forget_constant(module, parameter)
+
+
+def _forget_constant(module: torch.fx.GraphModule, node: torch.fx.Node) -> None:
+    """A ``get_attr`` nothing reads, erased, and its tensor let go where the module holds it itself."""
+    name = str(node.target)
+    module.graph.erase_node(node)
+    if "." not in name and hasattr(module, name):
+        delattr(module, name)
 
 
 def stored_in_rows(chunks: Iterable[tuple[slice, int, StoredCodes]]) -> StoredCodes:
@@ -476,12 +496,23 @@ def _grid_scales(module: torch.fx.GraphModule, scale: torch.fx.Node, shape: list
     if not torch.equal(steps * unit, scales):
         return None
     graph, name = module.graph, str(scale.target)
-    setattr(module, f"{name}_steps", steps.to(torch.uint8))
-    setattr(module, f"{name}_unit", unit)
+    steps_name, unit_name = _free_name(module, f"{name}_steps"), _free_name(module, f"{name}_unit")
+    setattr(module, steps_name, steps.to(torch.uint8))
+    setattr(module, unit_name, unit)
     reals = graph.call_function(
-        torch.ops.aten._to_copy.default, (_get_attr(graph, f"{name}_steps"),), {"dtype": torch.float32}
+        torch.ops.aten._to_copy.default, (_get_attr(graph, steps_name),), {"dtype": torch.float32}
     )
-    return graph.call_function(torch.ops.aten.mul.Tensor, (reals, _get_attr(graph, f"{name}_unit")))
+    return graph.call_function(torch.ops.aten.mul.Tensor, (reals, _get_attr(graph, unit_name)))
+
+
+def _free_name(module: torch.nn.Module, base: str) -> str:
+    """``base``, or ``base_<n>`` where ``module`` holds that name already: a scale's name is taken
+    again once the scale is let go (``dequantize_parameters_stored``), its steps' must not be."""
+    name, index = base, 0
+    while hasattr(module, name):
+        index += 1
+        name = f"{base}_{index}"
+    return name
 
 
 #: The mark ``block_parameters_stored`` leaves on the scales it computes from grid steps.

@@ -41,7 +41,12 @@ def move_block_scales_onto_qnn_grid(module: torch.fx.GraphModule) -> None:
     rounded up onto QNN's grid, in place: the codes folded next, and the dequantize reading the
     same scale, then compute with what the HTP computes."""
     for node in module.graph.nodes:
-        if _is_per_block(node) and isinstance(node.args[2], torch.fx.Node) and node.args[2].op == "get_attr":
-            owner_path, _, name = str(node.args[2].target).rpartition(".")
-            owner = module.get_submodule(owner_path)
-            setattr(owner, name, block_scales_on_qnn_grid(getattr(owner, name)))
+        scale_moved_onto_qnn_grid(module, node)
+
+
+def scale_moved_onto_qnn_grid(module: torch.fx.GraphModule, node: torch.fx.Node) -> None:
+    """``node``'s block scale onto QNN's grid, in place, where it is a per-block weight quantize."""
+    if _is_per_block(node) and isinstance(node.args[2], torch.fx.Node) and node.args[2].op == "get_attr":
+        owner_path, _, name = str(node.args[2].target).rpartition(".")
+        owner = module.get_submodule(owner_path)
+        setattr(owner, name, block_scales_on_qnn_grid(getattr(owner, name)))
