@@ -267,11 +267,11 @@ def convert_calibrated(
 
 
 def _ranges_let_go_once_read(modules: Sequence[torch.fx.GraphModule]) -> None:
-    """Each weight observer lets go of its ranges (``min_val``, ``max_val``) once conversion has
-    read its quantization parameters for every node it observes (one observer may serve several,
-    in either program): per block of 32 weights they are 0.25 bytes a weight (1.75 GB for an 8B
-    model), and were held until both programs were converted. Asked once more, the observer fails
-    (torchao's own check) rather than answer from nothing."""
+    """Each weight observer lets go of its ranges (``min_val``, ``max_val``) as soon as conversion
+    has read its quantization parameters (``_RangesReadOnce``): per block of 32 weights they are
+    0.25 bytes a weight (1.75 GB for an 8B model), and were held until both programs were
+    converted. Asked once more than it serves nodes, an observer fails (torchao's own check) rather
+    than answer from nothing."""
     uses: collections.Counter[int] = collections.Counter()
     weight_observers: dict[int, Any] = {}
     for module in modules:
@@ -281,8 +281,12 @@ def _ranges_let_go_once_read(modules: Sequence[torch.fx.GraphModule]) -> None:
                 uses[id(observer)] += 1
                 if _observes_a_weight(node) and hasattr(observer, "min_val") and hasattr(observer, "max_val"):
                     weight_observers[id(observer)] = observer
-    for key, observer in weight_observers.items():
-        observer.calculate_qparams = _letting_go_after(observer, uses[key])
+    groups: dict[tuple, list[Any]] = {}
+    for observer in weight_observers.values():
+        key = (id(observer.min_val), id(observer.max_val), _configuration(observer))
+        groups.setdefault(key, []).append(observer)
+    for observers in groups.values():
+        _RangesReadOnce(observers, sum(uses[id(o)] for o in observers))
 
 
 def _observes_a_weight(node: torch.fx.Node) -> bool:
@@ -290,19 +294,40 @@ def _observes_a_weight(node: torch.fx.Node) -> bool:
     return isinstance(source, torch.fx.Node) and source.op == "get_attr"
 
 
-def _letting_go_after(observer: Any, uses: int) -> Callable[[], tuple]:
-    """``observer.calculate_qparams`` that drops the observer's ranges at its ``uses``-th call."""
-    compute = observer.calculate_qparams
-    left = [uses]
+def _configuration(observer: torch.nn.Module) -> tuple:
+    """What an observer computes its parameters with besides its ranges (its public settings)."""
+    settings = vars(observer).items()
+    return tuple(sorted((k, repr(v)) for k, v in settings if not k.startswith("_") and not isinstance(v, torch.Tensor)))
 
-    def calculate_qparams() -> tuple:
-        qparams = compute()
-        left[0] -= 1
-        if left[0] == 0:
-            del observer.min_val, observer.max_val
-        return qparams
 
-    return calculate_qparams
+class _RangesReadOnce:
+    """The observers of one weight that hold the same ranges (prefill's and decode's:
+    ``layer_stages._ranges_held_once``) with one configuration: the first asked computes the
+    parameters and all of them let the ranges go; the others are given those parameters, all-zero
+    zero points kept as their shape (the scales alone are half the ranges' bytes, and are held
+    only until the last of the observers is converted)."""
+
+    def __init__(self, observers: list[Any], uses: int) -> None:
+        self._observers, self._left = observers, uses
+        self._qparams: tuple[torch.Tensor, Any] | None = None
+        compute = observers[0].calculate_qparams
+        for observer in observers:
+            observer.calculate_qparams = functools.partial(self.calculate_qparams, compute)
+
+    def calculate_qparams(self, compute: Callable[[], tuple]) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._left == 0:
+            return compute()  # the ranges are gone: torchao's own check says so
+        if self._qparams is None:
+            scale, zero_point = compute()
+            for observer in self._observers:
+                del observer.min_val, observer.max_val
+            all_zero = isinstance(zero_point, torch.Tensor) and not torch.count_nonzero(zero_point)
+            self._qparams = (scale, zero_point if not all_zero else (zero_point.shape, zero_point.dtype))
+        scale, zero_point = self._qparams
+        self._left -= 1
+        if self._left == 0:
+            self._qparams = None
+        return scale, torch.zeros(zero_point[0], dtype=zero_point[1]) if isinstance(zero_point, tuple) else zero_point
 
 
 def _forget_prepared_modules() -> None:
