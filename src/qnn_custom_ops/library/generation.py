@@ -290,7 +290,8 @@ def _ranges_let_go_once_read(modules: Sequence[torch.fx.GraphModule]) -> None:
 
 
 def _observes_a_weight(node: torch.fx.Node) -> bool:
-    source = node.args[0] if len(node.args) == 1 else None
+    """Whether ``node`` calls an observer on a constant (a ``get_attr``): a weight's observer."""
+    source = node.args[0] if node.op == "call_module" and len(node.args) == 1 else None
     return isinstance(source, torch.fx.Node) and source.op == "get_attr"
 
 
@@ -389,7 +390,7 @@ def _block_weights_folded_as_converted(module: torch.fx.GraphModule, codes: _Wei
     points of a whole program (0.25 bytes a weight) are never held together."""
     patched = []
     for node in module.graph.nodes:
-        if node.op == "call_module" and _observes_a_weight(node):
+        if _observes_a_weight(node):
             observer: Any = module.get_submodule(str(node.target))
             if hasattr(type(observer), "convert") and "convert" not in vars(observer):
                 observer.convert = _folded_at_conversion(observer.convert, codes)
@@ -584,7 +585,7 @@ def _weights_observed_once(modules: Sequence[torch.fx.GraphModule]) -> Iterator[
     observed = []
     for module in modules:
         for node in module.graph.nodes:
-            if node.op == "call_module" and _observes_a_weight(node):
+            if _observes_a_weight(node):
                 source = node.args[0]
                 observer = module.get_submodule(str(node.target))
                 observer(getattr(*_attribute(module, str(source.target))))

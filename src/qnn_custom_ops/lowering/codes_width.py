@@ -273,11 +273,9 @@ def dequantize_parameters_stored(module: torch.fx.GraphModule, node: torch.fx.No
 
 
 def _forget_constant(module: torch.fx.GraphModule, node: torch.fx.Node) -> None:
-    """A ``get_attr`` nothing reads, erased, and its tensor let go where the module holds it itself."""
-    name = str(node.target)
+    """A ``get_attr`` nothing reads, erased, and its tensor let go."""
     module.graph.erase_node(node)
-    if "." not in name and hasattr(module, name):
-        delattr(module, name)
+    _delete_own_constant(module, str(node.target))
 
 
 def stored_in_rows(chunks: Iterable[tuple[slice, int, StoredCodes]]) -> StoredCodes:
@@ -422,8 +420,13 @@ def _drop_unread_constants(module: torch.fx.GraphModule, read_before: set[str]) 
     laid out): export would lift a registered buffer read by nothing, and store it."""
     read = {str(node.target) for node in module.graph.nodes if node.op == "get_attr"}
     for name in read_before - read:
-        if "." not in name and hasattr(module, name):
-            delattr(module, name)
+        _delete_own_constant(module, name)
+
+
+def _delete_own_constant(module: torch.fx.GraphModule, name: str) -> None:
+    """``module.<name>`` deleted where the module holds it itself (not a submodule's)."""
+    if "." not in name and hasattr(module, name):
+        delattr(module, name)
 
 
 def _constant(dequantize: torch.fx.Node) -> torch.fx.Node | None:
