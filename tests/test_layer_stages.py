@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -195,18 +196,23 @@ def test_a_host_program_that_keeps_its_codes_converts_each_weight_straight_into_
     prompts, quiet = [[5, 9, 2, 6, 5, 3, 5, 8, 9, 7], [3, 2, 3, 8]], lambda line: None
     wide = quantize_by_layer(programs, weights, quant, prompts, 6, quiet)
     monkeypatch.setattr(generation, "_CHUNK_ELEMENTS", 3 * 64)  # 3 rows of 64 at a time; the tables' 32 rows 1 by 1
-    block_scales_held = []
+    block_scales_held, parameters_kept = [], []
 
     def stored(module, node):  # how many weights' PT2E block scales the program holds, as each is stored
         block_scales_held.append(sum(1 for name, t in vars(module)["_buffers"].items()
                                      if name.startswith("_scale") and t is not None and t.dim() >= 2))
+        read = {str(a.target): weakref.ref(getattr(module, str(a.target)))
+                for a in node.args[2:4] if isinstance(a, torch.fx.Node) and a.op == "get_attr"}
         store(module, node)
+        left = {str(n.target) for n in module.graph.nodes if n.op == "get_attr"}
+        parameters_kept.extend(name for name, ref in read.items() if name not in left and ref() is not None)
 
     store = generation.dequantize_parameters_stored
     monkeypatch.setattr(generation, "dequantize_parameters_stored", stored)
     narrow = quantize_by_layer(programs, weights, quant, prompts, 6, quiet, narrow=True)
     if quant == "16a4w_block":  # each weight's stored as soon as it is converted: one at a time, never a program's
         assert block_scales_held and max(block_scales_held) == 1, block_scales_held
+        assert not parameters_kept, parameters_kept  # let go by the program: by the conversion too
     for narrowed, made in zip(narrow, wide):
         held, was = constant_bytes(narrowed), constant_bytes(made)
         assert torch.int32 not in {d for d, n in held.items() if n > 64} and held[torch.uint16] == was[torch.int32] // 2
