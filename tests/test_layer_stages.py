@@ -235,6 +235,41 @@ def test_a_host_program_that_keeps_its_codes_converts_each_weight_straight_into_
     assert torch.equal(got, want) and got_bytes <= want_bytes, (got_bytes, want_bytes)
 
 
+@pytest.mark.slow
+def test_a_tied_table_is_converted_transposed_once_and_lowering_copies_none_of_it(tmp_path):
+    """A tied table (gemma's), read by the gather and the ``lm_head``, converted for a program of
+    codes is stored transposed as it is made, as the ``lm_head``'s product reads it, its gathers
+    picking columns: narrowing for lowering then copies nothing (it made a transposed copy of the
+    table, beside the table itself), and the programs compute what the wide ones do, bit for bit."""
+    from qnn_custom_ops.lowering.codes_width import CodesInTheirWidth
+
+    from .test_codes_width import host_program
+
+    checkpoint = save(tmp_path / "checkpoint", "gemma", vocab_size=200)  # no other matrix of the table's size
+    (tmp_path / "store").mkdir()
+    model, _, _, programs, weights = programs_by_layer(checkpoint, tmp_path / "store", PREFILL, CTX, None, print)
+    assert model.config.tie_word_embeddings
+    vocab, hidden = model.config.vocab_size, model.config.hidden_size
+    prompts, quiet = [[5, 9, 2, 6, 5, 3, 5, 8, 9, 7], [3, 2, 3, 8]], lambda line: None
+    wide = quantize_by_layer(programs, weights, "16a8w", prompts, 6, quiet)
+    narrow = quantize_by_layer(programs, weights, "16a8w", prompts, 6, quiet, narrow=True)
+    narrowing = CodesInTheirWidth()
+    for module in narrow:
+        read = [getattr(module, str(n.target)) for n in module.graph.nodes if n.op == "get_attr"]
+        assert [tuple(t.shape) for t in read if t.numel() == vocab * hidden] == [(hidden, vocab)]
+        memory = {t.untyped_storage().data_ptr() for t in module.state_dict().values()}
+        rewritten = narrowing(module)
+        copied = [n for n, t in rewritten.state_dict().items() if t.untyped_storage().data_ptr() not in memory]
+        assert not copied, copied
+    text = [7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9, 0, 4, 5]
+    scores = [RunnerLoop(programs.shape, *(eager_step(m) for m in converted)).score(text) for converted in (narrow, wide)]
+    assert torch.equal(*scores)
+    (got, got_bytes, _), (want, want_bytes, _) = (  # lowered: the columns gathered by ExecuTorch's kernels
+        host_program(programs, converted, False, tmp_path / f"{name}.ptd") for name, converted in [("narrow", narrow), ("wide", wide)]
+    )
+    assert torch.equal(got, want) and got_bytes <= want_bytes, (got_bytes, want_bytes)
+
+
 def whole_float(programs, text: list[int]) -> torch.Tensor:
     return RunnerLoop(programs.shape, eager_step(programs.prefill.module), eager_step(programs.decode.module)).score(text)
 
