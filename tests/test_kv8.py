@@ -73,13 +73,16 @@ def test_an_8bit_kv_export_says_so_to_the_runner_and_generates_from_copied_codes
     from qnn_custom_ops.library import host_step, llm_binding, package_dir
     from qnn_custom_ops.library.checkpoint import METHODS, LlmManifest, export_checkpoint, load_export
     from qnn_custom_ops.runtime import HostRunner
+    from torch.fx import graph_module
 
     from .test_llm_runner import program_of, save_checkpoint
 
     checkpoint = shared_build("llm-checkpoint", save_checkpoint)
     out = Path(tmp_path_factory.mktemp("kv8")) / "out"
+    sources = dict(graph_module._loader.eval_cache)
     export_checkpoint(checkpoint, out, prefill_len=8, ctx_len=64, quant="16a8w",
                       calibration=["The host runtime runs the program.", "A kernel for the HTP"], kv_bits=8)
+    assert graph_module._loader.eval_cache == sources  # torch.fx's generated sources let go (generated_code)
     assert program_of(out).load_method("get_kv_io_bit_width").execute([])[0] == 8
     manifest = LlmManifest.read(out)
     prefill, decode = (manifest.encodings[m] for m in METHODS)

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from ..atomic_files import Contents
+from ..generated_code import generated_sources_dropped
 from ..progress import silent
 from .checkpoint_reading import (
     LlmCheckpointError,
@@ -449,6 +450,7 @@ def _folded_weights_fit(programs: LlmPrograms, progress: Progress, budget: Memor
     return fold_fits(4 * matrices, budget, progress)
 
 
+@generated_sources_dropped()  # a few hundred recompiles' sources: 10 % of a 3B program of codes
 def export_checkpoint(
     checkpoint: Path,
     out_dir: Path,
