@@ -246,8 +246,8 @@ def stored_codes(codes: torch.Tensor, dequantizes: Sequence[torch.fx.Node]) -> S
 def _read_transposed(dequantizes: Sequence[torch.fx.Node]) -> bool:
     """Whether codes read by ``dequantizes`` are stored transposed: a linear layer's, read by its
     ``matmul`` as they are, and a tied table's besides, whose gathers then pick columns
-    (``_gather_codes``). Stored so as the table is converted, the table is never held twice: made
-    transposed when lowered, it was (a 3B model's tied table: 0.37 GiB of int8 codes again)."""
+    (``_gather_codes``). Stored so as it is converted, a tied table is held once; transposed when
+    lowered, it was held twice (a 3B model's: 0.37 GiB of int8 codes again)."""
     return any(map(_read_by_a_linear, dequantizes)) and all(
         _read_by_a_linear(d) or _gathered_per_row(d) for d in dequantizes
     )
