@@ -140,12 +140,7 @@ class CodesInTheirWidth:
                 reals = module.graph.call_function(_DEQUANTIZE_PER_TENSOR, (rows, *encoding))
             else:
                 reals = _gather_rows_per_channel(
-                    module.graph,
-                    transposed or codes,
-                    transposed is not None,
-                    embedding.args[1],
-                    encoding,
-                    list(embedding.meta["val"].shape),
+                    module.graph, codes, embedding.args[1], encoding, list(embedding.meta["val"].shape)
                 )
         embedding.replace_all_uses_with(reals)
         module.graph.erase_node(embedding)
@@ -405,17 +400,19 @@ def _shape_of(module: torch.fx.GraphModule, codes: torch.fx.Node) -> tuple[int, 
 
 
 def _gather_rows_per_channel(
-    graph: torch.fx.Graph, codes: torch.fx.Node, transposed: bool, ids: Any, encoding: list, shape: list[int]
+    graph: torch.fx.Graph, codes: torch.fx.Node, ids: Any, encoding: list, shape: list[int]
 ) -> torch.fx.Node:
     """The rows ``ids`` picks of a table quantized per row, dequantized with their own rows'
     scales and zero points: the ids flattened so the rows are axis 0 of a matrix, as the
     per-channel dequantize reads them, and the result given the gather's ``shape``. A table
-    stored ``transposed`` has its columns picked, and only they transposed back."""
+    stored transposed (``codes`` reads it back: ``read_as_stored``) has its columns picked, and
+    only they transposed back."""
     scales, zero_points, axis, low, high, dtype = encoding
     aten = torch.ops.aten
     flat = graph.call_function(aten.reshape.default, (ids, [-1]))
-    if transposed:
-        columns = graph.call_function(aten.index_select.default, (codes, 1, flat))
+    stored = _stored_transposed(codes)
+    if stored is not None:
+        columns = graph.call_function(aten.index_select.default, (stored, 1, flat))
         rows = graph.call_function(aten.permute.default, (columns, [1, 0]))
     else:
         rows = graph.call_function(aten.index_select.default, (codes, 0, flat))
