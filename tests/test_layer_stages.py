@@ -331,6 +331,7 @@ print(json.dumps([status("VmHWM") - before, read.nbytes]))
 """
 
 
+@pytest.mark.slow  # a child process that imports torch (seconds): out of the fast tier
 def test_a_stored_weight_read_back_holds_its_float32_copy_and_a_chunk_of_its_file_not_the_file(tmp_path):
     """``OffloadedWeights.read``: the weight's file is mapped a chunk at a time, so a weight read
     back costs its float32 bytes and one chunk of its file's pages, not its file besides (a 3B
