@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import math
+import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -129,13 +131,65 @@ def lazy_zeros(shape: torch.Size | tuple[int, ...], dtype: torch.dtype) -> torch
     return torch.from_numpy(np.zeros(nbytes, dtype=np.uint8)).view(dtype).reshape(shape)
 
 
-def _exact_in_bfloat16(data: torch.Tensor, narrow: torch.Tensor) -> bool:
-    """Whether ``narrow`` (``data`` in bfloat16) holds ``data`` exactly, compared a chunk of rows at a
-    time: a float32 copy of an 8B model's embedding is 2.1 GB, reading's peak when made whole."""
+def _row_chunks(shape: torch.Size | tuple[int, ...]) -> int:
+    """The rows of a weight of ``shape`` handled at once, ``_READ_ELEMENTS`` or one row: a weight is
+    never copied whole (an 8B model's embedding is 2.1 GB in float32, 1.05 in bfloat16)."""
+    return max(1, _READ_ELEMENTS // max(1, math.prod(shape[1:])))
+
+
+def _exact_in_bfloat16(data: torch.Tensor) -> bool:
+    """Whether bfloat16 holds ``data`` exactly, compared a chunk of rows at a time."""
     if data.dim() == 0:
-        return torch.equal(narrow.float(), data)
-    rows = max(1, (1 << 24) // max(1, data[0].numel()))
-    return all(torch.equal(n.float(), d) for n, d in zip(narrow.split(rows), data.split(rows)))
+        return torch.equal(data.to(torch.bfloat16).float(), data)
+    return all(torch.equal(d.to(torch.bfloat16).float(), d) for d in data.split(_row_chunks(data.shape)))
+
+
+def _read_float32(path: Path, key: str, shape: torch.Size | tuple[int, ...], rows: slice | None = None) -> torch.Tensor:
+    """The tensor ``key`` of the safetensors file ``path`` (of ``shape``), float32; only ``rows`` of
+    it, if given. Read a chunk of rows at a time, the file mapped anew for each: the pages of a
+    mapped file stay resident while it is mapped, and a tensor read whole held its file, or its
+    own copy in the file's width, beside its float32 copy (a 3B model's tied table: 0.73 GiB more)."""
+    from safetensors import safe_open
+
+    if not shape:
+        with safe_open(str(path), framework="pt") as stored:
+            return stored.get_tensor(key).float()
+    start, stop, _ = (rows or slice(None)).indices(shape[0])
+    tensor = torch.empty((stop - start, *shape[1:]), dtype=torch.float32)
+    for first in range(start, stop, _row_chunks(shape)):
+        last = min(stop, first + _row_chunks(shape))
+        with safe_open(str(path), framework="pt") as stored:
+            tensor[first - start : last - start] = stored.get_slice(key)[first:last]
+    return tensor
+
+
+#: safetensors' names of the dtypes a store keeps.
+_SAFETENSORS_DTYPES = {torch.bfloat16: "BF16", torch.float32: "F32"}
+
+
+def _write_safetensors(path: Path, tensors: dict[str, tuple[torch.Tensor, torch.dtype]]) -> None:
+    """A safetensors file of ``tensors`` (name: (tensor, dtype stored)), each converted and written a
+    chunk of rows at a time: ``safetensors.torch.save_file`` takes whole tensors, so storing a
+    float32 weight as bfloat16 held both (a 3B model's tied table: 2.2 GiB for 1.5, reading's peak).
+    The format: an 8-byte little-endian header length, the JSON header (padded with spaces to 8
+    bytes), then each tensor's bytes, row-major, at its ``data_offsets``."""
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, (tensor, dtype) in tensors.items():
+        size = tensor.numel() * dtype.itemsize
+        header[name] = {
+            "dtype": _SAFETENSORS_DTYPES[dtype],
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + size],
+        }
+        offset += size
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    with open(path, "wb") as file:
+        file.write(struct.pack("<Q", len(encoded)) + encoded)
+        for tensor, dtype in tensors.values():
+            for chunk in tensor.reshape(-1, *tensor.shape[1:]).split(_row_chunks(tensor.shape)):
+                file.write(chunk.to(dtype).contiguous().reshape(-1).view(torch.uint8).numpy().data)
 
 
 @dataclass
@@ -151,18 +205,15 @@ class OffloadedWeights:
 
     def offload(self, parameters: list[torch.nn.Parameter]) -> None:
         """Write ``parameters`` to one file and leave them unallocated (each once, however often given)."""
-        from safetensors.torch import save_file
-
         path = self.directory / f"{len({p for p, _, _ in self._keys.values()})}.safetensors"
         unique = {id(p): p for p in parameters if id(p) not in self._keys}
         tensors = {}
         for key, parameter in unique.items():
-            data = parameter.detach()
-            narrow = data.to(torch.bfloat16)
-            tensors[f"w{key}"] = narrow if _exact_in_bfloat16(data, narrow) else data.contiguous()
+            data = parameter.detach().contiguous()
+            tensors[f"w{key}"] = (data, torch.bfloat16 if _exact_in_bfloat16(data) else torch.float32)
         try:
-            save_file(tensors, path)
-        except Exception as exc:  # safetensors raises its own error for a full disk, OSError for the rest
+            _write_safetensors(path, tensors)
+        except OSError as exc:  # a full disk, a directory gone
             raise LlmCheckpointError(
                 f"{self.directory}: cannot keep the weights read a layer at a time ({first_line(exc)}); "
                 "free space on that disk, or give -o a directory on another (they need about the checkpoint's size)"
@@ -182,31 +233,17 @@ class OffloadedWeights:
         return id(item) in self._keys if isinstance(item, torch.nn.Parameter) else item in self._names
 
     def read(self, name: str, rows: slice | None = None) -> torch.Tensor:
-        """The weight ``name`` (as ``bind`` named it), float32; only ``rows`` of it, if given. Read
-        ``_READ_ELEMENTS`` at a time, the file mapped anew for each: the pages of a mapped file stay
-        resident while it is mapped, and a weight read whole held its file beside its float32 copy
-        (a 3B model's tied table: 0.86 GiB more at the head's calibration, that export's peak)."""
-        from safetensors import safe_open
-
+        """The weight ``name`` (as ``bind`` named it), float32; only ``rows`` of it, if given
+        (``_read_float32``: a chunk of its file mapped at a time)."""
         path, key, shape = self._names[name]
-        if not shape:
-            with safe_open(str(path), framework="pt") as stored:
-                return stored.get_tensor(key).float()
-        start, stop, _ = (rows or slice(None)).indices(shape[0])
-        weight = torch.empty((stop - start, *shape[1:]), dtype=torch.float32)
-        step = max(1, _READ_ELEMENTS // max(1, math.prod(shape[1:])))
-        for first in range(start, stop, step):
-            last = min(stop, first + step)
-            with safe_open(str(path), framework="pt") as stored:
-                weight[first - start : last - start] = stored.get_slice(key)[first:last]
-        return weight
+        return _read_float32(path, key, shape, rows)
 
     def placeholder(self, name: str) -> torch.Tensor:
         """An unallocated stand-in of the weight ``name``, to give a read weight's memory back."""
         return lazy_zeros(self._names[name][2], torch.float32)
 
 
-#: The elements of a stored weight ``OffloadedWeights.read`` maps at once: 32 MB of bfloat16.
+#: The elements of a weight read, converted or written at once: 32 MB of bfloat16.
 _READ_ELEMENTS = 1 << 24
 
 #: glibc's ``mallopt`` parameter of the size from which a block is mapped on its own.
@@ -296,10 +333,10 @@ class _CheckpointTensors:
             raise _missing(self.directory, "missing_keys", absent)
         for name, parameter in wanted:
             with safe_open(str(self.files[name]), framework="pt") as stored:
-                tensor = stored.get_tensor(name)
-            if tuple(tensor.shape) != tuple(parameter.shape):
+                shape = tuple(stored.get_slice(name).get_shape())
+            if shape != tuple(parameter.shape):
                 raise _missing(self.directory, "mismatched_keys", [name])
-            parameter.data = tensor.float()
+            parameter.data = _read_float32(self.files[name], name, shape)
             _check_finite(self.directory, name, parameter.data)
 
 
