@@ -311,7 +311,7 @@ STORE_PEAK = """
 import json, sys
 from pathlib import Path
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from qnn_custom_ops.library import checkpoint_reading
 from qnn_custom_ops.library.checkpoint_reading import OffloadedWeights, _CheckpointTensors, lazy_zeros
 
@@ -337,7 +337,7 @@ float_bytes = holder.w.nbytes
 stored, _ = grew(lambda: weights.offload([holder.w]))
 weights.bind(holder)
 read_back, weight = grew(lambda: weights.read("w"))
-assert weight.dtype == torch.float32 and weight.shape == (4096, 8192)
+assert weight.dtype == torch.float32 and torch.equal(weight, load_file(checkpoint / "model.safetensors")["w"].float())
 print(json.dumps({"read": read, "stored": stored, "read back": read_back, "float32": float_bytes}))
 """
 
@@ -347,7 +347,8 @@ def test_a_weight_read_stored_and_read_back_holds_its_float32_copy_and_a_chunk_n
     """A checkpoint's bfloat16 weight read in float32 (``_CheckpointTensors.fill``), stored as
     bfloat16 (``OffloadedWeights.offload``) and read back (``read``) costs its float32 bytes and
     a chunk: never its file's pages, nor a whole copy in the file's width, beside them (a 3B model's
-    tied table: 0.73 GiB more at each, the export's peak when read, then when read back)."""
+    tied table: 0.73 GiB more at each; reading it was that export's peak), and reads back the
+    checkpoint's values."""
     out = subprocess.run([sys.executable, "-c", STORE_PEAK, str(tmp_path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     grew = json.loads(out.stdout.strip().splitlines()[-1])

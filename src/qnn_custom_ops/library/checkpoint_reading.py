@@ -172,8 +172,9 @@ def _read_float32(path: Path, key: str, shape: torch.Size | tuple[int, ...], row
             return stored.get_tensor(key).float()
     start, stop, _ = (rows or slice(None)).indices(shape[0])
     tensor = torch.empty((stop - start, *shape[1:]), dtype=torch.float32)
-    for first in range(start, stop, _row_chunks(shape)):
-        last = min(stop, first + _row_chunks(shape))
+    step = _row_chunks(shape)
+    for first in range(start, stop, step):
+        last = min(stop, first + step)
         with safe_open(str(path), framework="pt") as stored:
             tensor[first - start : last - start] = stored.get_slice(key)[first:last]
     return tensor
