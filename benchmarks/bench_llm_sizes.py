@@ -27,6 +27,12 @@ a quantized host program keeps float32 weights when they fit (``FoldQuantizedWei
 their codes (``llm export`` says which). Each run's log, with its memory timeline, is
 ``export-SIZE-QUANT.log`` in the cache directory.
 
+``--target qnn`` (with ``--soc``, ``--shards``) lowers to QNN instead: ``llm export`` compiles
+each context with the QNN SDK that ``QNN_SDK_ROOT`` names (its HTP backend on x86, as ``make
+.venv/.qairt`` installs it), and the program's weights are in its ``.pte``; its logs and exports
+are named ``...-qnn``. ``llm generate`` on it runs on the x86 HTP simulator (slow: pass
+``--generate-tokens 0`` for a size).
+
 Then ``llm generate`` runs on each export the same way (``--generate-tokens`` new tokens, 8 by
 default; 0 skips it): its peak resident memory, as a multiple of the program's bytes (``.pte`` +
 ``.ptd``), is what running the program costs (issue 42: at most 1.3x). ``--max-memory GB`` is
@@ -38,7 +44,7 @@ line says how much of it was anonymous memory and how much mapped files (``RssAn
 ``RssFile``: a ``.ptd`` the runtime maps is the second).
 
     .venv/bin/python benchmarks/bench_llm_sizes.py [--sizes 0.5b,1b] [--quant none,16a4w] [--layers 2]
-        [--max-memory 8] [--generate-tokens 8] [--reuse]
+        [--max-memory 8] [--generate-tokens 8] [--reuse] [--target qnn [--soc SM8650] [--shards N]]
 """
 
 from __future__ import annotations
@@ -267,6 +273,13 @@ def budget_flags(max_memory: float | None) -> list[str]:
     return [] if max_memory is None else ["--max-memory", f"{max_memory:g}"]
 
 
+def target_flags(args: argparse.Namespace) -> list[str]:
+    """``--target qnn --soc SOC [--shards N]`` when the bench lowers to QNN; nothing for the host."""
+    if args.target == "host":
+        return []
+    return ["--target", "qnn", "--soc", args.soc, *(["--shards", str(args.shards)] if args.shards else [])]
+
+
 def ensure_checkpoint(size: str, layers: int | None, dtype: str, limit: int) -> Path:
     """The cached checkpoint of ``size`` (with ``layers`` layers), made first when missing."""
     name = f"{size}-L{layers}" if layers else size
@@ -299,7 +312,7 @@ def export_run(checkpoint: Path, out: Path, quant: str, args: argparse.Namespace
     """``llm export`` of ``checkpoint`` at ``quant`` into ``out``, measured."""
     command = [sys.executable, "-m", "qnn_custom_ops", "llm", "export", str(checkpoint), "-o", str(out)]
     options = ["--prefill", str(args.prefill), "--ctx", str(args.ctx), "--quant", quant, "--progress"]
-    return run_child([*command, *options, *budget_flags(args.max_memory)], limit, log)
+    return run_child([*command, *options, *target_flags(args), *budget_flags(args.max_memory)], limit, log)
 
 
 def generate_run(out: Path, args: argparse.Namespace, limit: int, log: Path) -> dict:
@@ -317,6 +330,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, help="layers of the checkpoint (default: the size's own)")
     parser.add_argument("--prefill", type=int, default=32)
     parser.add_argument("--ctx", type=int, default=128)
+    parser.add_argument("--target", choices=("host", "qnn"), default="host", help="llm export's --target")
+    parser.add_argument("--soc", default="SM8650", help="--target qnn: the SoC QNN compiles for")
+    parser.add_argument("--shards", type=int, help="--target qnn: llm export's --shards (default: its own)")
     parser.add_argument("--limit-gb", type=float, default=20.0, help="kill a run past this resident memory")
     parser.add_argument("--max-memory", type=float, metavar="GB", help="llm export's and generate's --max-memory")
     parser.add_argument("--generate-tokens", type=int, default=8, help="llm generate's new tokens (0: no generate)")
@@ -336,8 +352,9 @@ def main() -> None:
         name = checkpoint.name.removeprefix("llama-").removesuffix(f"-{args.dtype}")
         weights = parameters(size, args.layers) * 4
         for quant in args.quant.split(","):
-            out = CACHE / f"export-{name}-{quant}"
-            log = CACHE / f"export-{name}-{quant}.log"
+            run_name = f"{name}-{quant}" + ("-qnn" if args.target == "qnn" else "")
+            out = CACHE / f"export-{run_name}"
+            log = CACHE / f"export-{run_name}.log"
             if args.reuse and (out / "manifest.json").is_file():
                 run, stages = None, {}
                 print(f"{name} {quant}: export reused from {out}", flush=True)
@@ -356,7 +373,7 @@ def main() -> None:
             size_bytes = program_bytes(out)
             generated = None
             if size_bytes is not None and args.generate_tokens > 0:
-                generate_log = CACHE / f"generate-{name}-{quant}.log"
+                generate_log = CACHE / f"generate-{run_name}.log"
                 generated = generate_run(out, args, limit, generate_log)
                 print(
                     f"{name} {quant} generate: {verdict(generated, generate_log)}; {generated['seconds']:.0f} s; "

@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from executorch.backends.qualcomm.qnn_preprocess import QnnBackend
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
 from executorch.exir import to_edge_transform_and_lower
@@ -14,7 +15,12 @@ from executorch.exir._serialize._named_data_store import NamedDataStore
 from executorch.exir.backend.canonical_partitioners import duplicate_constant_node_pass
 
 from qnn_custom_ops.atomic_files import write_atomic
-from qnn_custom_ops.lowering.weight_sharing import TensorBackedData, share_equal_constants, weights_held_once
+from qnn_custom_ops.lowering.weight_sharing import (
+    TensorBackedData,
+    partitions_share_weights,
+    share_equal_constants,
+    weights_held_once,
+)
 
 
 class TiedLm(torch.nn.Module):
@@ -71,6 +77,26 @@ def test_executorch_is_itself_again_after_weights_held_once():
     assert "copy_exported_program_for_preprocess" not in XnnpackBackend.__dict__
     assert XnnpackBackend.copy_exported_program_for_preprocess == originals[1]
     assert duplicate_constant_node_pass.copy is copy
+
+
+@pytest.mark.parametrize("backend", [QnnBackend, XnnpackBackend], ids=lambda b: b.__name__)
+def test_a_partition_copied_for_its_backend_holds_the_programs_own_weights_and_nothing_else_changes(backend):
+    """ExecuTorch copies every partition of every method before the backend compiles the first:
+    at Llama-3.1-8B's widths on QNN, 4 GB for two layers. Within ``partitions_share_weights``
+    the copy's graph is its own and its weights are the program's; outside, a copy as before."""
+    program = torch.export.export(TiedLm().eval(), (torch.zeros(1, 4, dtype=torch.long),))
+    weights = {name: t.data_ptr() for name, t in program.state_dict.items()}
+    seen: list[torch.Tensor] = []
+    with pytest.raises(RuntimeError, match="inside"):
+        with partitions_share_weights(backend, seen.extend):
+            shared = backend.copy_exported_program_for_preprocess(program, [])
+            raise RuntimeError("inside")
+    assert {name: t.data_ptr() for name, t in shared.state_dict.items()} == weights
+    assert shared.graph_module is not program.graph_module and shared.state_dict is not program.state_dict
+    assert {t.data_ptr() for t in seen} == set(weights.values())
+    assert "copy_exported_program_for_preprocess" not in backend.__dict__ and duplicate_constant_node_pass.copy is copy
+    copied = backend.copy_exported_program_for_preprocess(program, [])
+    assert not {t.data_ptr() for t in copied.state_dict.values()} & set(weights.values())
 
 
 def test_a_program_written_piece_by_piece_is_whole_or_not_there(tmp_path):

@@ -12,6 +12,7 @@ from typing import Any, BinaryIO
 import torch
 from executorch.backends.qualcomm._passes import BuildQuantIo, TagQuantIO
 from executorch.backends.qualcomm._passes.qnn_pass_manager import get_qnn_pass_manager_cls
+from executorch.backends.qualcomm.qnn_preprocess import QnnBackend
 from executorch.backends.qualcomm.serialization.qc_schema import QnnExecuTorchBackendType
 from executorch.backends.qualcomm.utils.constants import QCOM_PASS_ACTIVATE_KEY, QCOM_PASS_ARGS_KWARGS_DEFAULTS_KEY
 from executorch.backends.qualcomm.utils.utils import qnn_edge_config
@@ -48,7 +49,7 @@ from .shards import (
     shards_within,
     weight_bytes_per_layer,
 )
-from .weight_sharing import share_equal_constants, weights_held_once
+from .weight_sharing import partitions_share_weights, share_equal_constants, weights_held_once
 
 TARGETS = ("host", "qnn")
 EMULATIONS = ("quantized", "float")
@@ -168,10 +169,10 @@ def _lower_qnn(
 ) -> Any:
     """QNN's own export and edge passes, our partitioner (cutting its partitions into ``shards``
     of layers), and our visitors for the bound ops while QNN builds its graph (executorch's own
-    visitor is back afterwards)."""
+    visitor is back afterwards); the partitions QNN compiles share the program's weights."""
     pass_manager = get_qnn_pass_manager_cls(QnnExecuTorchBackendType.kHtpBackend)()
     ready = {name: pass_manager.transform_for_export_pipeline(program) for name, program in exported.items()}
-    with bound_visitors(binding):
+    with bound_visitors(binding), partitions_share_weights(QnnBackend):
         return to_edge_transform_and_lower(
             ready,
             transform_passes={name: qnn_edge_passes(pass_manager, p, io[name]) for name, p in ready.items()},

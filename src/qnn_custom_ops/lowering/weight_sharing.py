@@ -1,4 +1,5 @@
-"""Each weight held once in memory while ExecuTorch delegates a program's methods to XNNPACK.
+"""Each weight held once in memory while ExecuTorch delegates a program's methods to XNNPACK
+(``weights_held_once``) or to QNN (``partitions_share_weights``).
 
 Left to itself, ExecuTorch holds a delegated model's weights four times over: it copies each
 partition whole before its backend preprocesses it (``copy_exported_program_for_preprocess``:
@@ -15,7 +16,9 @@ to one lowering:
   being lowered is kept as a view of that weight (``TensorBackedData``), not as the bytes: the
   backend's own bytes are dropped at once, and the ``.pte`` is written from the weight.
 
-The ``.pte`` is byte for byte what ExecuTorch writes without them. A program lowered with
+The ``.pte`` is byte for byte what ExecuTorch writes without them. QNN's lowering takes the
+first change alone (``partitions_share_weights(QnnBackend)``): ExecuTorch copies every partition
+of every method before QNN compiles the first (at Llama-3.1-8B's widths, 4 GB for two layers). A program lowered with
 ``external_weights=True`` writes its data file from the same views: the named data XNNPACK adds
 under a tag goes through the same ``add_named_data``, and ExecuTorch's merge of the emitter's
 constants with it (``serialize_for_executorch``) moves references, never bytes.
@@ -27,7 +30,7 @@ import contextlib
 import copy
 import hashlib
 import io
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -107,33 +110,48 @@ class _CopySharingTensors:
 
 
 @contextlib.contextmanager
-def weights_held_once() -> Iterator[None]:
-    """Within the block, XNNPACK's preprocess copies no weight tensor and the named-data store
-    keeps weights as views of the program's own; ExecuTorch's behaviour is back afterwards."""
-    weights = _Weights()
-    add_named_data = NamedDataStore.add_named_data
-    own_copy = XnnpackBackend.__dict__.get("copy_exported_program_for_preprocess")  # None: inherited
+def partitions_share_weights(
+    backend: type, seen: Callable[[list[torch.Tensor]], None] = lambda tensors: None
+) -> Iterator[None]:
+    """Within the block, the copy ExecuTorch makes of each partition before ``backend``
+    preprocesses it, and of a constant two partitions use, share the weight tensors (XNNPACK's
+    and QNN's passes rebind constants, never write into them); ``seen`` is given each copied
+    partition's weights. ExecuTorch's behaviour is back afterwards."""
+    own_copy = backend.__dict__.get("copy_exported_program_for_preprocess")  # None: inherited
 
     def copy_sharing_weights(cls: type, program: torch.export.ExportedProgram, compile_specs: list) -> Any:
         tensors = [*program.state_dict.values(), *program.constants.values()]
-        weights.add(tensors)
+        seen(tensors)
         return copy.deepcopy(program, {id(t): t for t in tensors})
 
-    def add_as_view(self: NamedDataStore, key: str, data: Any, *args: Any, **kwargs: Any) -> None:
-        add_named_data(self, key, weights.blob_for(data), *args, **kwargs)
-
-    XnnpackBackend.copy_exported_program_for_preprocess = classmethod(copy_sharing_weights)
-    NamedDataStore.add_named_data = add_as_view
+    backend.copy_exported_program_for_preprocess = classmethod(copy_sharing_weights)  # type: ignore[attr-defined]
     duplicate_constant_node_pass.copy = _CopySharingTensors
     try:
         yield
     finally:
         duplicate_constant_node_pass.copy = copy
-        NamedDataStore.add_named_data = add_named_data
         if own_copy is None:
-            del XnnpackBackend.copy_exported_program_for_preprocess
+            del backend.copy_exported_program_for_preprocess  # type: ignore[attr-defined]
         else:
-            XnnpackBackend.copy_exported_program_for_preprocess = own_copy
+            backend.copy_exported_program_for_preprocess = own_copy  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def weights_held_once() -> Iterator[None]:
+    """Within the block, XNNPACK's preprocess copies no weight tensor and the named-data store
+    keeps weights as views of the program's own; ExecuTorch's behaviour is back afterwards."""
+    weights = _Weights()
+    add_named_data = NamedDataStore.add_named_data
+
+    def add_as_view(self: NamedDataStore, key: str, data: Any, *args: Any, **kwargs: Any) -> None:
+        add_named_data(self, key, weights.blob_for(data), *args, **kwargs)
+
+    NamedDataStore.add_named_data = add_as_view
+    try:
+        with partitions_share_weights(XnnpackBackend, weights.add):
+            yield
+    finally:
+        NamedDataStore.add_named_data = add_named_data
 
 
 class EqualTensors:
