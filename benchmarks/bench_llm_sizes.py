@@ -28,10 +28,10 @@ their codes (``llm export`` says which). Each run's log, with its memory timelin
 ``export-SIZE-QUANT.log`` in the cache directory.
 
 ``--target qnn`` (with ``--soc``, ``--shards``) lowers to QNN instead: ``llm export`` compiles
-each context with the QNN SDK that ``QNN_SDK_ROOT`` names (its HTP backend on x86, as ``make
-.venv/.qairt`` installs it), and the program's weights are in its ``.pte``; its logs and exports
-are named ``...-qnn``. ``llm generate`` on it runs on the x86 HTP simulator (slow: pass
-``--generate-tokens 0`` for a size).
+each context with QAIRT's x86 HTP backend (``make .venv/.qairt``; no ``QNN_SDK_ROOT`` needed),
+and the program's weights are in its ``.pte``; its logs and exports are named ``...-qnn``.
+``llm generate`` on it runs on the x86 HTP simulator (slow: pass ``--generate-tokens 0`` for a
+size).
 
 Then ``llm generate`` runs on each export the same way (``--generate-tokens`` new tokens, 8 by
 default; 0 skips it): its peak resident memory, as a multiple of the program's bytes (``.pte`` +
