@@ -136,6 +136,17 @@ def test_parameters_reach_the_kernel_as_trailing_inputs_with_defaults_for_those_
             assert sum((k.inputs, k.params) == arity for k in made.kernels) <= MAX_SIGNATURES
 
 
+#: Loads a library, closes it, and says whether it is still mapped in this process.
+_UNLOADED = """
+import ctypes, sys
+handle = ctypes.CDLL(sys.argv[1])._handle
+print("loaded")
+assert ctypes.CDLL(None).dlclose(ctypes.c_void_p(handle)) == 0
+print("unloaded")
+print("still-mapped" if sys.argv[1] in open("/proc/self/maps").read() else "unmapped")
+"""
+
+
 @pytest.mark.slow
 def test_generate_api_qhpi_writes_a_package_whose_makefile_builds_for_x86_and_hexagon(tmp_path):
     package = _package(OP_PACKAGES / "ExampleOpPackage")
@@ -155,6 +166,10 @@ def test_generate_api_qhpi_writes_a_package_whose_makefile_builds_for_x86_and_he
     assert "[libQnnHtp.so]" in needed  # how the qhpi_* functions are found in a host's RTLD_LOCAL backend
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True).stdout
     assert {"ExampleOpPackageInterfaceProvider", "qhpi_init"} <= {line.split()[-1] for line in symbols.splitlines()}
+    # unloaded, it stays: the backend keeps pointers into what it registered past the backend's end
+    stays = subprocess.run([sys.executable, "-c", _UNLOADED, str(library)], capture_output=True, text=True,
+                           env={**os.environ, "LD_LIBRARY_PATH": str(backend.parent)})
+    assert stays.stdout.split() == ["loaded", "unloaded", "still-mapped"], stays.stderr
     # ExecuTorch's compile spec takes it: the x86 build registers as CPU, the Hexagon one as HTP
     binding = qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3})
     infos = op_package_options(binding, makefile_builds(root, "ExampleOpPackage", 75, api="qhpi")).op_package_infos

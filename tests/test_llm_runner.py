@@ -81,8 +81,9 @@ def export(checkpoint: Path, name: str, *options: str) -> Path:
     def run(root: Path) -> None:
         said = io.StringIO()
         with contextlib.redirect_stderr(said):
-            assert main(["llm", "export", str(checkpoint), "-o", str(root / "out"), "--prefill", str(PREFILL),
-                         "--ctx", str(CTX), "--progress", *options]) == 0
+            status = main(["llm", "export", str(checkpoint), "-o", str(root / "out"), "--prefill", str(PREFILL),
+                           "--ctx", str(CTX), "--progress", *options])
+        assert status == 0, f"llm export {' '.join(options)} exited {status}:\n{said.getvalue()}"
         (root / "progress.txt").write_text(said.getvalue())
 
     return shared_build(name, run) / "out"

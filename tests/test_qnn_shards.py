@@ -4,8 +4,6 @@ graph limit; the runner's contract unchanged (the same methods, inputs and outpu
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
@@ -28,7 +26,7 @@ from .conftest import shared_build
 
 transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 
-from .test_llm_runner import save_checkpoint  # noqa: E402  (after the dev extra)
+from .test_llm_runner import export, save_checkpoint  # noqa: E402  (after the dev extra)
 
 MB = 10**6
 
@@ -147,33 +145,24 @@ def test_a_two_shard_qnn_export_has_two_contexts_per_method_and_generates_the_ho
     text = tmp_path_factory.mktemp("calibration") / "prompts.txt"
     text.write_text("The host runtime runs the program.\nqnn-custom-ops llm export\nA kernel for the HTP\n")
 
-    def export(name: str, *options: str) -> Path:
-        def run(root: Path) -> None:
-            said = io.StringIO()
-            with contextlib.redirect_stderr(said):
-                assert main(["llm", "export", str(checkpoint), "-o", str(root / "out"), "--prefill", "8", "--ctx",
-                             "64", "--quant", "16a8w", "--calibration", str(text), "--progress", *options]) == 0
-            (root / "progress.txt").write_text(said.getvalue())
-
-        return shared_build(name, run)
-
-    host = export("llm-export-2-layers-16a8w") / "out"
-    sharded = export("llm-export-2-layers-16a8w-qnn-2-shards", "--target", "qnn", "--soc", "SM8650",
-                     "--shards", "2")
-    pte = (sharded / "out" / "model.pte").read_bytes()
+    quantized = ("--quant", "16a8w", "--calibration", str(text))
+    host = export(checkpoint, "llm-export-2-layers-16a8w", *quantized)
+    sharded = export(checkpoint, "llm-export-2-layers-16a8w-qnn-2-shards", *quantized, "--target", "qnn", "--soc",
+                     "SM8650", "--shards", "2")
+    pte = (sharded / "model.pte").read_bytes()
     delegates = _delegates(pte)
     assert delegates["prefill_forward"] == delegates["kv_forward"] == ["QnnBackend", "QnnBackend"]
     host_pte = (host / "model.pte").read_bytes()
     for method in ("prefill_forward", "kv_forward"):  # the runner's contract: the same inputs and outputs
         assert [tuple(s.shape) for s in method_specs(pte, method)[0]] == [
             tuple(s.shape) for s in method_specs(host_pte, method)[0]]
-    assert LlmManifest.read(sharded / "out").encodings == LlmManifest.read(host).encodings
+    assert LlmManifest.read(sharded).encodings == LlmManifest.read(host).encodings
 
     prompt = "A kernel for the HTP runs the program"  # longer than one prefill chunk
     want = generate_text(load_export(host), prompt, 12)
     monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
     capfd.readouterr()
-    assert main(["llm", "generate", str(sharded / "out"), "--prompt", prompt, "--max-new-tokens", "12",
+    assert main(["llm", "generate", str(sharded), "--prompt", prompt, "--max-new-tokens", "12",
                  "--json"]) == 0
     got = json.loads(capfd.readouterr().out)
     assert got["ids"] == want.tokens
