@@ -285,10 +285,10 @@ class _MmapThreshold:
     back. glibc raises its threshold each time such a block is freed, after which a layer's tensors
     come from its heap and stay there once freed: reading a model a layer at a time grew by about
     a layer's float32 bytes per layer (measured: 15 MB a layer of a 50 M-parameter model; 1.4 MB
-    with the threshold fixed). After, freed blocks stay mapped again: QAIRT's graph preparation
-    (a QNN lowering's compile) reads memory freed before it, and with freed blocks unmapped at
-    once it crashed (SIGSEGV in ``GraphPrepare::prepare``, on either route under
-    ``MALLOC_MMAP_THRESHOLD_=4096``). glibc has no getter, so nested blocks are counted."""
+    with the threshold fixed). After, freed blocks stay mapped again, as a QNN lowering's compile
+    was measured with: QAIRT's graph preparation crashed now and then, more often with freed
+    blocks unmapped at once, until the QHPI package it read was no longer unloaded under it
+    (``-z nodelete``, its Makefile). glibc has no getter, so nested blocks are counted."""
 
     def __init__(self) -> None:
         self._depth = 0
