@@ -204,9 +204,10 @@ def _check_utf8(option: str, text: str) -> None:
 
 
 #: Runs of a lowering on QAIRT's x86 libraries, the first crashing, before it is given up. The
-#: crashes it was made for (about one run in five, in QAIRT's graph preparation) had a cause of
-#: ours, found and fixed: a QHPI package unloaded under the backend's registry (its Makefile's
-#: ``-z nodelete``); a crash of QAIRT's own is still run again (``runtime.isolation`` names where).
+#: crashes it was made for (about one run in four under load, in QAIRT's graph preparation) had
+#: a cause of ours, found and fixed: a QHPI package unloaded under the backend's registry (its
+#: Makefile's ``-z nodelete``); a crash of QAIRT's own is still run again (``runtime.isolation``
+#: names where).
 _QAIRT_ATTEMPTS = 2
 
 
