@@ -14,7 +14,7 @@ HEXAGON_STAMP := $(VENV)/.hexagon
 # QAIRT's x86 HTP backends (libQnnHtp.so of 2.47, 2.50.40, 2.51) from PyPI's onnxruntime-qnn wheels, for htp-check.
 QAIRT_STAMP := $(VENV)/.qairt
 
-.PHONY: demo lint test bench
+.PHONY: demo lint test check bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,9 @@ lint: $(STAMP)
 # the run's cache), handed out one at a time, slow ones first (tests/conftest.py), so the workers end together.
 test: $(STAMP) $(CLANG_STAMP) $(HEXAGON_STAMP) $(QAIRT_STAMP) lint
 	$(PY) -m pytest -q -n auto --dist load --maxschedchunk 1
+
+# lint plus every test: what CI runs (make test already lints first).
+check: test
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_generate.py

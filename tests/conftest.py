@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import tempfile
 import socket
@@ -92,6 +93,15 @@ FIXTURES = DATA / "opdef_fixtures"
 FIXTURE_CONFIGS = sorted(FIXTURES.glob("*.xml"))
 assert FIXTURE_CONFIGS, f"no OpDef fixtures under {FIXTURES}"
 OP_PACKAGES = REPO / "op_packages"
+#: The README and the pages of docs/: the texts whose snippets the suite runs as written.
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def doc_block(page: str, after: str, language: str = "python") -> str:
+    """The first ```language block of ``page`` (``README.md`` or ``docs/NAME.md``) after the
+    text ``after``: a snippet a reader copies, run by a test so it cannot drift from what works."""
+    (block,) = re.findall(re.escape(after) + rf".*?```{language}\n(.*?)```", (REPO / page).read_text(), re.S)
+    return block
 
 
 def opdef_xml(ops: str, package: str = "TestPackage", extra: str = "") -> str:

@@ -23,7 +23,7 @@ from qnn_custom_ops.generator import generate
 from qnn_custom_ops.runtime.dtype_cases import dtype_cases
 from qnn_custom_ops.runtime.hexagon import hexagon_check
 
-from .conftest import DATA, FIXTURE_CONFIGS, OP_PACKAGES, REPO, opdef_xml, shared_build
+from .conftest import DATA, FIXTURE_CONFIGS, OP_PACKAGES, doc_block, opdef_xml, shared_build
 from .processes import children, running
 from .test_htp_build import STANDIN
 
@@ -150,33 +150,32 @@ TRIPLE_CONFIG = opdef_xml("""
 
 
 def readme_hvx_package(tmp_path: Path, edit=lambda code: code) -> Path:
-    """A package generated from TRIPLE_CONFIG whose kernel skeleton is replaced by the README's
+    """A package generated from TRIPLE_CONFIG whose kernel skeleton is replaced by docs/kernels.md's
     worked HVX example (passed through ``edit``)."""
     tmp_path.mkdir()
     config = tmp_path / "triple.xml"
     config.write_text(TRIPLE_CONFIG)
     package_dir = generate(qco.load_package(config), tmp_path).package_dir
-    (example,) = re.findall(r"## An HVX path for your kernel.*?```cpp\n(.*?)```", (REPO / "README.md").read_text(),
-                            re.S)
+    example = doc_block("docs/kernels.md", "## An HVX path for your kernel", "cpp")
     kernel = package_dir / "kernels/Triple.h"
     kernel.write_text(re.sub(r"inline qco::Status Triple\(.*?\n}\n", lambda _: edit(example), kernel.read_text(),
                              flags=re.S))
     return package_dir
 
 
-#: The README example's cases: 1000 codes (7 vectors and a tail of 104) and 395 (3 and a tail of 11).
-README_SHAPES = ["Triple:y=1x1x2x500,x=1x1x2x500", "Triple:y=395,x=395"]
+#: The docs' HVX example's cases: 1000 codes (7 vectors and a tail of 104) and 395 (3 and a tail of 11).
+EXAMPLE_SHAPES = ["Triple:y=1x1x2x500,x=1x1x2x500", "Triple:y=395,x=395"]
 
 
 @pytest.mark.slow
 def test_the_readme_hvx_example_is_bit_exact_on_hexagon_and_a_changed_hvx_path_is_caught(tmp_path):
     package_dir = readme_hvx_package(tmp_path / "readme")
     package = qco.load_package(package_dir / "config/triple.xml")
-    results = hexagon_check(package_dir, dtype_cases(package, README_SHAPES))
+    results = hexagon_check(package_dir, dtype_cases(package, EXAMPLE_SHAPES))
     assert len(results) == 2 and all(r.passed for r in results), [str(r) for r in results]
     mutated_dir = readme_hvx_package(tmp_path / "mutated",
                                      lambda code: code.replace("m, -out_offset)", "m, 1 - out_offset)"))
-    mutated = hexagon_check(mutated_dir, dtype_cases(package, README_SHAPES))
+    mutated = hexagon_check(mutated_dir, dtype_cases(package, EXAMPLE_SHAPES))
     assert not any(r.passed for r in mutated)  # the HVX branch is what runs on Hexagon
 
 

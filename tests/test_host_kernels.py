@@ -291,19 +291,19 @@ RMS_NORM_CONFIG = opdef_xml("""
 
 
 def readme_rms_norm(tmp_path: Path) -> KernelLibrary:
-    """A package generated from RMS_NORM_CONFIG whose kernel skeleton is filled with the README's
+    """A package generated from RMS_NORM_CONFIG whose kernel skeleton is filled with docs/kernels.md's
     worked RMSNorm, built for the host."""
     import re
 
     from qnn_custom_ops.generator import generate
 
-    from .conftest import REPO
+    from .conftest import doc_block
 
     config = tmp_path / "rms_norm.xml"
     config.write_text(RMS_NORM_CONFIG)
     package = generate(qco.load_package(config), tmp_path).package_dir
     assert (package / "kernels/qco/access.h").is_file() and (package / "kernels/qco/math.h").is_file()
-    (example,) = re.findall(r"A worked normalization.*?```cpp\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    example = doc_block("docs/kernels.md", "A worked normalization", "cpp")
     kernel = package / "kernels/RmsNorm.h"
     kernel.write_text(re.sub(r"inline qco::Status RmsNorm\(.*?\n}\n", lambda _: example, kernel.read_text(), flags=re.S))
     return KernelLibrary(build_host_kernels(package, build_root=tmp_path / "cache"), "ReadmePackage")
@@ -316,7 +316,7 @@ def torch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.T
 
 @pytest.mark.slow
 def test_the_readme_kernel_built_from_the_generated_fast_helpers_matches_torch(tmp_path):
-    """The README's RMSNorm (qco/access.h: one template, float32 and every encoding) in a
+    """docs/kernels.md's RMSNorm (qco/access.h: one template, float32 and every encoding) in a
     freshly generated package: float32 with and without eps, uint8 within one step."""
     library = readme_rms_norm(tmp_path)
     g = torch.Generator().manual_seed(3)

@@ -23,7 +23,7 @@ from qnn_custom_ops.library.families import LlmExportError
 from qnn_custom_ops.library.hf import LlmDtypeWarning, LlmShape
 from qnn_custom_ops.runtime import method_specs
 
-from .conftest import REPO, shared_build, sqnr_db
+from .conftest import DOCS, shared_build, sqnr_db
 
 transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 
@@ -41,8 +41,8 @@ METADATA = ("get_ar_len", "get_bos_id", "get_eos_id", "get_dim", "get_head_dim",
 
 
 def trained_tokenizer() -> transformers.PreTrainedTokenizerFast:
-    """A byte-level BPE of 300 tokens trained on the README, with a chat template."""
-    text = [line for line in (REPO / "README.md").read_text().splitlines() if line.strip()]
+    """A byte-level BPE of 300 tokens trained on the README and docs/, with a chat template."""
+    text = [line for page in DOCS for line in page.read_text().splitlines() if line.strip()]
     bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
     bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = tokenizers.decoders.ByteLevel()

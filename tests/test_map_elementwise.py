@@ -1,5 +1,5 @@
 """qco::map_elementwise, an elementwise op's fast quantized branch without HVX code of its own:
-the README's swish kernel computes the host's bits on Hexagon at every dtype, its 8-bit codes
+docs/kernels.md's swish kernel computes the host's bits on Hexagon at every dtype, its 8-bit codes
 are the float path's requantized, and its table is evaluated once per encoding."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from qnn_custom_ops.runtime.hexagon import hexagon_check, libm_calls
 from qnn_custom_ops.runtime.host_build import build_host_kernels
 from qnn_custom_ops.runtime.kernel_abi import KernelLibrary, KernelTensor
 
-from .conftest import REPO, opdef_xml
+from .conftest import doc_block, opdef_xml
 
 DATATYPES = ("FLOAT_32", "UFIXED_POINT_8", "SFIXED_POINT_8", "UFIXED_POINT_16")
 DECLARED = "".join(f"<Datatype>QNN_DATATYPE_{d}</Datatype>" for d in DATATYPES)
@@ -56,13 +56,13 @@ def replace_kernel(package_dir: Path, op: str, code: str) -> None:
 
 
 def readme_swish_package(root: Path) -> Path:
-    """A package whose Swish kernel is the README's worked elementwise example, in place of the
+    """A package whose Swish kernel is docs/kernels.md's worked elementwise example, in place of the
     generated skeleton (which includes qco/math.h: the example calls qco::sigmoid), beside
     SwishLibm (SWISH_LIBM)."""
     root.mkdir()
     (root / "swish.xml").write_text(SWISH_CONFIG)
     package_dir = generate(qco.load_package(root / "swish.xml"), root).package_dir
-    (example,) = re.findall(r"A worked elementwise op.*?```cpp\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    example = doc_block("docs/kernels.md", "A worked elementwise op", "cpp")
     replace_kernel(package_dir, "Swish", example)
     replace_kernel(package_dir, "SwishLibm", SWISH_LIBM)
     return package_dir

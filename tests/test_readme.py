@@ -1,4 +1,4 @@
-"""The README's Python snippets run as written, so the README cannot drift from what works."""
+"""The Python snippets of the README and docs/ run as written, so they cannot drift from what works."""
 
 from __future__ import annotations
 
@@ -9,20 +9,29 @@ import torch
 
 import qnn_custom_ops as qco
 
-from .conftest import REPO
+from .conftest import DOCS, REPO, doc_block
 from .torch_ops import EXAMPLE_PACKAGE, MUL3, ConvMul3
 
 QD = torch.ops.quantized_decomposed
 
 
-def readme_block(after: str) -> str:
-    """The first ```python block of the README after the text ``after``."""
-    (block,) = re.findall(re.escape(after) + r".*?```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
-    return block
+@pytest.mark.slow  # quantizes, builds the host library and lowers
+def test_the_readme_python_quick_start_runs_and_prints_outputs_within_one_step(monkeypatch, capsys):
+    """The README's quick start, run from the checkout as it says: the bound op's program on the
+    host matches the converted model within one quantization step."""
+    monkeypatch.chdir(REPO)
+    names: dict = {}
+    exec(doc_block("README.md", "**From Python**"), names)
+    inputs, program = names["inputs"], names["program"]
+    assert [e.datatype for e in program.output_encodings] == [qco.Datatype.UFIXED_POINT_8]
+    (report,) = qco.compare_outputs(names["outputs"], [names["converted"](*inputs)], qco.Tolerance(),
+                                    program.output_encodings)
+    assert report.passed and report.steps <= 1, report
+    assert capsys.readouterr().out.strip() == str(report)
 
 
 @pytest.mark.slow  # the first QnnQuantizer of a process imports executorch's QNN backend
-def test_the_readme_quantization_lines_quantize_a_bound_op_8a8w():
+def test_the_docs_quantization_lines_quantize_a_bound_op_8a8w():
     """The Quantizer annotation section's PT2E lines, run on the seed model: the bound op
     ends up between dequantize and quantize nodes, and the converted model computes what the
     float one does, within 8-bit quantization error."""
@@ -30,7 +39,7 @@ def test_the_readme_quantization_lines_quantize_a_bound_op_8a8w():
     inputs = (torch.randn(1, 3, 8, 8),)
     names = {"qco": qco, "binding": qco.bind(EXAMPLE_PACKAGE, {"ExampleCustomOp": MUL3}), "model": model,
              "example_inputs": inputs, "calibration_inputs": [inputs, (torch.randn(1, 3, 8, 8),)]}
-    exec(readme_block("Quantizing is the PT2E flow"), names)
+    exec(doc_block("docs/python-api.md", "Quantizing is the PT2E flow"), names)
     converted = names["converted"]
     (mul3,) = [node for node in converted.graph.nodes if node.target == MUL3]
     assert mul3.args[0].target == QD.dequantize_per_tensor.default
@@ -41,16 +50,16 @@ def test_the_readme_quantization_lines_quantize_a_bound_op_8a8w():
 
 
 def test_every_qco_name_the_readme_and_examples_call_is_public():
-    """``qco.X`` in the README's snippets and the examples is in ``qco.__all__`` (or a
-    subpackage), so a user never reaches into a private module for what the README calls."""
-    texts = [(REPO / "README.md").read_text(), *(path.read_text() for path in (REPO / "examples").glob("*.py"))]
+    """``qco.X`` in the README's and docs' snippets and the examples is in ``qco.__all__`` (or a
+    subpackage), so a user never reaches into a private module for what the pages call."""
+    texts = [*(page.read_text() for page in DOCS), *(path.read_text() for path in (REPO / "examples").glob("*.py"))]
     used = {name for text in texts for name in re.findall(r"\bqco\.(\w+)", text)}
     subpackages = {path.name for path in (REPO / "src" / "qnn_custom_ops").iterdir() if (path / "__init__.py").exists()}
     assert sorted(used - set(qco.__all__) - subpackages) == []
 
 
 def test_a_quantized_output_is_compared_with_public_names_only():
-    """``compare_outputs(..., encodings=...)`` as the README writes it, built from the package's
+    """``compare_outputs(..., encodings=...)`` as the docs write it, built from the package's
     public names: outputs one code apart are one step."""
     from qnn_custom_ops import Datatype, Encoding, Tolerance, compare_outputs
 
@@ -59,14 +68,14 @@ def test_a_quantized_output_is_compared_with_public_names_only():
     assert (report.steps, report.passed) == (1, True)
 
 
-def test_the_readme_torch_first_route_gives_its_op_the_out_variant(tmp_path):
-    """The torch-first route's module, as the README writes it: the op it defines has the .out
+def test_the_docs_torch_first_route_gives_its_op_the_out_variant(tmp_path):
+    """The torch-first route's module, as docs/op-packages.md writes it: the op it defines has the .out
     overload build-host needs, so binding it warns of nothing."""
     import warnings
 
     from qnn_custom_ops.torch_bridge.binding import MissingOutVariantWarning
 
-    exec(readme_block("The torch-first route"), {})
+    exec(doc_block("docs/op-packages.md", "The torch-first route"), {})
     swish = torch.ops.my_ops.swish.default
     (tmp_path / "swish.xml").write_text(qco.opdef_from_torch(swish, package="SwishPackage", qnn_op_type="Swish"))
     package = qco.load_package(tmp_path / "swish.xml")

@@ -261,7 +261,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     print(
         f"{args.output}: {manifest.model_type}, {manifest.quant}, prefill {manifest.shape.prefill_len} / "
         f"ctx {manifest.shape.ctx_len}; on a phone: qnn_llama_runner --decoder_model_version "
-        f"{manifest.decoder_model_version} --tokenizer_path tokenizer.json (see the README)"
+        f"{manifest.decoder_model_version} --tokenizer_path tokenizer.json (see docs/llm.md)"
     )
     if manifest.target == "qnn":
         print(f"here: qnn-custom-ops llm generate {args.output} runs it on QAIRT's x86 HTP simulator")

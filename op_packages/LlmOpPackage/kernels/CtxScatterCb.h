@@ -2,7 +2,7 @@
 // Generated once by qnn-custom-ops; this file is yours: regeneration never overwrites it
 // (unless --force). The same source builds for the HTP (src/ops/CtxScatterCb.cpp), for
 // ExecuTorch on the host and for the C ABI in host/. An HVX fast path goes behind
-// #if defined(__HVX__), computing the portable path's integers (README "An HVX path for your
+// #if defined(__HVX__), computing the portable path's integers (docs/kernels.md "An HVX path for your
 // kernel"); `qnn-custom-ops hexagon-check` compares the two bit for bit.
 // CtxScatter for continuous batching: each sequence names its cache slot. out =
 // cache.clone(); out[batch_index[b], :, position_ids[b, s]] = updates[b, :, s]; positions
@@ -13,7 +13,7 @@
 // RealAccess, qco::with_access picks one: float32 loops vectorize; qco::param_or for
 // defaulted params), math.h (qco::vector_exp, vector_erfc), hvx.h (fixed-point requantization
 // a portable loop and HVX compute alike; HVX loads with tails, a 256-entry table lookup).
-// README "Writing a kernel" and "An HVX path for your kernel" show them.
+// docs/kernels.md "Writing a kernel" and "An HVX path for your kernel" show them.
 #pragma once
 
 #include "kv_cache.h"
