@@ -25,7 +25,8 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 import qnn_custom_ops as qco  # noqa: E402
-from qnn_custom_ops.library import export_llm, llm_binding, package_dir  # noqa: E402
+from qnn_custom_ops.llm import export_llm  # noqa: E402
+from qnn_custom_ops.llm_ops import llm_binding, package_dir  # noqa: E402
 from qnn_custom_ops.runtime import HostRunner  # noqa: E402
 
 VIEWS = {"view", "reshape", "transpose", "unsqueeze", "expand", "permute", "slice", "select", "clone",

@@ -191,7 +191,8 @@ def main() -> None:
                         help="leave out our rows on ExecuTorch (lowering and host runs: most of the time)")
     args = parser.parse_args()
     with qco.quieted():
-        from qnn_custom_ops.library import RunnerLoop, eager_step, export_llm, llm_binding, package_dir, quantize_llm
+        from qnn_custom_ops.llm import RunnerLoop, eager_step, export_llm, quantize_llm
+        from qnn_custom_ops.llm_ops import llm_binding, package_dir
         from qnn_custom_ops.runtime import HostRunner
 
         checkpoint, _, model, held, calibration = load_trained(PREFILL)

@@ -49,8 +49,9 @@ def sqnr_db(signal, noisy) -> float:
 
 def loop_for(programs, modules, runner):
     """A RunnerLoop over ``modules`` (prefill, decode) lowered into one program for the host."""
-    from qnn_custom_ops.library import RunnerLoop, host_step, llm_binding
-    from qnn_custom_ops.library.checkpoint import METHODS
+    from qnn_custom_ops.llm import RunnerLoop, host_step
+    from qnn_custom_ops.llm_ops import llm_binding
+    from qnn_custom_ops.llm.checkpoint import METHODS
     from qnn_custom_ops.lowering.program import lower_methods
 
     inputs = (programs.prefill.example_inputs, programs.decode.example_inputs)
@@ -128,7 +129,7 @@ def qat_text(tokenizer, tokens: int) -> tuple:
 def runs(args, tokenizer) -> list:
     """(row name, quantize_llm keywords) of every row asked for; ``keep_8bit: "auto"`` is
     chosen when the row runs (``kept``)."""
-    from qnn_custom_ops.library.qat import QatConfig
+    from qnn_custom_ops.llm.qat import QatConfig
 
     rows = []
     for quant in args.quants.split(","):
@@ -150,7 +151,7 @@ def kept(programs, quant: str, options: dict, calibration, target: float) -> dic
     """``options`` with ``keep_8bit="auto"`` replaced by the parts ``choose_kept`` picks on the
     float weights, said (a QAT row then trains with them fake-quantized at 8 bits, as ``llm export
     --qat N --keep-8bit auto`` does)."""
-    from qnn_custom_ops.library.sensitivity import choose_kept
+    from qnn_custom_ops.llm.sensitivity import choose_kept
 
     if options.get("keep_8bit") != "auto":
         return options
@@ -164,8 +165,8 @@ def quantized_by_layer(checkpoint: Path, quant: str, calibration, inputs: str) -
     """The checkpoint read and quantized a layer at a time, as ``llm export`` does without QAT."""
     import tempfile
 
-    from qnn_custom_ops.library.checkpoint import programs_by_layer
-    from qnn_custom_ops.library.layer_stages import quantize_by_layer
+    from qnn_custom_ops.llm.checkpoint import programs_by_layer
+    from qnn_custom_ops.llm.layer_stages import quantize_by_layer
 
     with tempfile.TemporaryDirectory() as store:
         _, _, _, programs, weights = programs_by_layer(checkpoint, Path(store), PREFILL, CTX, None, lambda line: None)
@@ -185,7 +186,8 @@ def main() -> None:
     parser.add_argument("--by-layer", action="store_true")
     args = parser.parse_args()
     with qco.quieted():
-        from qnn_custom_ops.library import export_llm, llm_binding, package_dir, quantize_llm
+        from qnn_custom_ops.llm import export_llm, quantize_llm
+        from qnn_custom_ops.llm_ops import llm_binding, package_dir
         from qnn_custom_ops.runtime import HostRunner
 
         checkpoint, tokenizer, model, held, calibration = load_trained(PREFILL)

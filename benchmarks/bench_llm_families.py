@@ -36,7 +36,7 @@ def sqnr_db(signal, noisy) -> float:
 def measure(arch: str, quant: str, runner) -> tuple[list[float], float]:
     """Per-step SQNR of the quantized programs' logits against float's, and seconds taken, in
     the layout the tests run the family in on ExecuTorch."""
-    from qnn_custom_ops.library import eager_step, export_llm, greedy, quantize_llm
+    from qnn_custom_ops.llm import eager_step, export_llm, greedy, quantize_llm
     from tests.hf_models import ARCHITECTURES, hf_model, lowered_steps
 
     started = time.monotonic()
@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--families", default=",".join(ARCHITECTURES))
     args = parser.parse_args()
     with qco.quieted():
-        from qnn_custom_ops.library import llm_binding, package_dir
+        from qnn_custom_ops.llm_ops import llm_binding, package_dir
         from qnn_custom_ops.runtime import HostRunner
 
         runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])

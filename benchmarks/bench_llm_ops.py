@@ -36,10 +36,10 @@ from executorch.runtime import Runtime  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from qnn_custom_ops.library import package_dir  # noqa: E402
-from qnn_custom_ops.library.llm import OPS_BY_NAME  # noqa: E402
-from qnn_custom_ops.library import reference as ref  # noqa: E402
-from qnn_custom_ops.library.cases import LlmCase, llm_cases  # noqa: E402
+from qnn_custom_ops.llm_ops import package_dir  # noqa: E402
+from qnn_custom_ops.llm_ops.ops import OPS_BY_NAME  # noqa: E402
+from qnn_custom_ops.llm_ops import reference as ref  # noqa: E402
+from qnn_custom_ops.llm_ops.cost_cases import LlmCase, llm_cases  # noqa: E402
 from qnn_custom_ops.runtime import KernelDType, KernelLibrary, KernelTensor, build_host_kernels  # noqa: E402
 from qnn_custom_ops.runtime.cost import KernelCase, copy_bandwidth, measure, one_core, seconds_per_call  # noqa: E402
 

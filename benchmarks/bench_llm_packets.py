@@ -18,7 +18,7 @@ import os
 os.environ.setdefault("QNN_SDK_ROOT", "")  # never let executorch download the SDK
 
 import qnn_custom_ops as qco  # noqa: E402
-from qnn_custom_ops.library import package_dir  # noqa: E402
+from qnn_custom_ops.llm_ops import package_dir  # noqa: E402
 from qnn_custom_ops.opdef.datatypes import Datatype  # noqa: E402
 from qnn_custom_ops.runtime.dtype_cases import dtype_cases  # noqa: E402
 from qnn_custom_ops.runtime.hexagon import hexagon_packets  # noqa: E402

@@ -78,8 +78,8 @@ def interleaved_medians(measures: dict, repeats: int) -> dict[str, tuple[float, 
 
 def lowered(programs, modules) -> bytes:
     """``modules`` (prefill, decode) lowered into one program for the host, as ``bench_llm_accuracy`` does."""
-    from qnn_custom_ops.library import llm_binding
-    from qnn_custom_ops.library.checkpoint import METHODS
+    from qnn_custom_ops.llm_ops import llm_binding
+    from qnn_custom_ops.llm.checkpoint import METHODS
     from qnn_custom_ops.lowering.program import lower_methods
 
     inputs = (programs.prefill.example_inputs, programs.decode.example_inputs)
@@ -88,8 +88,8 @@ def lowered(programs, modules) -> bytes:
 
 def runner_loop(programs, pte: bytes, runner):
     """The device runner's loop over the program's two methods, run by ``runner``."""
-    from qnn_custom_ops.library import RunnerLoop, host_step
-    from qnn_custom_ops.library.checkpoint import METHODS
+    from qnn_custom_ops.llm import RunnerLoop, host_step
+    from qnn_custom_ops.llm.checkpoint import METHODS
 
     return RunnerLoop(programs.shape, *(host_step(runner, pte, m) for m in METHODS))
 
@@ -146,7 +146,8 @@ def main() -> None:
                              "HostRunner.run and the program's method alone")
     args = parser.parse_args()
     with qco.quieted():
-        from qnn_custom_ops.library import export_llm, llm_binding, package_dir, quantize_llm
+        from qnn_custom_ops.llm import export_llm, quantize_llm
+        from qnn_custom_ops.llm_ops import llm_binding, package_dir
         from qnn_custom_ops.runtime import HostRunner
 
         if args.threads:

@@ -23,7 +23,7 @@ from example_flow import parse_args, quantize, run_on_target
 import torch
 
 import qnn_custom_ops as qco
-from qnn_custom_ops.library import llm_binding, llm_ops, llm_quant_overrides, package_dir, swap_modules
+from qnn_custom_ops.llm_ops import llm_binding, llm_ops, llm_quant_overrides, package_dir, swap_modules
 from qnn_custom_ops.quiet import native_noise_filtered
 from qnn_custom_ops.runtime import HostRunner, Tolerance, compare_outputs
 

@@ -7,8 +7,9 @@ import torch
 import transformers
 
 import qnn_custom_ops as qco
-from qnn_custom_ops.library import host_step, llm_binding
-from qnn_custom_ops.library.checkpoint import METHODS
+from qnn_custom_ops.llm import host_step
+from qnn_custom_ops.llm_ops import llm_binding
+from qnn_custom_ops.llm.checkpoint import METHODS
 from qnn_custom_ops.lowering.program import lower_methods
 from qnn_custom_ops.runtime import HostRunner
 

@@ -27,7 +27,8 @@ LAYERS = {
     "generator": 1, "torch_bridge": 1,
     "quantizer": 2, "lowering": 2,
     "runtime": 3,
-    "library": 4, "cli": 4, "llm_cli": 4, "__init__": 4, "__main__": 4,
+    "llm_ops": 4, "shipped_cases": 4,
+    "llm": 5, "library": 6, "cli": 6, "llm_cli": 6, "__init__": 6, "__main__": 6,
 }
 
 
@@ -89,6 +90,17 @@ def test_the_layer_check_sees_an_upward_import(tmp_path):
     graph = our_graph()
     graph["qnn_custom_ops.torch_bridge.spec"].add("qnn_custom_ops.runtime.host_library")
     assert any(layer(b) > layer(a) for a, targets in graph.items() for b in targets)
+
+
+def test_the_old_library_package_gives_every_name_it_gave_from_where_it_lives_now():
+    """``qnn_custom_ops.library`` is an alias kept for one release (CHANGELOG): each name it gave is
+    the very object of ``llm_ops`` or ``llm``."""
+    import qnn_custom_ops.library as old
+    from qnn_custom_ops import llm, llm_ops
+
+    assert sorted(old.__all__) == sorted([*llm_ops.__all__, *llm.__all__])
+    for name in old.__all__:
+        assert getattr(old, name) is getattr(llm_ops if name in llm_ops.__all__ else llm, name), name
 
 
 def test_reading_generating_and_calling_kernels_start_without_torch():

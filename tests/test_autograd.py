@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import qnn_custom_ops as qco
-from qnn_custom_ops.library import llm_ops, llm_package, reference, swap_modules
+from qnn_custom_ops.llm_ops import llm_ops, llm_package, reference, swap_modules
 from qnn_custom_ops.opdef import parse_package
 
 from .conftest import REPO, opdef_xml

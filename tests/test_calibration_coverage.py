@@ -26,7 +26,7 @@ def per_position(reference: torch.Tensor, quantized: torch.Tensor) -> tuple[torc
 
 @pytest.mark.slow
 def test_short_calibration_prompts_score_every_prefill_chunk_and_the_decode_after_as_the_first(trained):  # noqa: F811
-    from qnn_custom_ops.library import RunnerLoop, eager_step, export_llm, quantize_llm
+    from qnn_custom_ops.llm import RunnerLoop, eager_step, export_llm, quantize_llm
 
     model, _, held, _ = trained
     assert ARCHITECTURE["max_position_embeddings"] >= CTX

@@ -396,7 +396,7 @@ def test_our_warnings_are_one_line_without_the_code_that_warned(capsys):
     ``path/cli.py:198: Category: ...`` followed by the source line that warned."""
     import warnings
 
-    from qnn_custom_ops.library.swap import SwapWarning
+    from qnn_custom_ops.llm_ops.swap import SwapWarning
 
     def handler(args):
         warnings.warn(SwapWarning("layers.0.norm stays native (use select='none')"), stacklevel=1)

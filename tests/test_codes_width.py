@@ -13,8 +13,9 @@ import torch
 
 pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 
-from qnn_custom_ops.library import export_llm, llm_binding, quantize_llm  # noqa: E402
-from qnn_custom_ops.library.checkpoint import METHODS  # noqa: E402
+from qnn_custom_ops.llm import export_llm, quantize_llm  # noqa: E402
+from qnn_custom_ops.llm_ops import llm_binding  # noqa: E402
+from qnn_custom_ops.llm.checkpoint import METHODS  # noqa: E402
 from qnn_custom_ops.lowering.codes_width import CodesInTheirWidth, pack_int4, unpack_int4  # noqa: E402
 from qnn_custom_ops.lowering.program import lower_methods  # noqa: E402
 
@@ -73,7 +74,8 @@ def host_program(programs, converted, fold: bool, data: Path) -> tuple[torch.Ten
     file written to ``data``: the program's logits on a prompt, its data file's bytes and its
     planned memory per method."""
     import qnn_custom_ops as qco
-    from qnn_custom_ops.library import RunnerLoop, host_step, package_dir
+    from qnn_custom_ops.llm import RunnerLoop, host_step
+    from qnn_custom_ops.llm_ops import package_dir
     from qnn_custom_ops.runtime import HostRunner
     from qnn_custom_ops.runtime.loading import program_facts
 

@@ -15,8 +15,8 @@ import pytest
 
 from qnn_custom_ops import atomic_files
 from qnn_custom_ops.atomic_files import OutputWriteError
-from qnn_custom_ops.library.export_files import ExportDirectoryError, verify_files, write_export
-from qnn_custom_ops.library.manifest_json import checksum
+from qnn_custom_ops.llm.export_files import ExportDirectoryError, verify_files, write_export
+from qnn_custom_ops.llm.manifest_json import checksum
 
 pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 
@@ -32,7 +32,7 @@ def written(directory: Path, files: dict[str, bytes] = FILES) -> Path:
 
 
 def listed(directory: Path) -> list:
-    from qnn_custom_ops.library.export_files import ExportFile
+    from qnn_custom_ops.llm.export_files import ExportFile
 
     return [ExportFile.from_json(entry) for entry in json.loads((directory / "manifest.json").read_text())]
 
@@ -168,7 +168,7 @@ def test_a_manifest_of_another_export_is_refused_by_the_program_itself(float_exp
                                                                        capsys):
     """--no-verify skips the files' hashes, never the manifest's agreement with its program:
     a float export's manifest beside a 16a8w program is refused before anything is sized."""
-    from qnn_custom_ops.library.checkpoint import load_export
+    from qnn_custom_ops.llm.checkpoint import load_export
 
     copy = shutil.copytree(quantized_export, tmp_path / "export")
     shutil.copy(float_export / "manifest.json", copy / "manifest.json")

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 import qnn_custom_ops as qco
-from qnn_custom_ops.library import RunnerLoop, llm_binding, package_dir
-from qnn_custom_ops.library.generation import greedy, greedy_batch
-from qnn_custom_ops.library.steps import eager_step
-from qnn_custom_ops.library.hf import LlmExportError, export_llm
+from qnn_custom_ops.llm import RunnerLoop
+from qnn_custom_ops.llm_ops import llm_binding, package_dir
+from qnn_custom_ops.llm.generation import greedy, greedy_batch
+from qnn_custom_ops.llm.steps import eager_step
+from qnn_custom_ops.llm.hf import LlmExportError, export_llm
 from qnn_custom_ops.runtime import HostRunner
 
 transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")

@@ -300,8 +300,9 @@ def test_a_16a8w_llm_on_the_speed_kernels_computes_executorchs_logits():
 
     import transformers
 
-    from qnn_custom_ops.library import RunnerLoop, export_llm, host_step, llm_binding, package_dir, quantize_llm
-    from qnn_custom_ops.library.checkpoint import METHODS
+    from qnn_custom_ops.llm import RunnerLoop, export_llm, host_step, quantize_llm
+    from qnn_custom_ops.llm_ops import llm_binding, package_dir
+    from qnn_custom_ops.llm.checkpoint import METHODS
     from qnn_custom_ops.lowering import host_speed
     from qnn_custom_ops.lowering.program import lower_methods
     from qnn_custom_ops.runtime.host_library import build_host_library

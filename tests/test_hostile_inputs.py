@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from qnn_custom_ops.library.config_checks import check_config, check_weights
-from qnn_custom_ops.library.manifest_json import checksum
+from qnn_custom_ops.llm.config_checks import check_config, check_weights
+from qnn_custom_ops.llm.manifest_json import checksum
 
 from .conftest import OP_PACKAGES
 

@@ -1,5 +1,5 @@
 """Which parts need more bits (issue 41, item 3): the parts of a static LLM program
-(``library.parts``), each quantized alone and ranked (``sensitivity.analyze``, ``llm analyze``),
+(``llm.parts``), each quantized alone and ranked (``sensitivity.analyze``, ``llm analyze``),
 and the parts a 4-bit mode keeps at 8-bit weights, named or chosen to meet a target
 (``quantize_llm(keep_8bit=...)``, ``sensitivity.choose_kept``, ``llm export --keep-8bit``).
 Checked on a tiny random Qwen3, and ranked on the suite's tiny Qwen3 trained here for seconds
@@ -17,11 +17,11 @@ import torch
 pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 
 from qnn_custom_ops.cli import main  # noqa: E402
-from qnn_custom_ops.library import export_llm, quantize_llm  # noqa: E402
-from qnn_custom_ops.library.generation import llm_quantizer, quantized_prefill  # noqa: E402
-from qnn_custom_ops.library.hf import LlmExportError  # noqa: E402
-from qnn_custom_ops.library.parts import in_parts, keepable, part_of, parts_in, resolve_kept  # noqa: E402
-from qnn_custom_ops.library.sensitivity import _OnlyParts, analyze, choose_kept  # noqa: E402
+from qnn_custom_ops.llm import export_llm, quantize_llm  # noqa: E402
+from qnn_custom_ops.llm.quantization import llm_quantizer, quantized_prefill  # noqa: E402
+from qnn_custom_ops.llm.hf import LlmExportError  # noqa: E402
+from qnn_custom_ops.llm.parts import in_parts, keepable, part_of, parts_in, resolve_kept  # noqa: E402
+from qnn_custom_ops.llm.sensitivity import _OnlyParts, analyze, choose_kept  # noqa: E402
 
 from .hf_models import hf_model  # noqa: E402
 from .test_llm_runner import checkpoint  # noqa: E402, F401  (the suite's checkpoint fixture)

@@ -13,9 +13,9 @@ import torch
 
 pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 
-from qnn_custom_ops.library import RunnerLoop, eager_step, export_llm, quantize_llm  # noqa: E402
-from qnn_custom_ops.library.families import LlmExportError  # noqa: E402
-from qnn_custom_ops.library.runner_loop import method_encodings  # noqa: E402
+from qnn_custom_ops.llm import RunnerLoop, eager_step, export_llm, quantize_llm  # noqa: E402
+from qnn_custom_ops.llm.families import LlmExportError  # noqa: E402
+from qnn_custom_ops.llm.runner_loop import method_encodings  # noqa: E402
 
 from .conftest import shared_build  # noqa: E402
 from .hf_models import hf_model  # noqa: E402
@@ -70,8 +70,9 @@ def test_an_8bit_kv_export_says_so_to_the_runner_and_generates_from_copied_codes
     8-bit and shared by both methods' inputs and outputs, and the host program driven with
     codes (as ``qnn_llama_runner`` copies them) generates the tokens a loop on reals does."""
     import qnn_custom_ops as qco
-    from qnn_custom_ops.library import host_step, llm_binding, package_dir
-    from qnn_custom_ops.library.checkpoint import METHODS, LlmManifest, export_checkpoint, load_export
+    from qnn_custom_ops.llm import host_step
+    from qnn_custom_ops.llm_ops import llm_binding, package_dir
+    from qnn_custom_ops.llm.checkpoint import METHODS, LlmManifest, export_checkpoint, load_export
     from qnn_custom_ops.runtime import HostRunner
     from torch.fx import graph_module
 

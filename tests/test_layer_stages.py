@@ -15,8 +15,8 @@ import tokenizers
 import torch
 import transformers
 
-from qnn_custom_ops.library.checkpoint import programs_by_layer, static_programs
-from qnn_custom_ops.library.layer_stages import (
+from qnn_custom_ops.llm.checkpoint import programs_by_layer, static_programs
+from qnn_custom_ops.llm.layer_stages import (
     calibrate_by_layer,
     calibration_calls,
     calibration_pass,
@@ -24,8 +24,8 @@ from qnn_custom_ops.library.layer_stages import (
     quantize_by_layer,
     stages_of,
 )
-from qnn_custom_ops.library.runner_loop import RunnerLoop
-from qnn_custom_ops.library.steps import eager_step
+from qnn_custom_ops.llm.runner_loop import RunnerLoop
+from qnn_custom_ops.llm.steps import eager_step
 
 from .conftest import sqnr_db
 from .hf_models import hf_model
@@ -84,7 +84,7 @@ def test_a_weight_not_yet_read_is_zeros_whatever_the_memory_held_so_annotation_s
 
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
-    from qnn_custom_ops.library.generation import llm_quantizer
+    from qnn_custom_ops.llm.quantization import llm_quantizer
 
     checkpoint = save(tmp_path / "checkpoint", "qwen3")
     (tmp_path / "store").mkdir()
@@ -112,7 +112,7 @@ def observed(module: torch.fx.GraphModule) -> dict[str, tuple]:
 def test_calibrating_a_stage_at_a_time_observes_what_running_the_whole_programs_observes(tmp_path, arch):
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
-    from qnn_custom_ops.library.generation import llm_quantizer
+    from qnn_custom_ops.llm.quantization import llm_quantizer
 
     checkpoint = save(tmp_path / "checkpoint", arch)
     (tmp_path / "store").mkdir()
@@ -151,7 +151,7 @@ def test_a_model_quantized_a_layer_at_a_time_is_the_whole_model_quantized_on_the
     model: ``benchmarks/bench_llm_accuracy.py --by-layer``.)"""
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
-    from qnn_custom_ops.library.generation import convert_calibrated, llm_quantizer
+    from qnn_custom_ops.llm.quantization import convert_calibrated, llm_quantizer
 
     checkpoint = save(tmp_path / "checkpoint", "qwen3")
     (tmp_path / "store").mkdir()
@@ -185,7 +185,7 @@ def test_a_host_program_that_keeps_its_codes_converts_each_weight_straight_into_
     whole weight in float32, and lowering copies none again (a linear layer's transposed); the
     programs compute what those converted wide and whole compute, bit for bit, eagerly and lowered
     as a program of codes, whose data file is no larger."""
-    from qnn_custom_ops.library import generation
+    from qnn_custom_ops.llm import quantization
     from qnn_custom_ops.lowering.codes_width import CodesInTheirWidth
 
     from .test_codes_width import constant_bytes, host_program
@@ -195,7 +195,7 @@ def test_a_host_program_that_keeps_its_codes_converts_each_weight_straight_into_
     _, _, _, programs, weights = programs_by_layer(checkpoint, tmp_path / "store", PREFILL, CTX, None, print)
     prompts, quiet = [[5, 9, 2, 6, 5, 3, 5, 8, 9, 7], [3, 2, 3, 8]], lambda line: None
     wide = quantize_by_layer(programs, weights, quant, prompts, 6, quiet)
-    monkeypatch.setattr(generation, "_CHUNK_ELEMENTS", 3 * 64)  # 3 rows of 64 at a time; the tables' 32 rows 1 by 1
+    monkeypatch.setattr(quantization, "_CHUNK_ELEMENTS", 3 * 64)  # 3 rows of 64 at a time; the tables' 32 rows 1 by 1
     block_scales_held, parameters_kept = [], []
 
     def stored(module, node):  # how many weights' PT2E block scales the program holds, as each is stored
@@ -207,8 +207,8 @@ def test_a_host_program_that_keeps_its_codes_converts_each_weight_straight_into_
         left = {str(n.target) for n in module.graph.nodes if n.op == "get_attr"}
         parameters_kept.extend(name for name, ref in read.items() if name not in left and ref() is not None)
 
-    store = generation.dequantize_parameters_stored
-    monkeypatch.setattr(generation, "dequantize_parameters_stored", stored)
+    store = quantization.dequantize_parameters_stored
+    monkeypatch.setattr(quantization, "dequantize_parameters_stored", stored)
     narrow = quantize_by_layer(programs, weights, quant, prompts, 6, quiet, narrow=True)
     if quant == "16a4w_block":  # each weight's stored as soon as it is converted: one at a time, never a program's
         assert block_scales_held and max(block_scales_held) == 1, block_scales_held
@@ -277,7 +277,7 @@ def whole_float(programs, text: list[int]) -> torch.Tensor:
 PEAK = """
 import json, sys, tempfile
 from pathlib import Path
-from qnn_custom_ops.library.checkpoint_reading import load_by_layer, load_checkpoint
+from qnn_custom_ops.llm.checkpoint_reading import load_by_layer, load_checkpoint
 
 def status(key):
     return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(key + ":"))
@@ -312,8 +312,8 @@ import json, sys
 from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
-from qnn_custom_ops.library import checkpoint_reading
-from qnn_custom_ops.library.checkpoint_reading import OffloadedWeights, _CheckpointTensors, lazy_zeros
+from qnn_custom_ops.llm import checkpoint_reading
+from qnn_custom_ops.llm.checkpoint_reading import OffloadedWeights, _CheckpointTensors, lazy_zeros
 
 checkpoint_reading._READ_ELEMENTS = 1 << 20  # 2 MB of bfloat16 at a time
 checkpoint, store = Path(sys.argv[1]) / "checkpoint", Path(sys.argv[1]) / "store"
@@ -359,7 +359,7 @@ def test_a_weight_read_stored_and_read_back_holds_its_float32_copy_and_a_chunk_n
 
 
 def test_weights_that_cannot_be_kept_on_disk_are_one_line_naming_the_directory_and_the_fix(tmp_path):
-    from qnn_custom_ops.library.checkpoint_reading import LlmCheckpointError, OffloadedWeights
+    from qnn_custom_ops.llm.checkpoint_reading import LlmCheckpointError, OffloadedWeights
 
     weights = OffloadedWeights(tmp_path / "gone")  # a store whose directory is not there: the write fails
     with pytest.raises(LlmCheckpointError) as raised:
@@ -376,7 +376,7 @@ def test_calibration_by_layer_can_give_each_layer_the_quantized_layers_outputs(t
     after sees other values, and the programs are a quantization of the model, not noise."""
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
-    from qnn_custom_ops.library.generation import convert_calibrated, llm_quantizer
+    from qnn_custom_ops.llm.quantization import convert_calibrated, llm_quantizer
 
     checkpoint = save(tmp_path / "checkpoint", "llama")
     (tmp_path / "store").mkdir()

@@ -13,8 +13,8 @@ import torch
 
 pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 
-from qnn_custom_ops.library import RunnerLoop, export_llm, quantize_llm  # noqa: E402
-from qnn_custom_ops.library.steps import eager_step  # noqa: E402
+from qnn_custom_ops.llm import RunnerLoop, export_llm, quantize_llm  # noqa: E402
+from qnn_custom_ops.llm.steps import eager_step  # noqa: E402
 from qnn_custom_ops.quantizer import QUANT_MODES  # noqa: E402
 from qnn_custom_ops.lowering.block_linears import block_linears_as_convolutions  # noqa: E402
 from qnn_custom_ops.quantizer.block_scales import block_scales_on_qnn_grid  # noqa: E402

@@ -35,7 +35,7 @@ def test_llm_families_lists_every_registry_entry_without_importing_torch():
     *listing, imported = done.stdout.strip().splitlines()
     assert json.loads(imported) is False
     listed = json.loads("\n".join(listing))
-    from qnn_custom_ops.library.families import FAMILIES, ROPE_TYPES, RUNNER_VERSIONS
+    from qnn_custom_ops.llm.families import FAMILIES, ROPE_TYPES, RUNNER_VERSIONS
 
     assert [f["model_type"] for f in listed["families"]] == list(FAMILIES)
     assert {f["model_type"]: f["runner_version"] for f in listed["families"]} == {
@@ -52,7 +52,7 @@ def test_llm_families_lists_every_registry_entry_without_importing_torch():
 
 
 def test_llm_families_prints_one_row_per_family_and_the_docs_hold_the_same_tables(capsys):
-    from qnn_custom_ops.library.families import FAMILIES
+    from qnn_custom_ops.llm.families import FAMILIES
 
     code, out, _ = run_cli(capsys, "llm", "families")
     assert code == 0
@@ -176,7 +176,7 @@ PROMPT = "The host runtime"
 
 @pytest.mark.slow
 def test_llm_generate_prints_the_runners_prompt_ids_and_hfs_greedy_ids(checkpoint, float_export, capsys):
-    from qnn_custom_ops.library.checkpoint import prompt_ids
+    from qnn_custom_ops.llm.checkpoint import prompt_ids
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, attn_implementation="eager").eval()
@@ -222,7 +222,7 @@ def test_llm_generate_samples_reproducibly_from_a_seed(quantized_export, capsys)
 
 @pytest.mark.slow  # 60000 draws, one call each
 def test_sampling_draws_from_the_softmax_at_the_temperature_within_the_nucleus():
-    from qnn_custom_ops.library.sampling import Sampling
+    from qnn_custom_ops.llm.sampling import Sampling
 
     logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
     for temperature, top_p in ((1.0, 1.0), (0.5, 1.0), (2.0, 0.8)):
@@ -253,7 +253,7 @@ def test_llm_generate_refuses_options_that_cannot_work_in_one_line_before_loadin
 
 def test_the_clis_early_choices_are_the_librarys():
     from qnn_custom_ops import llm_cli
-    from qnn_custom_ops.library.checkpoint import CHAT_TEMPLATES, TARGETS
+    from qnn_custom_ops.llm.checkpoint import CHAT_TEMPLATES, TARGETS
     from qnn_custom_ops.quantizer import QUANT_MODES
 
     assert llm_cli.QUANT_CHOICES == ("none", *QUANT_MODES)
@@ -339,7 +339,7 @@ def test_llm_export_says_when_the_window_mask_hides_nothing_at_its_context(tmp_p
 def test_a_library_warning_is_printed_when_it_is_raised_not_after_the_command(capsys):
     import warnings
 
-    from qnn_custom_ops.library.hf import LlmDtypeWarning
+    from qnn_custom_ops.llm.hf import LlmDtypeWarning
     from qnn_custom_ops.llm_cli import _own_warnings_as_lines
 
     with _own_warnings_as_lines():

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import qnn_custom_ops as qco
-from qnn_custom_ops.library import LlmOpInputError, llm_binding, llm_ops, llm_quant_overrides, package_dir
-from qnn_custom_ops.library import reference as ref
+from qnn_custom_ops.llm_ops import LlmOpInputError, llm_binding, llm_ops, llm_quant_overrides, package_dir
+from qnn_custom_ops.llm_ops import reference as ref
 from qnn_custom_ops.opdef import Datatype
 from qnn_custom_ops.runtime import HostRunner, KernelDType, KernelError, KernelLibrary, KernelTensor, Tolerance
 from qnn_custom_ops.runtime import build_host_kernels, compare_outputs

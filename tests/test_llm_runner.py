@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from qnn_custom_ops.cli import main
-from qnn_custom_ops.library import RunnerLoop, eager_step, export_llm, greedy
-from qnn_custom_ops.library.checkpoint import LlmManifest, calibration_prompts, prompt_ids
-from qnn_custom_ops.library.families import LlmExportError
-from qnn_custom_ops.library.hf import LlmDtypeWarning, LlmShape
+from qnn_custom_ops.llm import RunnerLoop, eager_step, export_llm, greedy
+from qnn_custom_ops.llm.checkpoint import LlmManifest, calibration_prompts, prompt_ids
+from qnn_custom_ops.llm.families import LlmExportError
+from qnn_custom_ops.llm.hf import LlmDtypeWarning, LlmShape
 from qnn_custom_ops.runtime import method_specs
 
 from .conftest import DOCS, shared_build, sqnr_db
@@ -189,7 +189,7 @@ def test_llm_export_says_how_far_calibration_and_float_lowering_are_with_the_tim
 @pytest.mark.slow
 def test_llm_generate_gives_hfs_greedy_tokens_streams_text_and_prints_tokens_per_second(checkpoint, float_export,
                                                                                        capsys):
-    from qnn_custom_ops.library.checkpoint import generate_text, load_export
+    from qnn_custom_ops.llm.checkpoint import generate_text, load_export
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, attn_implementation="eager").eval()
@@ -215,8 +215,9 @@ def test_a_runner_copying_16a8w_codes_generates_exactly_what_a_loop_on_reals_doe
     """Each layer's new K/V rows share the encoding of its cache input, in both methods, so the
     runner's raw code copies (update_cache) are copies of values."""
     import qnn_custom_ops as qco
-    from qnn_custom_ops.library import host_step, llm_binding, package_dir
-    from qnn_custom_ops.library.checkpoint import METHODS, load_export
+    from qnn_custom_ops.llm import host_step
+    from qnn_custom_ops.llm_ops import llm_binding, package_dir
+    from qnn_custom_ops.llm.checkpoint import METHODS, load_export
     from qnn_custom_ops.runtime import HostRunner
 
     manifest = LlmManifest.read(quantized_export)
@@ -250,8 +251,9 @@ MIN_16A8W_SQNR_DB, MEDIAN_16A8W_SQNR_DB = 12.0, 24.0
 @pytest.mark.slow
 def test_the_16a8w_export_stays_within_the_stated_sqnr_of_the_float_export(float_export, quantized_export):
     import qnn_custom_ops as qco
-    from qnn_custom_ops.library import host_step, llm_binding, package_dir
-    from qnn_custom_ops.library.checkpoint import METHODS, load_export
+    from qnn_custom_ops.llm import host_step
+    from qnn_custom_ops.llm_ops import llm_binding, package_dir
+    from qnn_custom_ops.llm.checkpoint import METHODS, load_export
     from qnn_custom_ops.runtime import HostRunner
 
     runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
@@ -268,7 +270,7 @@ def test_the_16a8w_export_stays_within_the_stated_sqnr_of_the_float_export(float
 
 @pytest.mark.slow
 def test_calibration_says_each_prompt_and_how_many_calls_of_each_method_it_observed():
-    from qnn_custom_ops.library import export_llm, quantize_llm
+    from qnn_custom_ops.llm import export_llm, quantize_llm
 
     programs = export_llm(hf_model("llama", num_hidden_layers=1), prefill_len=4, ctx_len=16, cache="runner")
     said: list[str] = []
@@ -426,7 +428,7 @@ def test_a_qnn_export_runs_on_the_x86_htp_simulator_and_generates_the_host_progr
     """The whole one-layer 16a8w decoder in one QNN context binary per method (RmsNorm, SiluAndMul,
     Rope from the LlmOpPackage; the rest QNN's built-ins), its mask, caches and logits as codes;
     prefill over two chunks, then decode, on the simulator: the host program's tokens."""
-    from qnn_custom_ops.library.checkpoint import generate_text, load_export
+    from qnn_custom_ops.llm.checkpoint import generate_text, load_export
     from qnn_custom_ops.runtime.loading import program_facts
 
     host, qnn = LlmManifest.read(quantized_export), LlmManifest.read(qnn_export)

@@ -8,8 +8,8 @@ import warnings
 import pytest
 import torch
 
-from qnn_custom_ops.library import SelectError, swap_modules
-from qnn_custom_ops.library.swap import QcoGatedMLP, QcoRMSNorm, SwapWarning, parse_select
+from qnn_custom_ops.llm_ops import SelectError, swap_modules
+from qnn_custom_ops.llm_ops.swap import QcoGatedMLP, QcoRMSNorm, SwapWarning, parse_select
 
 
 class GatedMLP(torch.nn.Module):

@@ -68,7 +68,7 @@ def trained():
 
 @pytest.mark.slow
 def test_16a8w_of_a_model_trained_for_seconds_agrees_with_float_on_held_out_text(trained):
-    from qnn_custom_ops.library import RunnerLoop, eager_step, export_llm, quantize_llm
+    from qnn_custom_ops.llm import RunnerLoop, eager_step, export_llm, quantize_llm
 
     model, _, held, calibration = trained
     windows = held[: 8 * WINDOW].view(8, WINDOW)

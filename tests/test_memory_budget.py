@@ -16,8 +16,8 @@ import torch
 
 from qnn_custom_ops.atomic_files import write_atomic
 from qnn_custom_ops.cli import main
-from qnn_custom_ops.library import llm_binding
-from qnn_custom_ops.library.memory_budget import (
+from qnn_custom_ops.llm_ops import llm_binding
+from qnn_custom_ops.llm.memory_budget import (
     FOLDED_PEAK_FACTOR,
     GIB,
     MemoryBudget,

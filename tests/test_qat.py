@@ -13,8 +13,9 @@ import torch
 pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 
 from qnn_custom_ops.errors import UsageError  # noqa: E402
-from qnn_custom_ops.library import RunnerLoop, eager_step, export_llm, llm_binding, quantize_llm  # noqa: E402
-from qnn_custom_ops.library.qat import QatConfig  # noqa: E402
+from qnn_custom_ops.llm import RunnerLoop, eager_step, export_llm, quantize_llm  # noqa: E402
+from qnn_custom_ops.llm_ops import llm_binding  # noqa: E402
+from qnn_custom_ops.llm.qat import QatConfig  # noqa: E402
 from qnn_custom_ops.quantizer import make_quantizer  # noqa: E402
 
 from .test_llm_trained import compare, evaluate, trained  # noqa: E402, F401, F811  (the trained model fixture)

@@ -117,7 +117,7 @@ def test_shards_that_cannot_work_are_one_line(tmp_path, capsys):
         capsys, "llm", "export", checkpoint, "-o", out, *qnn, "--shards", "0")
     assert "--shards 2: the model has 1 layers; give 1 to 1" in cli_error(
         capsys, "llm", "export", checkpoint, "-o", out, *qnn, "--shards", "2")
-    from qnn_custom_ops.library.checkpoint import export_checkpoint
+    from qnn_custom_ops.llm.checkpoint import export_checkpoint
 
     for shards, target, message in ((2, "host", "give --target qnn too"), (0, "qnn", "1 or more"),
                                     (2, "qnn", "the model has 1 layers")):
@@ -138,7 +138,7 @@ def test_a_two_shard_qnn_export_has_two_contexts_per_method_and_generates_the_ho
         tmp_path_factory, capfd, monkeypatch):
     """A two-layer 16a8w model, one layer a context, the cut tensors passed as uint16 codes: on
     the x86 HTP simulator, the host program's tokens (what the one-shard QNN export gives too)."""
-    from qnn_custom_ops.library.checkpoint import LlmManifest, generate_text, load_export
+    from qnn_custom_ops.llm.checkpoint import LlmManifest, generate_text, load_export
     from qnn_custom_ops.runtime import method_specs
 
     checkpoint = shared_build("llm-checkpoint-2-layers", lambda root: save_checkpoint(root, layers=2))

@@ -320,7 +320,7 @@ def test_preparing_a_multi_output_op_with_a_weight_logs_no_unresolved_quant_rang
     getitems, not on its node, and used to be logged as "Could not resolve quant range" twice."""
     import logging
 
-    from qnn_custom_ops.library import llm_binding, llm_ops, llm_quant_overrides
+    from qnn_custom_ops.llm_ops import llm_binding, llm_ops, llm_quant_overrides
 
     fused = llm_ops()["fused_add_rms_norm"]
 
@@ -406,7 +406,7 @@ def test_a_tied_table_is_quantized_once_where_its_gathered_rows_have_more_bits_t
     again, so each use keeps its own."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
-    from qnn_custom_ops.library import llm_binding
+    from qnn_custom_ops.llm_ops import llm_binding
 
     ids = (torch.randint(0, 64, (1, 12)),)
     model = TiedTable().eval()

@@ -12,10 +12,10 @@ import warnings
 import pytest
 import torch
 
-from qnn_custom_ops.library import RunnerLoop, eager_step, export_llm
-from qnn_custom_ops.library.checkpoint import prompt_ids
-from qnn_custom_ops.library.families import FAMILIES, LlmExportError, runner_version_of
-from qnn_custom_ops.library.runner_text import RunnerText, RunnerTokenWarning, warn_of_other_tokens
+from qnn_custom_ops.llm import RunnerLoop, eager_step, export_llm
+from qnn_custom_ops.llm.checkpoint import prompt_ids
+from qnn_custom_ops.llm.families import FAMILIES, LlmExportError, runner_version_of
+from qnn_custom_ops.llm.runner_text import RunnerText, RunnerTokenWarning, warn_of_other_tokens
 
 transformers = pytest.importorskip("transformers", reason="transformers is a dev extra (pip install -e '.[dev]')")
 tokenizers = pytest.importorskip("tokenizers")
@@ -144,8 +144,8 @@ def test_an_unknown_decoder_model_version_is_one_line_before_anything_is_written
 def test_calibration_prompts_are_the_tokens_the_phone_is_given():
     """Each calibration line as the runner encodes a --prompt: its BOS at position 0 (where a
     model keeps its attention sink) and the version's template."""
-    from qnn_custom_ops.library.checkpoint import calibration_prompts
-    from qnn_custom_ops.library.hf import LlmShape
+    from qnn_custom_ops.llm.checkpoint import calibration_prompts
+    from qnn_custom_ops.llm.hf import LlmShape
 
     tokenizer = tokenizer_with(SMOLLM2)
     shape = LlmShape(layers=1, kv_heads=2, head_dim=16, vocab=300, ctx_len=64, prefill_len=8, cache="runner")

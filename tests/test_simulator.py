@@ -59,8 +59,8 @@ def test_a_quantized_llms_transposes_keep_one_datatype_as_qnn_requires():
     """QNN refuses a Transpose whose input and output datatypes differ (3110): the new K and V
     rows, unsigned 16-bit codes out of RoPE and the projections, are requantized to the cache's
     signed encoding before they are transposed, in both programs."""
-    from qnn_custom_ops.library import export_llm
-    from qnn_custom_ops.library.generation import quantize_llm
+    from qnn_custom_ops.llm import export_llm
+    from qnn_custom_ops.llm.quantization import quantize_llm
 
     from .hf_models import hf_model
 
@@ -91,8 +91,9 @@ def test_a_program_the_simulator_refuses_is_one_line_per_call_and_the_session_go
 PROBE = """
 import json, torch
 import qnn_custom_ops as qco
-from qnn_custom_ops.library import export_llm, llm_binding, package_dir
-from qnn_custom_ops.library.generation import quantize_llm
+from qnn_custom_ops.llm import export_llm
+from qnn_custom_ops.llm_ops import llm_binding, package_dir
+from qnn_custom_ops.llm.quantization import quantize_llm
 from qnn_custom_ops.lowering import OpPackageBuild, compile_spec
 from qnn_custom_ops.runtime.htp import build_qhpi_package
 from qnn_custom_ops.runtime.probe import first_parting, probe_differences

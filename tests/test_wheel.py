@@ -17,7 +17,7 @@ from .conftest import REPO
 SCRIPT = """
 import sys, torch
 import qnn_custom_ops as qco
-from qnn_custom_ops.library import llm_binding, llm_ops, package_dir
+from qnn_custom_ops.llm_ops import llm_binding, llm_ops, package_dir
 from qnn_custom_ops.runtime import HostRunner
 
 assert str(package_dir()).startswith(sys.argv[1]), package_dir()  # the wheel's copy, not the checkout's

@@ -214,8 +214,8 @@ def _cmd_build_host(args: argparse.Namespace) -> int:
 
 
 def _shipped_cases(package: OpPackage):
-    """The cases a shipped package brings (``library.shipped_cases``), or None."""
-    from .library.shipped_cases import shipped_cases
+    """The cases a shipped package brings (``shipped_cases``), or None."""
+    from .shipped_cases import shipped_cases
 
     return shipped_cases(package)
 

@@ -1,4 +1,4 @@
-"""``qnn-custom-ops llm export`` and ``llm generate``: a thin layer over ``library.checkpoint``.
+"""``qnn-custom-ops llm export`` and ``llm generate``: a thin layer over ``llm.checkpoint``.
 
 Progress goes to stderr, one line per step, when stderr is a terminal or with ``--progress``
 (``--quiet`` silences it); generated text goes to stdout as it grows.
@@ -30,10 +30,10 @@ from .quiet import native_noise_filtered, native_stdout_filtered
 EXIT_OK = 0
 
 
-def _library(name: str) -> ModuleType:
-    """``library.<name>``: the light modules (the registries, the export directory's files, the
-    sampling options) import nothing heavy, and ``library`` imports its names on first use."""
-    return importlib.import_module(f"{__package__}.library.{name}")
+def _llm(name: str) -> ModuleType:
+    """``llm.<name>``: the light modules (the registries, the export directory's files, the
+    sampling options) import nothing heavy, and ``llm`` imports its names on first use."""
+    return importlib.import_module(f"{__package__}.llm.{name}")
 
 
 #: ``--quant``'s names (float, and ``quantizer.QUANT_MODES``, which imports executorch; the
@@ -55,7 +55,7 @@ def _check_export_arguments(args: argparse.Namespace) -> None:
     family, its tokenizer's files there, ``-o`` one an export may replace)."""
     _check_choice("--quant", args.quant, QUANT_CHOICES)
     _check_choice("--target", args.target, TARGET_CHOICES)
-    families, files = _library("families"), _library("export_files")
+    families, files = _llm("families"), _llm("export_files")
     if args.decoder_model_version is not None:
         _check_choice("--decoder-model-version", args.decoder_model_version, tuple(families.RUNNER_VERSIONS))
     if args.target == "qnn" and args.soc is None:
@@ -78,7 +78,7 @@ def _check_export_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--shards {args.shards}: the model has {layers} layers; give 1 to {layers}")
     from .runtime.simulator_sdk import in_simulator_environment
 
-    notes = _library("checkpoint_notes")
+    notes = _llm("checkpoint_notes")
     said = args.target == "qnn" and in_simulator_environment()  # by the process that started this one
     for kind, note in (
         ("warning", notes.vocabulary_note(checkpoint, body)),
@@ -96,13 +96,13 @@ def _check_checkpoint_directory(directory: str) -> dict[str, Any]:
     config = checkpoint / "config.json"
     if not config.is_file():
         raise UsageError(f"{checkpoint}: no config.json; pass a Hugging Face checkpoint directory")
-    checks, values = _library("config_checks"), _library("json_values")
+    checks, values = _llm("config_checks"), _llm("json_values")
     try:
         body = values.load_object(config, checks.CONFIG_LIMIT)
         model_type = values.string(values.required(body, "model_type"), "model_type")
     except values.JsonValueError as exc:
         raise UsageError(f"{config}: {exc}; fix it, or save the config again (config.save_pretrained)") from None
-    _library("families").family_of(model_type)
+    _llm("families").family_of(model_type)
     checks.check_tokenizer_files(checkpoint)
     return body
 
@@ -127,14 +127,14 @@ def _percent(text: str) -> float:
 
 def _check_export_directory(option: str, directory: str) -> Path:
     """An export directory: one holding a manifest (read and checked in full later)."""
-    path, manifest = Path(directory), _library("export_files").MANIFEST
+    path, manifest = Path(directory), _llm("export_files").MANIFEST
     if not (path / manifest).is_file():
         raise UsageError(f"{option}{directory}: no {manifest}; pass a directory written by qnn-custom-ops llm export")
     return path
 
 
 def _cmd_families(args: argparse.Namespace) -> int:
-    table = _library("family_table")
+    table = _llm("family_table")
     if args.json:
         print(json.dumps(table.as_json(), indent=2))
     else:
@@ -156,12 +156,12 @@ def _progress(args: argparse.Namespace):
 
 @contextmanager
 def _own_warnings_as_lines(verbose: bool = False) -> Iterator[None]:
-    """The library's warnings (a dtype cast, a module left native) as one line each, printed
+    """The LLM route's warnings (a dtype cast, a module left native) as one line each, printed
     when they are raised (the bf16 cast as the checkpoint loads, not after the export is written);
     the others only when ``verbose``."""
-    from .library.hf import LlmDtypeWarning
-    from .library.runner_text import RunnerTokenWarning
-    from .library.swap import SwapWarning
+    from .llm.hf import LlmDtypeWarning
+    from .llm.runner_text import RunnerTokenWarning
+    from .llm_ops.swap import SwapWarning
 
     own = (LlmDtypeWarning, SwapWarning, RunnerTokenWarning)
     with warnings.catch_warnings():
@@ -232,7 +232,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     _check_export_arguments(args)
     import transformers
 
-    from .library.checkpoint import export_checkpoint
+    from .llm.checkpoint import export_checkpoint
     from .runtime.simulator_sdk import lowers_for_qnn_here
 
     if args.target == "qnn" and not lowers_for_qnn_here():
@@ -293,20 +293,20 @@ def _check_generate_arguments(args: argparse.Namespace) -> tuple[Path, Any]:
     _check_utf8("--prompt", args.prompt)
     if args.chat is not None:
         _check_choice("--chat", args.chat, CHAT_CHOICES)
-    sampling = _library("sampling").Sampling(args.temperature, args.top_p, args.seed)
+    sampling = _llm("sampling").Sampling(args.temperature, args.top_p, args.seed)
     return _check_export_directory("", args.export_dir), sampling
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     directory, sampling = _check_generate_arguments(args)
-    from .library.checkpoint import generate_text, load_export
-    from .library.export_targets import RUNS_ON
+    from .llm.checkpoint import generate_text, load_export
+    from .llm.export_targets import RUNS_ON
 
     say = _progress(args)
-    budget = _library("memory_budget").MemoryBudget.of(args.max_memory)  # what is free before loading
+    budget = _llm("memory_budget").MemoryBudget.of(args.max_memory)  # what is free before loading
     export = load_export(directory, verify=not args.no_verify, progress=say)
     if export.manifest.target == "host":
-        _library("memory_budget").check_run_fits(export.program, export.data, budget, str(directory))
+        _llm("memory_budget").check_run_fits(export.program, export.data, budget, str(directory))
     how = "" if sampling.greedy else f", sampling at temperature {sampling.temperature:g}, top-p {sampling.top_p:g}"
     runs = f"; {args.warmup} warm-up and {args.repeat} timed runs" if args.warmup or args.repeat > 1 else ""
     say(f"generating ({export.manifest.quant}{how}{runs}) {RUNS_ON[export.manifest.target].where}")
@@ -404,8 +404,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         )
     import transformers
 
-    from .library.checkpoint import load_export
-    from .library.evaluation import evaluate
+    from .llm.checkpoint import load_export
+    from .llm.evaluation import evaluate
 
     if not args.verbose:
         transformers.utils.logging.disable_progress_bar()  # "Loading weights" of --against CHECKPOINT_DIR
@@ -438,7 +438,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     _check_checkpoint_directory(args.checkpoint)
     import transformers
 
-    from .library.analysis import analyze_checkpoint, table
+    from .llm.analysis import analyze_checkpoint, table
 
     if not args.verbose:
         transformers.utils.logging.disable_progress_bar()
@@ -494,7 +494,7 @@ def _positive(text: str) -> int:
 def _memory_gib(text: str) -> float:
     """``--max-memory``: GiB above 0 (``memory_budget.parse_gib``), one line when not."""
     try:
-        return _library("memory_budget").parse_gib(text)
+        return _llm("memory_budget").parse_gib(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -548,7 +548,7 @@ def add_llm_commands(commands) -> None:
         "--quant",
         default="none",
         help="none (float, the default), 8a8w, 16a8w, 16a16w, 16a4w or 16a4w_block (4-bit projections per channel, "
-        "or per block of 32 input channels; lm_head and the library's ops at 16a8w)",
+        "or per block of 32 input channels; lm_head and the LLM ops at 16a8w)",
     )
     export.add_argument(
         "--calibration",

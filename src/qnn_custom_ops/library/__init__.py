@@ -1,34 +1,38 @@
-"""A ready library of LLM custom ops for the HTP: RMSNorm, gated SiLU/GELU, RoPE and a static
-KV cache (op package ``op_packages/LlmOpPackage``, torch namespace ``qco_llm``),
-``swap_modules`` to put them into a model, and ``export_llm`` / ``greedy`` to turn a Hugging Face
-causal LM into prefill and decode programs on them and generate with those.
-
-Its names are imported on first use (``lazy``): a light submodule (the family registries, the
-export directory's files, the sampling options) is imported without torch, executorch and
-transformers, so the ``llm`` commands check their arguments at once.
-"""
+"""The names ``qnn_custom_ops.library`` held before it was split in two: the LLM op set is
+``qnn_custom_ops.llm_ops``, the Hugging Face route ``qnn_custom_ops.llm``. Kept for one release
+(see CHANGELOG.md); import from those packages instead."""
 
 from ..lazy import lazy_getattr
 
 _SOURCES = {
-    "greedy": "generation",
-    "greedy_batch": "generation",
-    "quantize_llm": "generation",
-    "LlmExportError": "families",
-    "export_llm": "hf",
-    "LLM_OPS": "llm",
-    "NAMESPACE": "llm",
-    "llm_binding": "llm",
-    "llm_ops": "llm",
-    "llm_package": "llm",
-    "llm_quant_overrides": "llm",
-    "package_dir": "llm",
-    "LlmOpInputError": "reference",
-    "RunnerLoop": "runner_loop",
-    "eager_step": "steps",
-    "host_step": "steps",
-    "SelectError": "swap",
-    "swap_modules": "swap",
+    **{
+        name: ".llm_ops"
+        for name in (
+            "LLM_OPS",
+            "NAMESPACE",
+            "llm_binding",
+            "llm_ops",
+            "llm_package",
+            "llm_quant_overrides",
+            "package_dir",
+            "LlmOpInputError",
+            "SelectError",
+            "swap_modules",
+        )
+    },
+    **{
+        name: ".llm"
+        for name in (
+            "greedy",
+            "greedy_batch",
+            "quantize_llm",
+            "LlmExportError",
+            "export_llm",
+            "RunnerLoop",
+            "eager_step",
+            "host_step",
+        )
+    },
 }
 
 __getattr__ = lazy_getattr(__name__, _SOURCES)

@@ -32,9 +32,9 @@ import torch
 from ..progress import time_left
 from .checkpoint_reading import OffloadedWeights
 from .families import LlmExportError
-from .generation import DECODES_PER_CHUNK, context_tokens, convert_calibrated, kept_parts, llm_quantizer
 from .hf import LlmPrograms, LlmShape
 from .parts import layer_of
+from .quantization import DECODES_PER_CHUNK, context_tokens, convert_calibrated, kept_parts, llm_quantizer
 from .runner_loop import LoggedCall, RunnerLoop, write_rows
 
 Progress = Callable[[str], None]
@@ -353,7 +353,7 @@ def quantize_by_layer(
     inputs: str = "float",
     narrow: bool = False,
 ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
-    """``generation.quantize_llm`` for programs whose weights are in ``weights`` (read a layer at a
+    """``quantization.quantize_llm`` for programs whose weights are in ``weights`` (read a layer at a
     time): calibrated a stage at a time on ``calibration_calls``, converted reading each weight as
     its codes are made (``narrow``: stored in their own width, ``convert_calibrated``'s); ``inputs``
     is ``calibrate_by_layer``'s. Quantization-aware training needs the whole model: not here."""

@@ -13,7 +13,7 @@ import torch
 
 from ..runtime.cost import KernelCase
 from ..runtime.kernel_abi import KernelDType, KernelTensor
-from .llm import OPS_BY_NAME
+from .ops import OPS_BY_NAME
 from .reference import gelu_and_mul, rms_norm, rope, silu_and_mul
 
 _KERNEL_DTYPES = {torch.float32: KernelDType.Float32, torch.int32: KernelDType.Int32}

@@ -27,6 +27,7 @@ import torch
 
 from ..atomic_files import Contents
 from ..generated_code import generated_sources_dropped
+from ..llm_ops.swap import Swap
 from ..progress import silent
 from .checkpoint_reading import (
     LlmCheckpointError,
@@ -64,7 +65,6 @@ from .memory_budget import MemoryBudget, fold_fits
 from .runner_loop import MethodEncodings, RunnerLoop, check_fits, method_encodings
 from .runner_text import RunnerText, warn_of_other_tokens
 from .sampling import Sampling
-from .swap import Swap
 
 TARGETS = ("host", "qnn")
 #: Calibration text when the user gives none: varied English, one prompt a line.
@@ -370,8 +370,8 @@ def _programs_to_lower(
     With a ``store`` directory it reads the model a layer at a time and quantizes it so
     (``layer_stages``; ``by_layer``). A quantized host program whose folded weights would not fit
     ``budget`` (``_folded_weights_fit``) keeps its codes, stored in their own width as they are made."""
-    from .generation import quantize_llm
     from .layer_stages import quantize_by_layer
+    from .quantization import quantize_llm
 
     weights = None
     if store is not None:
@@ -484,11 +484,11 @@ def export_checkpoint(
     ``lowering.shards.WEIGHT_BUDGET`` (said to ``progress``). A quantized export without QAT or
     ``keep_8bit="auto"`` (which train or measure the whole model) reads the model a layer at a time
     (``checkpoint_reading.load_by_layer``, ``layer_stages``): it never holds it in float32."""
+    from ..llm_ops.ops import llm_binding
     from ..lowering.program import lower_methods
     from ..quantizer import QUANT_MODES
-    from .generation import check_kv_bits
-    from .llm import llm_binding
     from .qat import check_qat
+    from .quantization import check_kv_bits
 
     _require_choice("--quant", quant, ("none", *QUANT_MODES))
     _require_choice("--target", target, TARGETS)

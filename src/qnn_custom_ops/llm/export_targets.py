@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..llm_ops.ops import PACKAGE_NAME, llm_binding, package_dir
 from ..lowering import OpPackageBuild, compile_spec, makefile_builds
 from ..lowering.compile_spec import Platform, Target, chipset
 from ..runtime import HostRunner
@@ -23,7 +24,6 @@ from ..runtime.htp import build_qhpi_package
 from ..runtime.simulator import SimulatorSession
 from ..runtime.simulator_sdk import SIMULATOR_QAIRT, in_simulator_environment, lowers_for_qnn_here
 from .families import LlmExportError
-from .llm import PACKAGE_NAME, llm_binding, package_dir
 from .runner_loop import MethodEncodings
 from .steps import Step, codes_step, host_step, simulator_step
 

@@ -299,7 +299,7 @@ class RunnerLoop:
         so its last ``kv_forward`` call is at position ``ctx_len - 2``. ``forced`` feeds those tokens instead of the
         argmax (teacher forcing); ``record`` keeps every call's inputs, for calibration;
         ``on_token`` hears the tokens so far after each one (to stream them); ``choose`` picks each
-        token from the logits as reals instead of the argmax (sampling: ``library.sampling``)."""
+        token from the logits as reals instead of the argmax (sampling: ``llm.sampling``)."""
         shape = self.shape
         prompt = token_ids(prompt, shape.vocab, "RunnerLoop: the prompt")
         check_fits(shape, len(prompt), new_tokens, "RunnerLoop")

@@ -6,7 +6,7 @@ fake quantizers where PTQ has observers -- the projections' 4-bit (or 8-bit) wei
 or per block, the ``lm_head`` kept at 8 bits, the 16-bit activations, and the library's ops'
 inputs and outputs as their OpDefs declare them. The copy's weights are then trained, their
 gradients going through the fake quantizers (straight through the rounding) and the library's
-ops' own backward formulas (``library.autograd``), on windows of the calibration text run as the
+ops' own backward formulas (``llm_ops.autograd``), on windows of the calibration text run as the
 device runner runs a prompt (``RunnerLoop.score``: chunk after chunk, each chunk reading the
 caches the earlier ones wrote). The loss is either the next token's cross-entropy, or the
 distillation of the float program's logits on the same window (KL divergence, the float model

@@ -26,10 +26,10 @@ from typing import Any
 import torch
 
 from ..errors import UsageError
+from ..llm_ops.swap import Swap, swap_modules
 from ..progress import silent
 from .config_checks import check_config, check_tokenizer_files, check_weights, first_line, weight_files
 from .hf import warn_float32_cast
-from .swap import Swap, swap_modules
 
 Progress = Callable[[str], None]
 

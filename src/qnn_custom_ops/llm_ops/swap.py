@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ReportedError, UsageError
-from .llm import llm_ops
+from .ops import llm_ops
 
 SWAPPABLE = ("rms_norm", "silu_and_mul", "gelu_and_mul")
 #: The eps of a ``*RMSNorm`` that keeps none in ``eps``/``variance_epsilon``: QEfficient's

@@ -2,7 +2,7 @@
 quantizing each alone costs, and ``llm export --keep-8bit auto`` keeps the most sensitive ones
 at 8-bit weights until an accuracy target is met.
 
-Every measurement quantizes the prefill program only (``generation.quantized_prefill``:
+Every measurement quantizes the prefill program only (``quantization.quantized_prefill``:
 calibrated teacher-forced on the calibration windows, a quicker calibration than an export's
 generation) and scores the text's windows through the runner's prompt processor against the
 float program: the logits SQNR (the float logits' power over the difference's, every position
@@ -21,9 +21,9 @@ from typing import Any
 import torch
 
 from ..progress import silent, time_left
-from .generation import llm_quantizer, quantized_prefill
 from .hf import LlmPrograms
 from .parts import in_parts, keepable, kind_parts, part_of, parts_in
+from .quantization import llm_quantizer, quantized_prefill
 from .runner_loop import RunnerLoop
 from .steps import eager_step
 

@@ -31,9 +31,9 @@ from typing import Any, TypeAlias
 
 import torch
 
+from ..llm_ops.ops import llm_ops
+from ..llm_ops.swap import QcoRMSNorm, Swap, swap_modules
 from .families import FAMILIES, RUNNER_VERSIONS, Family, LlmExportError, check_rope, family_of, runner_version_of
-from .llm import llm_ops
-from .swap import QcoRMSNorm, Swap, swap_modules
 
 CACHE_LAYOUTS = ("rows", "scatter", "runner")
 #: ``model_type``s whose decoder layers the static layers below compute (``families.FAMILIES``).
