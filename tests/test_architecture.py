@@ -27,8 +27,9 @@ LAYERS = {
     "generator": 1, "torch_bridge": 1,
     "quantizer": 2, "lowering": 2,
     "runtime": 3,
-    "llm_ops": 4, "shipped_cases": 4,
-    "llm": 5, "library": 6, "cli": 6, "llm_cli": 6, "__init__": 6, "__main__": 6,
+    "llm_ops": 4,
+    "llm": 5,
+    "library": 6, "cli": 6, "__init__": 6, "__main__": 6,
 }
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from qnn_custom_ops import cli
+from qnn_custom_ops.cli.process import run_handler
 
 import qnn_custom_ops as qco
 
@@ -402,7 +403,7 @@ def test_our_warnings_are_one_line_without_the_code_that_warned(capsys):
         warnings.warn(SwapWarning("layers.0.norm stays native (use select='none')"), stacklevel=1)
         return 0
 
-    assert cli._run(handler, None) == 0
+    assert run_handler(handler, None) == 0
     assert capsys.readouterr().err == "warning: layers.0.norm stays native (use select='none')\n"
 
 

@@ -201,7 +201,7 @@ def test_a_default_shape_the_op_cannot_take_is_not_applicable_not_a_failure(caps
     assert all("not applicable: the default dims" in str(r) and "--shape SplitCustomOp:" in str(r) for r in results)
     given = hexagon_check(package_dir, dtype_cases(package, ["SplitCustomOp:first_half=2x3,second_half=2x3,input=2x5"]))
     assert [r.not_applicable for r in given] == [False] * 2  # a shape asked for and refused is the user's to fix
-    from qnn_custom_ops.shipped_cases import SHIPPED_CASES
+    from qnn_custom_ops.cli.shipped_cases import SHIPPED_CASES
 
     monkeypatch.delitem(SHIPPED_CASES, "SplitCustomOpPackage")  # as a package of the user's: default dims
     assert main(["hexagon-check", str(package_dir)]) == 2

@@ -258,12 +258,12 @@ def test_a_closed_standard_output_is_one_line_and_no_file_takes_its_place(tmp_pa
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [CLOSED]
     # a file the command opens before it prints would get descriptor 1, where native code prints
     written = tmp_path / "program.pte"
-    child = ("import argparse, os; from qnn_custom_ops.cli import _run\n"
+    child = ("import argparse, os; from qnn_custom_ops.cli.process import run_handler\n"
              "def opens_a_file(args):\n"
              f"    with open({str(written)!r}, 'wb') as f:\n"
              "        os.write(1, b'native print'); f.write(b'program')\n"
              "    return 0\n"
-             "_run(opens_a_file, argparse.Namespace())")
+             "run_handler(opens_a_file, argparse.Namespace())")
     result = subprocess.run([sys.executable, "-c", child], stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1))
     assert result.returncode == 0 and written.read_bytes() == b"program", result.stderr
 

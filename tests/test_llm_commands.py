@@ -252,13 +252,13 @@ def test_llm_generate_refuses_options_that_cannot_work_in_one_line_before_loadin
 
 
 def test_the_clis_early_choices_are_the_librarys():
-    from qnn_custom_ops import llm_cli
+    from qnn_custom_ops.cli import llm_commands
     from qnn_custom_ops.llm.checkpoint import CHAT_TEMPLATES, TARGETS
     from qnn_custom_ops.quantizer import QUANT_MODES
 
-    assert llm_cli.QUANT_CHOICES == ("none", *QUANT_MODES)
-    assert llm_cli.TARGET_CHOICES == TARGETS
-    assert llm_cli.CHAT_CHOICES == CHAT_TEMPLATES
+    assert llm_commands.QUANT_CHOICES == ("none", *QUANT_MODES)
+    assert llm_commands.TARGET_CHOICES == TARGETS
+    assert llm_commands.CHAT_CHOICES == CHAT_TEMPLATES
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -340,7 +340,7 @@ def test_a_library_warning_is_printed_when_it_is_raised_not_after_the_command(ca
     import warnings
 
     from qnn_custom_ops.llm.hf import LlmDtypeWarning
-    from qnn_custom_ops.llm_cli import _own_warnings_as_lines
+    from qnn_custom_ops.cli.llm_commands import _own_warnings_as_lines
 
     with _own_warnings_as_lines():
         print("loading", file=sys.stderr)
@@ -399,7 +399,7 @@ def test_a_qnn_export_started_again_with_the_simulators_libraries_does_not_say_i
 
 
 def test_json_output_puts_id_lists_on_one_line_and_leaves_strings_as_they_are():
-    from qnn_custom_ops.llm_cli import _json_text
+    from qnn_custom_ops.cli.llm_commands import _json_text
 
     value = {"text": "[ 1, 2 ]\n[\n 3 ]", "ids": [1, 2, 3], "spread": {"runs": [1.5, float("inf")]}}
     text = _json_text(value)

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .opdef import OpPackage
-from .runtime.cost import KernelCase, cases_from_shapes
-from .runtime.dtype_cases import dtype_cases
+from ..opdef import OpPackage
+from ..runtime.cost import KernelCase, cases_from_shapes
+from ..runtime.dtype_cases import dtype_cases
 
 
 @dataclass(frozen=True)
@@ -19,13 +19,13 @@ class ShippedCases:
 
 
 def _llm_cost_cases(package: OpPackage) -> list[KernelCase]:
-    from .llm_ops.cost_cases import llm_cases
+    from ..llm_ops.cost_cases import llm_cases
 
     return [case.kernel_case() for case in llm_cases()]
 
 
 def _llm_check_cases(package: OpPackage) -> list[KernelCase]:
-    from .llm_ops.check_cases import hexagon_cases
+    from ..llm_ops.check_cases import hexagon_cases
 
     return hexagon_cases(package)
 

@@ -24,8 +24,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
-from .errors import UsageError
-from .quiet import native_noise_filtered, native_stdout_filtered
+from ..errors import UsageError
+from ..quiet import native_noise_filtered, native_stdout_filtered
 
 EXIT_OK = 0
 
@@ -33,7 +33,7 @@ EXIT_OK = 0
 def _llm(name: str) -> ModuleType:
     """``llm.<name>``: the light modules (the registries, the export directory's files, the
     sampling options) import nothing heavy, and ``llm`` imports its names on first use."""
-    return importlib.import_module(f"{__package__}.llm.{name}")
+    return importlib.import_module(f"..llm.{name}", __package__)
 
 
 #: ``--quant``'s names (float, and ``quantizer.QUANT_MODES``, which imports executorch; the
@@ -76,7 +76,7 @@ def _check_export_arguments(args: argparse.Namespace) -> None:
     layers = body.get("num_hidden_layers")
     if args.shards is not None and isinstance(layers, int) and args.shards > layers:
         raise UsageError(f"--shards {args.shards}: the model has {layers} layers; give 1 to {layers}")
-    from .runtime.simulator_sdk import in_simulator_environment
+    from ..runtime.simulator_sdk import in_simulator_environment
 
     notes = _llm("checkpoint_notes")
     said = args.target == "qnn" and in_simulator_environment()  # by the process that started this one
@@ -159,9 +159,9 @@ def _own_warnings_as_lines(verbose: bool = False) -> Iterator[None]:
     """The LLM route's warnings (a dtype cast, a module left native) as one line each, printed
     when they are raised (the bf16 cast as the checkpoint loads, not after the export is written);
     the others only when ``verbose``."""
-    from .llm.hf import LlmDtypeWarning
-    from .llm.runner_text import RunnerTokenWarning
-    from .llm_ops.swap import SwapWarning
+    from ..llm.hf import LlmDtypeWarning
+    from ..llm.runner_text import RunnerTokenWarning
+    from ..llm_ops.swap import SwapWarning
 
     own = (LlmDtypeWarning, SwapWarning, RunnerTokenWarning)
     with warnings.catch_warnings():
@@ -215,8 +215,8 @@ def _lowered_on_simulator_libraries(args: argparse.Namespace) -> int:
     """``llm export --target qnn`` without a QNN SDK: the same command in a child process started
     with the simulator's environment (QAIRT's x86 libraries from PyPI, ExecuTorch's QNN adaptor
     over them; the loader reads ``LD_LIBRARY_PATH`` only at start); its exit status."""
-    from .runtime.isolation import run_command_reporting_crashes
-    from .runtime.simulator_sdk import SIMULATOR_QAIRT, simulator_environment
+    from ..runtime.isolation import run_command_reporting_crashes
+    from ..runtime.simulator_sdk import SIMULATOR_QAIRT, simulator_environment
 
     _progress(args)(f"no QNN SDK: lowering with QAIRT {SIMULATOR_QAIRT}'s x86 libraries (installed from PyPI once)")
     environment = {**os.environ, **simulator_environment()}
@@ -232,8 +232,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     _check_export_arguments(args)
     import transformers
 
-    from .llm.checkpoint import export_checkpoint
-    from .runtime.simulator_sdk import lowers_for_qnn_here
+    from ..llm.checkpoint import export_checkpoint
+    from ..runtime.simulator_sdk import lowers_for_qnn_here
 
     if args.target == "qnn" and not lowers_for_qnn_here():
         return _lowered_on_simulator_libraries(args)
@@ -299,8 +299,8 @@ def _check_generate_arguments(args: argparse.Namespace) -> tuple[Path, Any]:
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     directory, sampling = _check_generate_arguments(args)
-    from .llm.checkpoint import generate_text, load_export
-    from .llm.export_targets import RUNS_ON
+    from ..llm.checkpoint import generate_text, load_export
+    from ..llm.export_targets import RUNS_ON
 
     say = _progress(args)
     budget = _llm("memory_budget").MemoryBudget.of(args.max_memory)  # what is free before loading
@@ -404,8 +404,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         )
     import transformers
 
-    from .llm.checkpoint import load_export
-    from .llm.evaluation import evaluate
+    from ..llm.checkpoint import load_export
+    from ..llm.evaluation import evaluate
 
     if not args.verbose:
         transformers.utils.logging.disable_progress_bar()  # "Loading weights" of --against CHECKPOINT_DIR
@@ -438,7 +438,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     _check_checkpoint_directory(args.checkpoint)
     import transformers
 
-    from .llm.analysis import analyze_checkpoint, table
+    from ..llm.analysis import analyze_checkpoint, table
 
     if not args.verbose:
         transformers.utils.logging.disable_progress_bar()
@@ -523,7 +523,7 @@ class _OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def add_llm_commands(commands) -> None:
+def add_commands(commands) -> None:
     """``llm export`` and ``llm generate`` under the CLI's subcommands (building the parser
     imports nothing heavy: ``export_checkpoint`` checks ``--quant`` and ``--target``)."""
     llm = commands.add_parser(
