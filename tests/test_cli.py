@@ -449,3 +449,26 @@ def test_a_reader_that_stops_reading_gets_no_complaint():
     result = subprocess.run(command, stdout=reader.stdin, stderr=subprocess.PIPE, text=True)
     reader.stdin.close()
     assert (result.returncode, result.stderr) == (2, "")
+
+
+LONG_COMMANDS = [["build-host", "P"], ["cost", "P"], ["hexagon-check", "P"], ["htp-check", "P"],
+                 ["run", "m.pte"], ["llm", "export", "C", "-o", "O"], ["llm", "generate", "O", "--prompt", "x"],
+                 ["llm", "eval", "O", "--text", "t"], ["llm", "analyze", "C", "--quant", "16a4w"]]
+
+
+@pytest.mark.parametrize("command", LONG_COMMANDS, ids=lambda c: " ".join(c[:2]))
+def test_every_long_command_takes_progress_or_quiet_and_not_both(command, monkeypatch, capsys):
+    """One way to ask for progress lines: ``--progress`` shows them when stderr is no terminal,
+    ``--quiet`` hides them on one, and the two together are refused."""
+    from qnn_custom_ops.cli.arguments import progress_shown
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert not progress_shown(parser.parse_args(command))
+    assert progress_shown(parser.parse_args([*command, "--progress"]))
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert progress_shown(parser.parse_args(command))
+    assert not progress_shown(parser.parse_args([*command, "--quiet"]))
+    with pytest.raises(SystemExit) as refused:
+        parser.parse_args([*command, "--progress", "--quiet"])
+    assert refused.value.code == 2 and "not allowed with argument" in capsys.readouterr().err

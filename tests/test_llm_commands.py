@@ -350,6 +350,25 @@ def test_a_library_warning_is_printed_when_it_is_raised_not_after_the_command(ca
         "loading", "warning: ckpt: the weights are bfloat16; cast to float32 for the programs", "wrote out/model.pte"]
 
 
+def test_every_warning_of_ours_is_one_line_and_a_third_partys_waits_for_verbose(capsys, monkeypatch):
+    """A quantized export short of its target (``LlmQuantWarning``) is said as one line, as every
+    warning of ours is (it used to be shown only with --verbose); torch's chatter is not."""
+    import warnings
+
+    from qnn_custom_ops.cli.llm_commands import _own_warnings_as_lines
+    from qnn_custom_ops.llm.checkpoint import LlmQuantWarning
+
+    shown_as_python_does: list[str] = []
+    monkeypatch.setattr(warnings, "showwarning", lambda message, *args, **kwargs: shown_as_python_does.append(
+        str(message)))
+    for verbose in (False, True):
+        with _own_warnings_as_lines(verbose):
+            warnings.warn(LlmQuantWarning("--keep-8bit auto: below the target"))
+            warnings.warn(f"a third party's notice, verbose={verbose}", UserWarning)
+        assert capsys.readouterr().err.splitlines() == ["warning: --keep-8bit auto: below the target"]
+    assert shown_as_python_does == ["a third party's notice, verbose=True"]
+
+
 @pytest.mark.slow
 def test_xnnpacks_one_time_pattern_graphs_are_built_before_the_first_partition_is_timed():
     """They took 6 s inside the first partition's preprocess (a small one's is 0.2 s), so the first

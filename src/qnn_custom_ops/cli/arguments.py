@@ -1,9 +1,10 @@
-"""Options several commands share: ``--bind``/``--import``, ``--quiet``, a number of seconds."""
+"""Options several commands share: ``--bind``/``--import``, ``--progress``/``--quiet``, a number of seconds."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable
 
 
@@ -40,7 +41,14 @@ def seconds_up_to(upper: float) -> Callable[[str], float]:
     return seconds
 
 
-def add_quiet_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--quiet", action="store_true", help="no progress lines on stderr (shown only when it is a terminal)"
-    )
+def add_progress_flags(parser: argparse.ArgumentParser) -> None:
+    """``--progress`` or ``--quiet``: every long command takes the same two."""
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--progress", action="store_true", help="progress lines on stderr even when not a terminal")
+    shown.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def progress_shown(args: argparse.Namespace) -> bool:
+    """Progress lines on stderr: with ``--progress``, or when stderr is a terminal, never with
+    ``--quiet`` (a command without the flags: when stderr is a terminal)."""
+    return not getattr(args, "quiet", False) and (getattr(args, "progress", False) or sys.stderr.isatty())

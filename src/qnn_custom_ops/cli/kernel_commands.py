@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import UsageError
 from ..opdef import Datatype, OpPackage
 from ..qairt import QAIRT_VERSIONS
-from .arguments import add_binding_arguments, add_quiet_flag, seconds_up_to
+from .arguments import add_binding_arguments, add_progress_flags, seconds_up_to
 from .inputs import host_library_of, load_configs, package_configs
 from .process import EXIT_MISMATCH, EXIT_OK
 
@@ -139,7 +139,7 @@ def add_commands(commands: Any) -> None:
     )
     build_host.add_argument("package_dir", metavar="PACKAGE_DIR")
     add_binding_arguments(build_host)
-    add_quiet_flag(build_host)
+    add_progress_flags(build_host)
     build_host.set_defaults(handler=_cmd_build_host)
     cost = commands.add_parser("cost", help="time each op's host kernel per shape; bytes moved and GB/s")
     cost.add_argument("package_dir", metavar="PACKAGE_DIR")
@@ -181,7 +181,7 @@ def add_commands(commands: Any) -> None:
         help="measure the --shape cases at these datatypes of the op's output (e.g. UFIXED_POINT_8, or all; "
         "default: FLOAT_32, or every declared one with --hexagon)",
     )
-    add_quiet_flag(cost)
+    add_progress_flags(cost)
     cost.set_defaults(handler=_cmd_cost)
     hexagon = commands.add_parser(
         "hexagon-check",
@@ -205,7 +205,7 @@ def add_commands(commands: Any) -> None:
         help="seconds each case may run under the emulator before it is taken for a kernel that never "
         "returns (default: 30 s plus 2 ms per element of its tensors)",
     )
-    add_quiet_flag(hexagon)
+    add_progress_flags(hexagon)
     hexagon.set_defaults(handler=_cmd_hexagon_check)
     htp = commands.add_parser(
         "htp-check",
@@ -229,5 +229,5 @@ def add_commands(commands: Any) -> None:
         help="as for hexagon-check (default: each op with dims 2x3x5x9 cut to each rank, or the cases a "
         "shipped package brings)",
     )
-    add_quiet_flag(htp)
+    add_progress_flags(htp)
     htp.set_defaults(handler=_cmd_htp_check)

@@ -17,15 +17,16 @@ import re
 import statistics
 import sys
 import time
-import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
 from ..errors import UsageError
 from ..quiet import native_noise_filtered, native_stdout_filtered
+from .arguments import add_progress_flags, progress_shown
+from .process import our_warnings_one_line
 
 EXIT_OK = 0
 
@@ -144,7 +145,7 @@ def _cmd_families(args: argparse.Namespace) -> int:
 
 def _progress(args: argparse.Namespace):
     """A printer of progress lines, or one that prints nothing."""
-    shown = not args.quiet and (args.progress or sys.stderr.isatty())
+    shown = progress_shown(args)
     started = time.monotonic()
 
     def say(line: str) -> None:
@@ -154,29 +155,18 @@ def _progress(args: argparse.Namespace):
     return say
 
 
-@contextmanager
-def _own_warnings_as_lines(verbose: bool = False) -> Iterator[None]:
-    """The LLM route's warnings (a dtype cast, a module left native) as one line each, printed
-    when they are raised (the bf16 cast as the checkpoint loads, not after the export is written);
-    the others only when ``verbose``."""
+def _own_warnings_as_lines(verbose: bool = False) -> AbstractContextManager[None]:
+    """``process.our_warnings_one_line`` as the llm commands use it: the route's warnings (a dtype
+    cast, a module left native, a token the runner lacks, a quantization short of its target) each
+    time they are raised; third parties' (torch's, transformers') only with ``--verbose``."""
+    from ..llm.checkpoint import LlmQuantWarning
     from ..llm.hf import LlmDtypeWarning
     from ..llm.runner_text import RunnerTokenWarning
     from ..llm_ops.swap import SwapWarning
 
-    own = (LlmDtypeWarning, SwapWarning, RunnerTokenWarning)
-    with warnings.catch_warnings():
-        shown = warnings.showwarning
-
-        def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
-            if issubclass(category, own):
-                print(f"warning: {message}", file=sys.stderr, flush=True)
-            elif verbose:  # third parties' (torch's, transformers'): shown only with --verbose, as ever
-                shown(message, category, *args, **kwargs)
-
-        warnings.showwarning = show
-        for category in own:
-            warnings.simplefilter("always", category)
-        yield
+    return our_warnings_one_line(
+        others_shown=verbose, always=(LlmDtypeWarning, SwapWarning, RunnerTokenWarning, LlmQuantWarning)
+    )
 
 
 def _calibration_lines(path: str | None) -> list[str] | None:
@@ -508,12 +498,6 @@ def _add_memory_flag(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def _add_progress_flags(parser: argparse.ArgumentParser) -> None:
-    shown = parser.add_mutually_exclusive_group()
-    shown.add_argument("--progress", action="store_true", help="progress lines on stderr even when not a terminal")
-    shown.add_argument("--quiet", action="store_true", help="no progress lines")
-
-
 class _OneLineParser(argparse.ArgumentParser):
     """An ``llm`` action's parser whose mistakes are one line (argparse prints its usage first),
     naming the command and where its options are listed; exit status 2, as argparse's."""
@@ -598,7 +582,7 @@ def add_commands(commands) -> None:
         help="--keep-8bit auto's goal: top-1 agreement with float on the calibration text, in percent (97)",
     )
     _add_memory_flag(export, "a quantized host program keeps float32 weights only if folding them fits, else codes")
-    _add_progress_flags(export)
+    add_progress_flags(export)
     export.set_defaults(handler=_cmd_export)
     generate = actions.add_parser("generate", help="generate text from an export on the host; tokens/s")
     generate.add_argument("export_dir", metavar="OUT_DIR")
@@ -647,7 +631,7 @@ def add_commands(commands) -> None:
         "(--chat hf: the tokenizer's own chat template instead)",
     )
     _add_memory_flag(generate, "a program that needs more to run is refused before it loads")
-    _add_progress_flags(generate)
+    add_progress_flags(generate)
     generate.set_defaults(handler=_cmd_generate)
     analysis = actions.add_parser(
         "analyze", help="which parts need more bits: each part quantized alone, ranked by logits SQNR against float"
@@ -661,7 +645,7 @@ def add_commands(commands) -> None:
     analysis.add_argument("--prefill", type=_positive, default=32, metavar="N", help="prefill tokens per call (32)")
     analysis.add_argument("--ctx", type=_positive, default=512, metavar="N", help="context length (512)")
     analysis.add_argument("--json", action="store_true", help="the figures as JSON on stdout")
-    _add_progress_flags(analysis)
+    add_progress_flags(analysis)
     analysis.set_defaults(handler=_cmd_analyze)
     evaluation = actions.add_parser(
         "eval",
@@ -680,5 +664,5 @@ def add_commands(commands) -> None:
     evaluation.add_argument(
         "--no-verify", action="store_true", help="use the exports' files without checking them against their manifests"
     )
-    _add_progress_flags(evaluation)
+    add_progress_flags(evaluation)
     evaluation.set_defaults(handler=_cmd_eval)

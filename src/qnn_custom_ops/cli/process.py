@@ -21,22 +21,26 @@ EXIT_OK, EXIT_INTERNAL, EXIT_INVALID, EXIT_MISMATCH = 0, 1, 2, 3
 
 
 @contextlib.contextmanager
-def _our_warnings_one_line() -> Iterator[None]:
-    """Show our warnings as the one line each was written as (``warning: ...``), not with the
-    file, line and source of the code that warned, which are ours, not the user's."""
-    show = warnings.showwarning
+def our_warnings_one_line(others_shown: bool = True, always: tuple[type[Warning], ...] = ()) -> Iterator[None]:
+    """Our warnings (every category defined in qnn_custom_ops) as the one line each was written as
+    (``warning: ...``), printed as they are raised (a bf16 cast as the checkpoint loads, not after
+    the export is written), not with the file, line and source of the code that warned, which are
+    ours, not the user's; the ``always`` categories each time they are raised. Third parties'
+    warnings as Python shows them, or not at all when ``others_shown`` is False (the ``llm``
+    commands: torch's and transformers' chatter, shown with ``--verbose``)."""
+    with warnings.catch_warnings():
+        show = warnings.showwarning
 
-    def show_ours_plainly(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
-        if category.__module__.split(".")[0] == __name__.split(".")[0]:  # qnn_custom_ops
-            print(f"warning: {message}", file=sys.stderr)
-        else:
-            show(message, category, *args, **kwargs)
+        def show_ours_plainly(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+            if category.__module__.split(".")[0] == __name__.split(".")[0]:  # qnn_custom_ops
+                print(f"warning: {message}", file=sys.stderr, flush=True)
+            elif others_shown:
+                show(message, category, *args, **kwargs)
 
-    warnings.showwarning = show_ours_plainly
-    try:
+        warnings.showwarning = show_ours_plainly
+        for category in always:
+            warnings.simplefilter("always", category)
         yield
-    finally:
-        warnings.showwarning = show
 
 
 class StdoutWriteError(ReportedError, OSError):
@@ -150,7 +154,7 @@ def _hold_closed_stdout() -> None:
 def run_handler(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     _hold_closed_stdout()
     try:
-        with _our_warnings_one_line(), _stdout_refusals_named():
+        with our_warnings_one_line(), _stdout_refusals_named():
             return handler(args)
     except StdoutWriteError as exc:
         if not isinstance(exc.__cause__, BrokenPipeError):  # a reader that stopped (| head) wants no more

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..quiet import native_noise_filtered
-from .arguments import add_binding_arguments, add_quiet_flag
+from .arguments import add_binding_arguments, add_progress_flags
 from .inputs import host_library_of
 from .process import EXIT_MISMATCH, EXIT_OK
 
@@ -159,5 +159,5 @@ def add_commands(commands: Any) -> None:
         help="run in a child process: a kernel that crashes is reported, not fatal (host target)",
     )
     add_binding_arguments(run)
-    add_quiet_flag(run)
+    add_progress_flags(run)
     run.set_defaults(handler=_cmd_run)
