@@ -168,7 +168,7 @@ def test_a_manifest_of_another_export_is_refused_by_the_program_itself(float_exp
                                                                        capsys):
     """--no-verify skips the files' hashes, never the manifest's agreement with its program:
     a float export's manifest beside a 16a8w program is refused before anything is sized."""
-    from qnn_custom_ops.llm.checkpoint import load_export
+    from qnn_custom_ops.llm.text_generation import load_export
 
     copy = shutil.copytree(quantized_export, tmp_path / "export")
     shutil.copy(float_export / "manifest.json", copy / "manifest.json")

@@ -17,7 +17,7 @@ from qnn_custom_ops.atomic_files import write_atomic
 from qnn_custom_ops.cli import main
 from qnn_custom_ops.errors import UsageError
 from qnn_custom_ops.llm_ops import llm_binding
-from qnn_custom_ops.llm.checkpoint import prompt_ids
+from qnn_custom_ops.llm.text_generation import prompt_ids
 from qnn_custom_ops.lowering.program import lower_methods
 from qnn_custom_ops.lowering.weight_sharing import TensorBackedData
 from qnn_custom_ops.runtime import HostRunner

@@ -176,7 +176,7 @@ PROMPT = "The host runtime"
 
 @pytest.mark.slow
 def test_llm_generate_prints_the_runners_prompt_ids_and_hfs_greedy_ids(checkpoint, float_export, capsys):
-    from qnn_custom_ops.llm.checkpoint import prompt_ids
+    from qnn_custom_ops.llm.text_generation import prompt_ids
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, attn_implementation="eager").eval()
@@ -253,7 +253,8 @@ def test_llm_generate_refuses_options_that_cannot_work_in_one_line_before_loadin
 
 def test_the_clis_early_choices_are_the_librarys():
     from qnn_custom_ops.cli import llm_commands
-    from qnn_custom_ops.llm.checkpoint import CHAT_TEMPLATES, TARGETS
+    from qnn_custom_ops.llm.checkpoint import TARGETS
+    from qnn_custom_ops.llm.text_generation import CHAT_TEMPLATES
     from qnn_custom_ops.quantizer import QUANT_MODES
 
     assert llm_commands.QUANT_CHOICES == ("none", *QUANT_MODES)

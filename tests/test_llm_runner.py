@@ -18,7 +18,8 @@ import torch
 
 from qnn_custom_ops.cli import main
 from qnn_custom_ops.llm import RunnerLoop, eager_step, export_llm, greedy
-from qnn_custom_ops.llm.checkpoint import LlmManifest, calibration_prompts, prompt_ids
+from qnn_custom_ops.llm.checkpoint import LlmManifest, calibration_prompts
+from qnn_custom_ops.llm.text_generation import prompt_ids
 from qnn_custom_ops.llm.families import LlmExportError
 from qnn_custom_ops.llm.hf import LlmDtypeWarning, LlmShape
 from qnn_custom_ops.runtime import method_specs
@@ -189,7 +190,7 @@ def test_llm_export_says_how_far_calibration_and_float_lowering_are_with_the_tim
 @pytest.mark.slow
 def test_llm_generate_gives_hfs_greedy_tokens_streams_text_and_prints_tokens_per_second(checkpoint, float_export,
                                                                                        capsys):
-    from qnn_custom_ops.llm.checkpoint import generate_text, load_export
+    from qnn_custom_ops.llm.text_generation import generate_text, load_export
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, attn_implementation="eager").eval()
@@ -217,7 +218,8 @@ def test_a_runner_copying_16a8w_codes_generates_exactly_what_a_loop_on_reals_doe
     import qnn_custom_ops as qco
     from qnn_custom_ops.llm import host_step
     from qnn_custom_ops.llm_ops import llm_binding, package_dir
-    from qnn_custom_ops.llm.checkpoint import METHODS, load_export
+    from qnn_custom_ops.llm.checkpoint import METHODS
+    from qnn_custom_ops.llm.text_generation import load_export
     from qnn_custom_ops.runtime import HostRunner
 
     manifest = LlmManifest.read(quantized_export)
@@ -253,7 +255,8 @@ def test_the_16a8w_export_stays_within_the_stated_sqnr_of_the_float_export(float
     import qnn_custom_ops as qco
     from qnn_custom_ops.llm import host_step
     from qnn_custom_ops.llm_ops import llm_binding, package_dir
-    from qnn_custom_ops.llm.checkpoint import METHODS, load_export
+    from qnn_custom_ops.llm.checkpoint import METHODS
+    from qnn_custom_ops.llm.text_generation import load_export
     from qnn_custom_ops.runtime import HostRunner
 
     runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
@@ -428,7 +431,7 @@ def test_a_qnn_export_runs_on_the_x86_htp_simulator_and_generates_the_host_progr
     """The whole one-layer 16a8w decoder in one QNN context binary per method (RmsNorm, SiluAndMul,
     Rope from the LlmOpPackage; the rest QNN's built-ins), its mask, caches and logits as codes;
     prefill over two chunks, then decode, on the simulator: the host program's tokens."""
-    from qnn_custom_ops.llm.checkpoint import generate_text, load_export
+    from qnn_custom_ops.llm.text_generation import generate_text, load_export
     from qnn_custom_ops.runtime.loading import program_facts
 
     host, qnn = LlmManifest.read(quantized_export), LlmManifest.read(qnn_export)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from qnn_custom_ops.llm import RunnerLoop, eager_step, export_llm
-from qnn_custom_ops.llm.checkpoint import prompt_ids
+from qnn_custom_ops.llm.text_generation import prompt_ids
 from qnn_custom_ops.llm.families import FAMILIES, LlmExportError, runner_version_of
 from qnn_custom_ops.llm.runner_text import RunnerText, RunnerTokenWarning, warn_of_other_tokens
 

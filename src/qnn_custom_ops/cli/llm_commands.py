@@ -273,7 +273,7 @@ def _template_errors_named(export_dir: Path) -> Iterator[None]:
         ) from None
 
 
-#: ``--chat``'s choices (``checkpoint.CHAT_TEMPLATES``; the tests hold the two equal).
+#: ``--chat``'s choices (``text_generation.CHAT_TEMPLATES``; the tests hold the two equal).
 CHAT_CHOICES = ("runner", "hf")
 
 
@@ -289,8 +289,8 @@ def _check_generate_arguments(args: argparse.Namespace) -> tuple[Path, Any]:
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     directory, sampling = _check_generate_arguments(args)
-    from ..llm.checkpoint import generate_text, load_export
     from ..llm.export_targets import RUNS_ON
+    from ..llm.text_generation import generate_text, load_export
 
     say = _progress(args)
     budget = _llm("memory_budget").MemoryBudget.of(args.max_memory)  # what is free before loading
@@ -394,8 +394,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         )
     import transformers
 
-    from ..llm.checkpoint import load_export
     from ..llm.evaluation import evaluate
+    from ..llm.text_generation import load_export
 
     if not args.verbose:
         transformers.utils.logging.disable_progress_bar()  # "Loading weights" of --against CHECKPOINT_DIR

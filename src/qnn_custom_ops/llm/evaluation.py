@@ -22,10 +22,11 @@ from typing import Any
 import torch
 
 from ..progress import silent, time_left
-from .checkpoint import LlmCheckpointError, LlmExport, Progress, export_loop, load_checkpoint, load_export
+from .checkpoint import LlmCheckpointError, Progress, load_checkpoint
 from .export_files import MANIFEST
 from .export_targets import RUNS_ON
 from .runner_text import RunnerText
+from .text_generation import LlmExport, export_loop, load_export
 
 #: Seconds between two progress lines (the first and last window are always said).
 EVERY_SECONDS = 10.0
