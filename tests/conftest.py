@@ -59,7 +59,8 @@ def hvx_changed_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Call
     only the Hexagon build compiles: the copy's host build would compile the shipped package's
     code, so the check's host half runs the shipped build (one per run, shared) instead of
     building the copy (LlmOpPackage: 10 CPU-seconds a copy)."""
-    from qnn_custom_ops.runtime import build_host_kernels, hexagon
+    from qnn_custom_ops.runtime import build_host_kernels
+    from qnn_custom_ops.runtime.hexagon import check  # the module whose globals hexagon_check reads
 
     def changed(name: str, changes: list[KernelChange]) -> Path:
         package_dir = Path(shutil.copytree(OP_PACKAGES / name, tmp_path / name, ignore=shutil.ignore_patterns("build")))
@@ -71,7 +72,7 @@ def hvx_changed_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Call
         shipped = build_host_kernels(OP_PACKAGES / name)
         copy = package_dir.resolve()
         monkeypatch.setattr(
-            hexagon, "build_host_kernels", lambda package: shipped if package == copy else build_host_kernels(package)
+            check, "build_host_kernels", lambda package: shipped if package == copy else build_host_kernels(package)
         )
         return package_dir
 

@@ -362,12 +362,12 @@ def test_progress_lines_on_a_terminal_only_and_not_with_quiet(tmp_path, monkeypa
 ])
 def test_a_broken_emulator_is_one_line(tmp_path, monkeypatch, capsys, script, message):
     """Was KeyError: 'qco_call_begin' (exits 0 without running) or a raw Exec format error."""
-    from qnn_custom_ops.runtime import hexagon
+    from qnn_custom_ops.runtime.hexagon import emulation  # the module whose globals run_on_hexagon reads
 
     fake = tmp_path / "qemu-hexagon"
     fake.write_text(script)
     fake.chmod(0o755)
-    monkeypatch.setattr(hexagon, "emulator", lambda: str(fake))
+    monkeypatch.setattr(emulation, "emulator", lambda: str(fake))
     assert main(["hexagon-check", str(OP_PACKAGES / "ExampleOpPackage")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {fake}") and err.endswith(message), err
