@@ -21,7 +21,8 @@ from qnn_custom_ops.llm import RunnerLoop, eager_step, export_llm, greedy
 from qnn_custom_ops.llm.checkpoint import LlmManifest, calibration_prompts
 from qnn_custom_ops.llm.text_generation import prompt_ids
 from qnn_custom_ops.llm.families import LlmExportError
-from qnn_custom_ops.llm.hf import LlmDtypeWarning, LlmShape
+from qnn_custom_ops.llm.hf import LlmDtypeWarning
+from qnn_custom_ops.llm.shapes import LlmShape
 from qnn_custom_ops.runtime import method_specs
 
 from .conftest import DOCS, shared_build, sqnr_db

@@ -145,7 +145,7 @@ def test_calibration_prompts_are_the_tokens_the_phone_is_given():
     """Each calibration line as the runner encodes a --prompt: its BOS at position 0 (where a
     model keeps its attention sink) and the version's template."""
     from qnn_custom_ops.llm.checkpoint import calibration_prompts
-    from qnn_custom_ops.llm.hf import LlmShape
+    from qnn_custom_ops.llm.shapes import LlmShape
 
     tokenizer = tokenizer_with(SMOLLM2)
     shape = LlmShape(layers=1, kv_heads=2, head_dim=16, vocab=300, ctx_len=64, prefill_len=8, cache="runner")

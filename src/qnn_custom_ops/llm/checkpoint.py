@@ -48,7 +48,7 @@ from .export_files import (
 )
 from .export_targets import METHODS, qnn_compile_spec
 from .families import FAMILIES, RUNNER_VERSIONS, family_of, runner_version_of
-from .hf import LlmPrograms, LlmShape, export_llm
+from .hf import LlmPrograms, export_llm
 from .json_values import JsonValueError, integer, load_object, required, sequence, string
 from .manifest_json import (
     LARGEST_SIZE,
@@ -61,6 +61,7 @@ from .manifest_json import (
 from .memory_budget import MemoryBudget, fold_fits
 from .runner_loop import MethodEncodings, method_encodings
 from .runner_text import RunnerText, warn_of_other_tokens
+from .shapes import LlmShape
 
 TARGETS = ("host", "qnn")
 #: Calibration text when the user gives none: varied English, one prompt a line.

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .hf import LlmExportError, LlmShape
+from .hf import LlmExportError
 from .runner_loop import RunnerLoop, check_fits
+from .shapes import LlmShape
 from .steps import Generation, Step, snapshot, token_ids
 
 

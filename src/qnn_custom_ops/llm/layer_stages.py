@@ -32,10 +32,11 @@ import torch
 from ..progress import time_left
 from .checkpoint_reading import OffloadedWeights
 from .families import LlmExportError
-from .hf import LlmPrograms, LlmShape
+from .hf import LlmPrograms
 from .parts import layer_of
 from .quantization import DECODES_PER_CHUNK, context_tokens, convert_calibrated, kept_parts, llm_quantizer
 from .runner_loop import LoggedCall, RunnerLoop, write_rows
+from .shapes import LlmShape
 
 Progress = Callable[[str], None]
 #: What the stage after a layer reads in calibration by layer: the float layer's outputs, or the

@@ -10,9 +10,9 @@ from typing import Any
 
 from ..opdef import Datatype
 from ..torch_bridge.quantized import Encoding
-from .hf import LlmShape
 from .json_values import JsonValueError, integer, mapping, number, required, sequence, string
 from .runner_loop import MethodEncodings
+from .shapes import LlmShape
 
 #: The largest value a size of the programs takes (ExecuTorch's sizes are int32).
 LARGEST_SIZE = 2**31 - 1

@@ -29,10 +29,11 @@ from ..lowering.codes_width import (
 from ..lowering.weight_sharing import EqualTensors, TensorBackedData
 from ..progress import time_left
 from .generation import greedy_batch
-from .hf import LlmExportError, LlmPrograms, LlmShape
+from .hf import LlmExportError, LlmPrograms
 from .parts import in_parts, resolve_kept
 from .qat import QatConfig, qat_config, train_qat, use_weights
 from .runner_loop import RunnerLoop
+from .shapes import LlmShape
 from .steps import Step, eager_step, token_ids
 
 #: The activation tensors of each op a calibration must observe over all its samples: every

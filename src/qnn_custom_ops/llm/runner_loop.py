@@ -39,7 +39,8 @@ from ..torch_bridge.quantized import (
     storage_dtype,
 )
 from .families import LlmExportError
-from .hf import MASK_DEPTH, LlmShape
+from .shapes import LlmShape
+from .static_model import MASK_DEPTH
 from .steps import Generation, Step, snapshot, token_ids
 
 #: Float mask values: 0 where a row attends, -MASK_DEPTH elsewhere. The runner's float fill
