@@ -1,5 +1,6 @@
 """A wheel built from the tree works on its own: installed apart from the checkout, the LLM op
-library finds its op package inside the wheel, builds its host library and runs rms_norm."""
+library finds its op package inside the wheel, builds its host library and runs rms_norm, and the
+generator writes a package with every shared kernel header it ships."""
 
 from __future__ import annotations
 
@@ -34,6 +35,14 @@ program = qco.lower(Norm(), (x, weight), llm_binding())
 expected = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
 assert torch.allclose(out, expected, atol=1e-5), (out - expected).abs().max()
 print("rms_norm ok")
+
+from qnn_custom_ops.generator import generate
+
+generated = generate(qco.load_package(package_dir() / "config" / "LlmOpPackage.xml"), sys.argv[2]).package_dir
+for header in ("tensor_view", "access", "math", "hvx", "prepare"):
+    copy = (generated / "kernels" / "qco" / f"{header}.h").read_bytes()
+    assert copy == (package_dir() / "kernels" / "qco" / f"{header}.h").read_bytes(), header
+print("generated ok")
 """
 
 
@@ -51,7 +60,8 @@ def test_a_wheel_installed_apart_from_the_checkout_builds_and_runs_the_llm_ops(t
     # the dependencies come from this environment's site-packages, after the wheel
     site_packages = sysconfig.get_paths()["purelib"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), site_packages]), "QNN_SDK_ROOT": ""}
-    result = subprocess.run([sys.executable, "-S", "-c", SCRIPT, str(target)], capture_output=True, text=True,
-                            env=env, cwd=tmp_path)
-    assert result.returncode == 0 and result.stdout.strip().endswith("rms_norm ok"), result.stderr[-3000:]
+    result = subprocess.run([sys.executable, "-S", "-c", SCRIPT, str(target), str(tmp_path / "generated")],
+                            capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.splitlines()[-2:] == ["rms_norm ok", "generated ok"], (
+        result.stderr[-3000:])
     assert not Path(target / "qnn_custom_ops/op_packages").is_symlink()
