@@ -223,6 +223,29 @@ def test_cost_on_hexagon_measures_every_datatype_the_op_declares(capsys):
 
 
 @pytest.mark.slow
+def test_a_package_is_resolved_once_and_its_ops_are_its_opdefs(tmp_path, monkeypatch):
+    """The check is given the package as a value (directory and OpDef) and reads no config again;
+    its driver calls the OpDef's ops, not whatever ``*CApi.cpp`` files lie in host/src/ops."""
+    from qnn_custom_ops.runtime import host_build
+    from qnn_custom_ops.runtime.hexagon import build_hexagon_driver, hexagon_packets
+    from qnn_custom_ops.runtime.host_build import GeneratedPackage
+
+    copy = Path(shutil.copytree(OP_PACKAGES / "ExampleOpPackage", tmp_path / "Example",
+                                ignore=shutil.ignore_patterns("build")))
+    (copy / "host/src/ops/StrayCApi.cpp").write_text("#error no op of the OpDef is named Stray\n")
+    package = GeneratedPackage.at(copy)
+    assert (package.name, package.ops) == ("ExampleOpPackage", ("ExampleCustomOp",))
+
+    def read_again(*configs):
+        raise AssertionError(f"a config read again: {configs}")
+
+    monkeypatch.setattr(host_build, "load_package", read_again)
+    assert build_hexagon_driver(package).is_file()  # Stray's file would not compile
+    ((_, call),) = hexagon_packets(package, dtype_cases(package.opdef)[:1])
+    assert call > 0
+
+
+@pytest.mark.slow
 def test_a_truncated_cached_driver_is_rebuilt(tmp_path, monkeypatch):
     """A cached Hexagon program cut short (a crash, a full disk) would fail every later run with
     qemu's "Error mapping file": it is rebuilt instead."""

@@ -9,9 +9,13 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..opdef import OpDefWarning, OpPackage, load_package
+
+if TYPE_CHECKING:
+    from ..runtime.host_build import GeneratedPackage
 
 
 def load_configs(configs: Sequence[str]) -> OpPackage:
@@ -62,6 +66,14 @@ def package_configs(package_dir: str) -> list[Path]:
     if not configs:
         raise UsageError(f"{package_dir}: no config/*.xml (is it a package made by generate-op-package?)")
     return configs
+
+
+def generated_package(package_dir: str) -> GeneratedPackage:
+    """The package in ``package_dir`` resolved once (its configs' oddities printed as warnings):
+    the value every build and check of a kernel command is given."""
+    from ..runtime.host_build import GeneratedPackage
+
+    return GeneratedPackage(Path(package_dir).resolve(), load_configs([str(c) for c in package_configs(package_dir)]))
 
 
 def host_library_of(package_dir: str, binds: Sequence[str], modules: Sequence[str]) -> Path:

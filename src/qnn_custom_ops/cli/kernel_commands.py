@@ -11,7 +11,7 @@ from ..errors import UsageError
 from ..opdef import Datatype, OpPackage
 from ..qairt import QAIRT_VERSIONS
 from .arguments import add_binding_arguments, add_progress_flags, seconds_up_to
-from .inputs import host_library_of, load_configs, package_configs
+from .inputs import generated_package, host_library_of
 from .process import EXIT_MISMATCH, EXIT_OK
 
 
@@ -33,29 +33,30 @@ def _cmd_cost(args: argparse.Namespace) -> int:
     from ..runtime.cost import cases_from_shapes, measure_package
     from ..runtime.dtype_cases import dtype_cases
 
-    package = load_configs([str(c) for c in package_configs(args.package_dir)])
-    own = None if args.shape else _shipped_cases(package)
+    package = generated_package(args.package_dir)
+    opdef = package.opdef
+    own = None if args.shape else _shipped_cases(opdef)
     if args.dtype and not args.shape:
         raise UsageError(f"{args.package_dir}: --dtype needs --shape (the shapes to measure each datatype on)")
     if args.shape and (args.dtype or args.hexagon):  # every declared datatype, as hexagon-check
-        cases = dtype_cases(package, args.shape, only=_datatypes(args.dtype))
+        cases = dtype_cases(opdef, args.shape, only=_datatypes(args.dtype))
     elif args.shape:
-        cases = cases_from_shapes(package, args.shape)
+        cases = cases_from_shapes(opdef, args.shape)
     elif own is not None:
-        cases = own.cost(package)
+        cases = own.cost(opdef)
     else:
         raise UsageError(
             f"{args.package_dir}: say what to measure with --shape OP:TENSOR=DIMS,... "
             "(every input and output of the op, e.g. --shape MyOp:x=1x4096,y=1x4096)"
         )
-    library = build_host_kernels(args.package_dir)
+    library = build_host_kernels(package)
     # always isolated (0.4 s): a kernel that crashes, exits or never returns is reported, not fatal
     measured = measure_package(library, package.name, cases, args.min_seconds, isolated=True, limit=args.time_limit)
     packets = [""] * len(cases)
     if args.hexagon:
         from ..runtime.hexagon import hexagon_packets
 
-        counted = hexagon_packets(args.package_dir, cases, args.time_limit)
+        counted = hexagon_packets(package, cases, args.time_limit)
         packets = [f"{call:>14}" for _, call in counted]  # the call's: what it prepares ahead is apart
     print(
         f"{package.name} on one core (cpu {measured.core}); copy bandwidth {measured.copy_bandwidth / 1e9:.2f} GB/s"
@@ -84,15 +85,21 @@ def _datatypes(texts: Sequence[str]) -> list[Datatype]:
     return [datatype for _, datatype in parsed if datatype is not None]
 
 
+def _check_cases(package: OpPackage, shapes: Sequence[str]) -> list:
+    """The cases a check runs: at ``shapes`` (``--shape``) every declared datatype, else those a
+    shipped package brings, else each op at default dims."""
+    from ..runtime.dtype_cases import dtype_cases
+
+    own = None if shapes else _shipped_cases(package)
+    return own.check(package) if own is not None else dtype_cases(package, shapes)
+
+
 def _cmd_hexagon_check(args: argparse.Namespace) -> int:
     """Each op and datatype: host and Hexagon (emulated) outputs bit for bit, executed packets."""
-    from ..runtime.dtype_cases import dtype_cases
     from ..runtime.hexagon import HEXAGON_CPU, QEMU_CPU, hexagon_check
 
-    package = load_configs([str(c) for c in package_configs(args.package_dir)])
-    own = None if args.shape else _shipped_cases(package)
-    cases = own.check(package) if own is not None else dtype_cases(package, args.shape)
-    results = hexagon_check(args.package_dir, cases, args.time_limit)
+    package = generated_package(args.package_dir)
+    results = hexagon_check(package, _check_cases(package.opdef, args.shape), args.time_limit)
     for result in results:
         print(result)
     checked = [r for r in results if not r.not_applicable]
@@ -113,14 +120,11 @@ def _cmd_hexagon_check(args: argparse.Namespace) -> int:
 
 def _cmd_htp_check(args: argparse.Namespace) -> int:
     """Each op and datatype: the host kernel and the QHPI package in QAIRT's x86 HTP backend, bit for bit."""
-    from ..runtime.dtype_cases import dtype_cases
     from ..runtime.htp import htp_check
 
-    package = load_configs([str(c) for c in package_configs(args.package_dir)])
-    own = None if args.shape else _shipped_cases(package)
-    cases = own.check(package) if own is not None else dtype_cases(package, args.shape)
+    package = generated_package(args.package_dir)
     versions = args.qairt or list(QAIRT_VERSIONS)
-    library, results = htp_check(args.package_dir, package, cases, versions)
+    library, results = htp_check(package, _check_cases(package.opdef, args.shape), versions)
     for result in results:
         print(result)
     checked = [r for r in results if not r.not_applicable]

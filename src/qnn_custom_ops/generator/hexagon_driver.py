@@ -4,19 +4,15 @@ times each call between marks the packet counter finds (``runtime.hexagon`` buil
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 from .render import template_environment
 
 
-def driver_ops(package_dir: Path, called: Iterable[str] | None = None) -> list[str]:
-    """The ops of the package's C ABI in the order of the driver's table: those of ``called``
+def driver_ops(ops: Iterable[str], called: Iterable[str] | None = None) -> list[str]:
+    """The package's ``ops`` (its OpDef's) in the order of the driver's table: those of ``called``
     only, when given (a check of one op compiles one op's kernel, not the package's)."""
-    ops = sorted(path.name[: -len("CApi.cpp")] for path in (package_dir / "host/src/ops").glob("*CApi.cpp"))
-    if called is None:
-        return ops
-    wanted = set(called)
-    return [op for op in ops if op in wanted]
+    wanted = None if called is None else set(called)
+    return [op for op in sorted(ops) if wanted is None or op in wanted]
 
 
 def render_driver(package_name: str, ops: Sequence[str]) -> str:

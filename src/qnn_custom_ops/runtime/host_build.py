@@ -3,36 +3,57 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..opdef import OpDefWarning, load_package
+from ..opdef import OpDefWarning, OpPackage, load_package
 from .cmake_build import HostBuildError, cache_root, cached_build, content_key, files_under, work_dir
 
 
-def package_name(package_dir: Path) -> str:
-    """The PackageName of a generated package, from its config/ (the directory may be named
-    anything): what its library and C ABI are named after."""
-    configs = sorted(package_dir.glob("config/*.xml"))
-    if not configs:
-        raise HostBuildError(f"{package_dir}: no config/*.xml (is it a package made by generate-op-package?)")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", OpDefWarning)  # reported when the package was generated
-        return load_package(*configs).name
+@dataclass(frozen=True)
+class GeneratedPackage:
+    """A package generate-op-package wrote, resolved once at the entry: its directory (holding the
+    host/ project and kernels every build compiles) and its OpDef, whose PackageName the library
+    and C ABI are named after and whose ops are the C ABI's. The host build, the Hexagon driver,
+    the checks and ``cost`` take this value instead of reading the directory again."""
+
+    directory: Path
+    opdef: OpPackage
+
+    def __post_init__(self) -> None:
+        if not (self.directory / "host" / "CMakeLists.txt").is_file():
+            raise HostBuildError(f"{self.directory}: no host/CMakeLists.txt (run generate-op-package first)")
+
+    @classmethod
+    def at(cls, where: str | Path | GeneratedPackage) -> GeneratedPackage:
+        """The package in directory ``where`` (the directory may be named anything: its config/
+        names it), or ``where`` itself when it is resolved already."""
+        if isinstance(where, GeneratedPackage):
+            return where
+        directory = Path(where).resolve()
+        configs = sorted(directory.glob("config/*.xml"))
+        if not configs:
+            raise HostBuildError(f"{directory}: no config/*.xml (is it a package made by generate-op-package?)")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OpDefWarning)  # reported when the package was generated
+            return cls(directory, load_package(*configs))
+
+    @property
+    def name(self) -> str:
+        return self.opdef.name
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        """The OpDef's ops, sorted: the C ABI's (``host/src/ops/<Op>CApi.cpp``), in one order everywhere."""
+        return tuple(sorted(self.opdef.ops))
 
 
-def generated_package(package_dir: str | Path) -> Path:
-    """``package_dir`` resolved, once it is known to hold what generate-op-package writes (its
-    host/ project and kernels), which every build of its kernels compiles."""
-    package_dir = Path(package_dir).resolve()
-    if not (package_dir / "host" / "CMakeLists.txt").is_file():
-        raise HostBuildError(f"{package_dir}: no host/CMakeLists.txt (run generate-op-package first)")
-    return package_dir
-
-
-def build_host_kernels(package_dir: str | Path, *, sanitize: str = "", build_root: Path | None = None) -> Path:
-    """Compile ``package_dir/host`` and return the shared library; reuse an identical build."""
-    package_dir = generated_package(package_dir)
-    name = package_name(package_dir)
+def build_host_kernels(
+    package: str | Path | GeneratedPackage, *, sanitize: str = "", build_root: Path | None = None
+) -> Path:
+    """Compile the package's host/ project and return the shared library; reuse an identical build."""
+    package = GeneratedPackage.at(package)
+    package_dir, name = package.directory, package.name
     options = {"QCO_SANITIZE": sanitize}
     key = content_key(package_dir, files_under(package_dir / "kernels", package_dir / "host"), options)
     root = build_root or cache_root() / "host"

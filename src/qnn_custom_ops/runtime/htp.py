@@ -39,7 +39,7 @@ from ..qairt import LINK_QAIRT, QairtError, qairt_backend
 from .cmake_build import cache_root, content_key, files_under, unusable_cache
 from .cost import KernelCase
 from .hexagon import case_time_limit, first_mismatch, host_results, refusal_fix
-from .host_build import build_host_kernels, generated_package
+from .host_build import GeneratedPackage, build_host_kernels
 from .isolation import call_isolated, ending_with_parent
 
 HARNESS = Path(__file__).parent / "htp_harness" / "harness.cpp"
@@ -281,17 +281,17 @@ def _status(status: int) -> str:
 
 
 def htp_check(
-    package_dir: str | Path, package: OpPackage, cases: Sequence[KernelCase], versions: Sequence[str]
+    package: str | Path | GeneratedPackage, cases: Sequence[KernelCase], versions: Sequence[str]
 ) -> tuple[Path, list[HtpResult]]:
     """Build the package once as QHPI for x86, run ``cases`` in each QAIRT version's HTP backend
     and on the host; the library built and one result per version and case."""
-    package_dir = generated_package(package_dir)
-    library = build_qhpi_package(package_dir, package)
-    host_library = build_host_kernels(package_dir)
+    package = GeneratedPackage.at(package)
+    library = build_qhpi_package(package.directory, package.opdef)
+    host_library = build_host_kernels(package)
     host = call_isolated(host_results, host_library, package.name, cases, None, what="the host half of the HTP check")
     results = []
     for version in versions:
-        run = run_on_htp(library, package, cases, version)
+        run = run_on_htp(library, package.opdef, cases, version)
         progress(f"htp: {len(cases)} case(s) run in QAIRT {version} ({run.build})")
         for case, (step, said, outputs), (host_status, host_outputs) in zip(cases, run.outcomes, host):
             mismatch = ""

@@ -15,7 +15,7 @@ from ...generator.abi import KernelDType, KernelStatus
 from ...generator.hexagon_driver import driver_ops
 from ...opdef.datatypes import kernel_rows
 from ..cost import KernelCase
-from ..host_build import build_host_kernels, generated_package, package_name
+from ..host_build import GeneratedPackage, build_host_kernels
 from ..isolation import call_isolated, set_time_limit
 from ..kernel_abi import KernelError, KernelLibrary, KernelTensor
 from .driver import build_hexagon_driver
@@ -163,27 +163,28 @@ def libm_hint(package_dir: Path, op: str) -> str:
 
 
 def hexagon_packets(
-    package_dir: str | Path, cases: Sequence[KernelCase], time_limit: float | None = None
+    package: str | Path | GeneratedPackage, cases: Sequence[KernelCase], time_limit: float | None = None
 ) -> list[tuple[int, int]]:
     """Executed packets on Hexagon (emulated) of each case: what its kernel prepares ahead (its
     ``<Op>Prepare``; 0 without one), then its call."""
-    package_dir = generated_package(package_dir)
-    ops = driver_ops(package_dir, (case.op for case in cases))
-    run = run_on_hexagon(build_hexagon_driver(package_dir, ops), cases, ops, time_limit)
+    package = GeneratedPackage.at(package)
+    ops = driver_ops(package.ops, (case.op for case in cases))
+    run = run_on_hexagon(build_hexagon_driver(package, ops), cases, ops, time_limit)
     return list(zip(run.prepare_packets, run.packets))
 
 
 def hexagon_check(
-    package_dir: str | Path, cases: Sequence[KernelCase], time_limit: float | None = None
+    package: str | Path | GeneratedPackage, cases: Sequence[KernelCase], time_limit: float | None = None
 ) -> list[CheckResult]:
     """Run ``cases`` through the host build and under the emulator; one result per case.
     ``time_limit``: seconds per case under the emulator (default: ``case_time_limit``)."""
-    package_dir = generated_package(package_dir)
-    name = package_name(package_dir)
-    ops = driver_ops(package_dir, (case.op for case in cases))
-    run = run_on_hexagon(build_hexagon_driver(package_dir, ops), cases, ops, time_limit)
-    library = build_host_kernels(package_dir)
-    host = call_isolated(host_results, library, name, cases, time_limit, what="the host half of the Hexagon check")
+    package = GeneratedPackage.at(package)
+    ops = driver_ops(package.ops, (case.op for case in cases))
+    run = run_on_hexagon(build_hexagon_driver(package, ops), cases, ops, time_limit)
+    library = build_host_kernels(package)
+    host = call_isolated(
+        host_results, library, package.name, cases, time_limit, what="the host half of the Hexagon check"
+    )
     results = []
     for case, (hexagon_status, hexagon_outputs, _), (host_status, host_outputs), packets, prepared in zip(
         cases, run.results, host, run.packets, run.prepare_packets
@@ -201,7 +202,7 @@ def hexagon_check(
             )
         )
         if mismatch and any(t.dtype in _FLOAT_DTYPES for t in case.outputs):
-            mismatch += libm_hint(package_dir, case.op)
+            mismatch += libm_hint(package.directory, case.op)
         results.append(
             CheckResult(
                 case.op,

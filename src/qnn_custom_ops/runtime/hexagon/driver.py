@@ -20,18 +20,18 @@ from ...generator.hexagon_driver import driver_ops, render_driver
 from ...progress import progress
 from ..cmake_build import cache_root, content_key, files_under, unusable_cache
 from ..cost import KernelCase
-from ..host_build import generated_package, package_name
+from ..host_build import GeneratedPackage
 from ..kernel_abi import KernelTensor
 from .toolchain import HEXAGON_FLAGS, HexagonToolError, compile_for_hexagon
 
 
-def build_hexagon_driver(package_dir: str | Path, ops: Sequence[str] | None = None) -> Path:
+def build_hexagon_driver(package: str | Path | GeneratedPackage, ops: Sequence[str] | None = None) -> Path:
     """The kernels of ``ops`` (default: the package's) and the case driver as one static Hexagon
     program; cached by the content of ``kernels/`` and ``host/``, the driver, the flags and the
     compiler's version."""
-    package_dir = generated_package(package_dir)
-    name = package_name(package_dir)
-    ops = driver_ops(package_dir) if ops is None else ops
+    package = GeneratedPackage.at(package)
+    package_dir, name = package.directory, package.name
+    ops = driver_ops(package.ops) if ops is None else ops
     driver = render_driver(name, ops)
     extra = {"driver": driver, "flags": " ".join(HEXAGON_FLAGS), "ziglang": version("ziglang")}
     key = content_key(package_dir, files_under(package_dir / "kernels", package_dir / "host"), extra)
