@@ -1,6 +1,6 @@
 """The 16-bit Rope on codes: each table entry's coefficient as one int32 (the scale ratio's 31-bit
 multiplier applied to the centered code), a C - b S and b C + a S exactly in 64 bits, one rounding
-shift (kernels/Rope.h); its HVX path bit-exact with the portable one at the edges of the scheme,
+shift (kernels/llm/rope_codes.h); its HVX path bit-exact with the portable one at the edges of the scheme,
 and both within a hair of the best rounding of the exact rotation."""
 
 from __future__ import annotations

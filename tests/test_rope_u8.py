@@ -1,4 +1,4 @@
-"""The 8-bit Rope on HVX where whole rows fill a vector (kernels/Rope.h, rope_u8_packed): each
+"""The 8-bit Rope on HVX where whole rows fill a vector (kernels/llm/rope_hvx.h, rope_u8_packed): each
 table entry's coefficient as one int32 (the centered code times the 14-bit scale ratio), one 16x32
 multiply per product, the rounding shift as an arithmetic shift and a rounding pack to int16, y's
 zero point added with saturation; bit-exact with the portable 64-bit loop at the edges of that
@@ -69,6 +69,6 @@ def test_a_changed_step_of_either_rope_hvx_scheme_is_caught(hvx_changed_package)
     the 16-bit scheme's lost carry."""
     generator = np.random.default_rng(3)
     cases = [rope_case(generator, (1, 8, 1, 64), (1, 32), style, U8, y_coarser=1e-6, dtype=U8)[0] for style in STYLES]
-    wrapping = ("Rope.h", "Q6_Vh_vadd_VhVh_sat(packed, zero_point)", "Q6_Vh_vadd_VhVh(packed, zero_point)")
+    wrapping = ("llm/rope_hvx.h", "Q6_Vh_vadd_VhVh_sat(packed, zero_point)", "Q6_Vh_vadd_VhVh(packed, zero_point)")
     package_dir = hvx_changed_package("LlmOpPackage", [wrapping, LOST_CARRY])
     assert_changes_are_caught(package_dir, cases + lost_carry_cases())

@@ -16,7 +16,7 @@
 // docs/kernels.md "Writing a kernel" and "An HVX path for your kernel" show them.
 #pragma once
 
-#include "kv_cache.h"
+#include "llm/kv_cache.h"
 
 namespace LlmOpPackage {
 

@@ -7,9 +7,9 @@
 // x * rsqrt(mean(x * x, dim=-1) + eps) * weight
 #pragma once
 
-#include "llm_access.h"
-#include "llm_fixed.h"
-#include "llm_hvx.h"
+#include "llm/llm_access.h"
+#include "llm/llm_fixed.h"
+#include "llm/llm_hvx.h"
 
 namespace LlmOpPackage {
 

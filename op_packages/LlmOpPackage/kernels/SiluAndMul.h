@@ -7,9 +7,9 @@
 // silu(x[..., :d]) * x[..., d:]
 #pragma once
 
-#include "llm_access.h"
-#include "llm_math.h"
-#include "gated_codes.h"
+#include "llm/llm_access.h"
+#include "llm/llm_math.h"
+#include "llm/gated_codes.h"
 
 namespace LlmOpPackage {
 
