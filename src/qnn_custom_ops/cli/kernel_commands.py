@@ -10,6 +10,7 @@ from typing import Any
 from ..errors import UsageError
 from ..opdef import Datatype, OpPackage
 from ..qairt import QAIRT_VERSIONS
+from ..runtime.cost import KernelCase
 from .arguments import add_binding_arguments, add_progress_flags, seconds_up_to
 from .inputs import generated_package, host_library_of
 from .process import EXIT_MISMATCH, EXIT_OK
@@ -85,7 +86,7 @@ def _datatypes(texts: Sequence[str]) -> list[Datatype]:
     return [datatype for _, datatype in parsed if datatype is not None]
 
 
-def _check_cases(package: OpPackage, shapes: Sequence[str]) -> list:
+def _check_cases(package: OpPackage, shapes: Sequence[str]) -> list[KernelCase]:
     """The cases a check runs: at ``shapes`` (``--shape``) every declared datatype, else those a
     shipped package brings, else each op at default dims."""
     from ..runtime.dtype_cases import dtype_cases
@@ -136,6 +137,11 @@ def _cmd_htp_check(args: argparse.Namespace) -> int:
     return EXIT_OK if not failed else EXIT_MISMATCH
 
 
+def _add_shape_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """``--shape OP:TENSOR=DIMS,...`` (repeatable): the cases ``cost`` and the checks run."""
+    parser.add_argument("--shape", action="append", default=[], metavar="OP:TENSOR=DIMS,...", help=help_text)
+
+
 def add_commands(commands: Any) -> None:
     """``build-host``, ``cost``, ``hexagon-check`` and ``htp-check`` under the CLI's subcommands."""
     build_host = commands.add_parser(
@@ -147,12 +153,9 @@ def add_commands(commands: Any) -> None:
     build_host.set_defaults(handler=_cmd_build_host)
     cost = commands.add_parser("cost", help="time each op's host kernel per shape; bytes moved and GB/s")
     cost.add_argument("package_dir", metavar="PACKAGE_DIR")
-    cost.add_argument(
-        "--shape",
-        action="append",
-        default=[],
-        metavar="OP:TENSOR=DIMS,...",
-        help="an op and the shape of each of its inputs and outputs, e.g. "
+    _add_shape_argument(
+        cost,
+        "an op and the shape of each of its inputs and outputs, e.g. "
         "MyOp:x=1x4096,y=1x4096 (repeatable; a shipped package such as LlmOpPackage brings its own)",
     )
     cost.add_argument(
@@ -193,12 +196,9 @@ def add_commands(commands: Any) -> None:
         "with the host bit for bit; count executed packets",
     )
     hexagon.add_argument("package_dir", metavar="PACKAGE_DIR")
-    hexagon.add_argument(
-        "--shape",
-        action="append",
-        default=[],
-        metavar="OP:TENSOR=DIMS,...",
-        help="an op and the shape of each of its inputs and outputs, checked at every datatype "
+    _add_shape_argument(
+        hexagon,
+        "an op and the shape of each of its inputs and outputs, checked at every datatype "
         "it declares (repeatable; default: each op with dims 2x3x5x9 cut to each rank; "
         "a shipped package such as LlmOpPackage brings its own)",
     )
@@ -225,12 +225,9 @@ def add_commands(commands: Any) -> None:
         metavar="VERSION",
         help=f"a QAIRT release to run in (repeatable; default: all of {', '.join(QAIRT_VERSIONS)})",
     )
-    htp.add_argument(
-        "--shape",
-        action="append",
-        default=[],
-        metavar="OP:TENSOR=DIMS,...",
-        help="as for hexagon-check (default: each op with dims 2x3x5x9 cut to each rank, or the cases a "
+    _add_shape_argument(
+        htp,
+        "as for hexagon-check (default: each op with dims 2x3x5x9 cut to each rank, or the cases a "
         "shipped package brings)",
     )
     add_progress_flags(htp)
