@@ -59,6 +59,6 @@ test: $(STAMP) $(CLANG_STAMP) $(HEXAGON_STAMP) $(QAIRT_STAMP) lint
 check: test
 
 bench: $(STAMP)
-	$(PY) benchmarks/bench_generate.py
-	$(PY) benchmarks/bench_host_library.py
-	$(PY) benchmarks/bench_llm_ops.py
+	$(PY) -m benchmarks.bench_generate
+	$(PY) -m benchmarks.bench_host_library
+	$(PY) -m benchmarks.bench_llm_ops

@@ -6,7 +6,7 @@ torch, executorch and transformers are imported (7.6-8.0 s here before, 11.7-12.
 issue's machine). Prints each case's median and slowest time beside a bare interpreter start
 measured in the same run.
 
-    .venv/bin/python benchmarks/bench_cli_errors.py [--repeat 5]
+    .venv/bin/python -m benchmarks.bench_cli_errors [--repeat 5]
 """
 
 from __future__ import annotations

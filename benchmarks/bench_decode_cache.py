@@ -10,7 +10,7 @@ and reshapes that move nothing not counted), plus the caller's writes of the new
 one decode call on ExecuTorch's host runtime (XNNPACK and the LlmOpPackage kernels), the
 best of three.
 
-    .venv/bin/python benchmarks/bench_decode_cache.py [--ctx 512 2048 4096]
+    .venv/bin/python -m benchmarks.bench_decode_cache [--ctx 512 2048 4096]
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ and the 16 tokens float generates from it (ours also walks them, as one text, th
 prefill chunk of the context with decode calls after each: ``quantize_llm``). Eager rows compare with float eager, the ExecuTorch
 row with float on ExecuTorch.
 
-    .venv/bin/python benchmarks/bench_executorch_recipe.py [--recipes 16a8w,qwen3-0_6b] [--windows 12]
+    .venv/bin/python -m benchmarks.bench_executorch_recipe [--recipes 16a8w,qwen3-0_6b] [--windows 12]
                                                             [--no-executorch]
 """
 
@@ -40,9 +40,7 @@ import time  # noqa: E402
 import types  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_llm_accuracy import (  # noqa: E402
+from benchmarks.bench_llm_accuracy import (  # noqa: E402
     CTX,
     PREFILL,
     compare,
@@ -53,7 +51,7 @@ from bench_llm_accuracy import (  # noqa: E402
     perplexity,
     row,
 )
-from tiny_trained_llm import load_trained  # noqa: E402
+from benchmarks.tiny_trained_llm import load_trained  # noqa: E402
 
 import qnn_custom_ops as qco  # noqa: E402
 

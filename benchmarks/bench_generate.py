@@ -4,7 +4,7 @@ Targets (issue 2): generate under 2 s with interpreter start; regenerate unchang
 0.5 s. Prints each time beside a bare interpreter start measured in the same run, and the
 ratio to its target.
 
-    .venv/bin/python benchmarks/bench_generate.py [--ops 200] [--repeat 5]
+    .venv/bin/python -m benchmarks.bench_generate [--ops 200] [--repeat 5]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Host kernel library: a cold build, then the rebuild with nothing changed (target: well under 1 s).
 
-    .venv/bin/python benchmarks/bench_host_library.py
+    .venv/bin/python -m benchmarks.bench_host_library
 """
 
 from __future__ import annotations

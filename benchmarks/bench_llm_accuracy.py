@@ -19,7 +19,7 @@ prompts, as the export measures it), saying what it kept and its share of the 4-
 and calibrated a layer at a time (``layer_stages.quantize_by_layer``, teacher-forced calibration calls),
 and a ``+by-layer-q`` row with each layer's inputs from the quantized layer (``inputs="quantized"``).
 
-    .venv/bin/python benchmarks/bench_llm_accuracy.py [--quants 8a8w,16a8w,16a16w] [--windows 12]
+    .venv/bin/python -m benchmarks.bench_llm_accuracy [--quants 8a8w,16a8w,16a16w] [--windows 12]
         [--qat STEPS [--qat-loss distill|next_token] [--qat-lr 1e-4] [--qat-text TOKENS]] [--kv8]
         [--keep8 PCT] [--by-layer]
 """
@@ -29,14 +29,11 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import qnn_custom_ops as qco  # noqa: E402
-from tiny_trained_llm import load_trained  # noqa: E402
+import qnn_custom_ops as qco
+from benchmarks.tiny_trained_llm import load_trained
 
 PREFILL, CTX, WINDOW, PROMPT, NEW = 32, 128, 96, 16, 8
 
@@ -120,7 +117,7 @@ def cache_bytes_line() -> str:
 
 def qat_text(tokenizer, tokens: int) -> tuple:
     """``tokens`` training tokens of files the calibration prompts do not come from."""
-    from tiny_trained_llm import corpus, token_stream
+    from benchmarks.tiny_trained_llm import corpus, token_stream
 
     train_texts, _ = corpus()
     return (tuple(token_stream(tokenizer, train_texts[3::5])[:tokens].tolist()),)

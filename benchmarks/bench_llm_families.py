@@ -7,20 +7,17 @@ The models are the tests' tiny random ones (tests/hf_models.py): random weights 
 activations far wider than a trained model's, so read the figures as floors of these models,
 not as a trained model's accuracy.
 
-    .venv/bin/python benchmarks/bench_llm_families.py [--quant 16a8w] [--families qwen3,gemma2]
+    .venv/bin/python -m benchmarks.bench_llm_families [--quant 16a8w] [--families qwen3,gemma2]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import qnn_custom_ops as qco  # noqa: E402
+import qnn_custom_ops as qco
 
 PROMPT, NEW_TOKENS, PREFILL, CTX = [5, 17, 42, 9, 77], 32, 8, 40
 #: Calibration covers the vocabulary: each token of a random model has its own ranges.

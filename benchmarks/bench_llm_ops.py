@@ -9,9 +9,9 @@ The quantized kernels (8a8w, 16a16w) are timed on the same prefill shapes with c
 encodings, beside the same kernels built from another git revision (``--baseline REV``: the
 package as committed there), with each one's SQNR against the float reference.
 
-    .venv/bin/python benchmarks/bench_llm_ops.py                    # a table
-    .venv/bin/python benchmarks/bench_llm_ops.py --json             # one JSON record per op and shape
-    .venv/bin/python benchmarks/bench_llm_ops.py --baseline HEAD~3  # quantized: now vs HEAD~3
+    .venv/bin/python -m benchmarks.bench_llm_ops                    # a table
+    .venv/bin/python -m benchmarks.bench_llm_ops --json             # one JSON record per op and shape
+    .venv/bin/python -m benchmarks.bench_llm_ops --baseline HEAD~3  # quantized: now vs HEAD~3
 """
 
 from __future__ import annotations

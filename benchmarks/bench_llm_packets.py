@@ -8,7 +8,7 @@ gated activations' tables, prepared_cache.h), counted apart: QHPI packages do it
 precompute hook, once per op instance when the graph is loaded. The call after it is what every
 token costs; a first call with nothing prepared ahead costs both.
 
-    .venv/bin/python benchmarks/bench_llm_packets.py      # a markdown table, then the layer
+    .venv/bin/python -m benchmarks.bench_llm_packets      # a markdown table, then the layer
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ size's shape with N layers (``llama-SIZE-LN-DTYPE``: the issue's 2-layer 1b floa
 line says how much of it was anonymous memory and how much mapped files (``RssAnon`` and
 ``RssFile``: a ``.ptd`` the runtime maps is the second).
 
-    .venv/bin/python benchmarks/bench_llm_sizes.py [--sizes 0.5b,1b] [--quant none,16a4w] [--layers 2]
+    .venv/bin/python -m benchmarks.bench_llm_sizes [--sizes 0.5b,1b] [--quant none,16a4w] [--layers 2]
         [--max-memory 8] [--generate-tokens 8] [--reuse] [--target qnn [--soc SM8650] [--shards N]]
 """
 

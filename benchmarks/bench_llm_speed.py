@@ -7,7 +7,7 @@ kernels (``UseHostSpeedKernels`` left out: ExecuTorch's own kernels), timed in t
 ``--calls N`` adds one prefill call's milliseconds through the runner loop, ``HostRunner.run`` and
 the program's method alone, the steadier figures on a shared machine.
 
-    .venv/bin/python benchmarks/bench_llm_speed.py [--quants 8a8w,16a8w,16a16w] [--new-tokens 48] [--before]
+    .venv/bin/python -m benchmarks.bench_llm_speed [--quants 8a8w,16a8w,16a16w] [--new-tokens 48] [--before]
         [--threads 1] [--repeats 21] [--calls 200]
 """
 
@@ -15,16 +15,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 from unittest import mock
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import qnn_custom_ops as qco  # noqa: E402
-from bench_llm_accuracy import CTX, PREFILL  # noqa: E402
-from tiny_trained_llm import load_trained  # noqa: E402
+import qnn_custom_ops as qco
+from benchmarks.bench_llm_accuracy import CTX, PREFILL
+from benchmarks.tiny_trained_llm import load_trained
 
 
 def generation_rates(loop, prompt: list[int], new_tokens: int):

@@ -6,7 +6,7 @@ byte-level BPE tokenizer of 1024 tokens trained by ``tokenizers``, for a few CPU
 cores, seeded. The checkpoint (config, safetensors, tokenizer) is saved in the cache directory
 and reused by later runs; its held-out perplexity is printed.
 
-    .venv/bin/python benchmarks/tiny_trained_llm.py [--steps 400] [--retrain]
+    .venv/bin/python -m benchmarks.tiny_trained_llm [--steps 400] [--retrain]
 """
 
 from __future__ import annotations

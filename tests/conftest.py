@@ -89,6 +89,10 @@ def sqnr_db(reference, approximation) -> float:
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
+#: The stand-in of the QNN SDK's x86 HTP toolchain (its clang++ and headers), and the test doubles
+#: of a phone (adb) and of the device runner: what cannot exist on this machine.
+STANDIN = Path(__file__).resolve().parent / "htp_standin"
+DOUBLES = Path(__file__).resolve().parent / "doubles"
 # Real public OpDef configs, kept in the repository: a clone needs nothing beside it.
 FIXTURES = DATA / "opdef_fixtures"
 FIXTURE_CONFIGS = sorted(FIXTURES.glob("*.xml"))

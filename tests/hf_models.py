@@ -3,6 +3,8 @@ configs (nothing downloaded): what the tests and the LLM benchmarks run on."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 import transformers
 
@@ -60,6 +62,20 @@ ARCHITECTURES = {
 }
 
 
+#: The prompt and the number of new tokens the tests compare with HF's greedy generation.
+PROMPT = [5, 17, 42, 9, 77]
+NEW_TOKENS = 32
+
+
+def hf_tokens(model: torch.nn.Module, prompt: list[int] = PROMPT) -> list[int]:
+    """HF's own greedy generation, with its own (dynamic) cache."""
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
+    tokens = out[0, len(prompt):].tolist()
+    assert len(tokens) == NEW_TOKENS and len(set(tokens)) > 8  # a real sequence, not a two-token loop
+    return tokens
+
+
 def hf_model(arch: str, **overrides: object) -> torch.nn.Module:
     """A seeded random model, eager attention, norm gains away from their identity."""
     config_class, model_class, own, layers, _ = ARCHITECTURES[arch]
@@ -86,3 +102,36 @@ def lowered_steps(programs, runner: HostRunner, methods=METHODS, converted=None,
         buffer = lower_methods(chosen, llm_binding(), "host", plan_outputs=False, fold_weights=fold_weights).buffer
         return tuple(host_step(runner, buffer, method) for method in methods)
     return tuple(host_step(runner, qco.lower(m, i, llm_binding(), target="host").buffer) for m, i in modules.values())
+
+
+PROMPTS = [[1, 5, 9, 14, 30, 2, 77, 100, 3, 8], [1, 60, 61, 62, 7, 7, 120]]
+
+
+def constant_bytes(module: torch.fx.GraphModule) -> dict[torch.dtype, int]:
+    """Bytes of the tensors the module's graph reads by ``get_attr``, by dtype."""
+    found: dict[torch.dtype, int] = {}
+    for node in module.graph.nodes:
+        if node.op == "get_attr":
+            tensor = getattr(module, str(node.target))
+            found[tensor.dtype] = found.get(tensor.dtype, 0) + tensor.numel() * tensor.element_size()
+    return found
+
+
+def host_program(programs, converted, fold: bool, data: Path) -> tuple[torch.Tensor, int, dict]:
+    """The converted programs lowered for the host with their weights folded or as codes, the data
+    file written to ``data``: the program's logits on a prompt, its data file's bytes and its
+    planned memory per method."""
+    import qnn_custom_ops as qco
+    from qnn_custom_ops.llm import RunnerLoop, host_step
+    from qnn_custom_ops.llm_ops import package_dir
+    from qnn_custom_ops.runtime import HostRunner
+    from qnn_custom_ops.runtime.loading import program_facts
+
+    inputs = (programs.prefill.example_inputs, programs.decode.example_inputs)
+    runner = HostRunner([qco.build_host_library(package_dir(), llm_binding())])
+    lowered = lower_methods(dict(zip(METHODS, zip(converted, inputs))), llm_binding(), "host", plan_outputs=False,
+                            fold_weights=fold, external_weights=True)
+    with data.open("wb") as stream:
+        lowered.write_data_to(stream)
+    loop = RunnerLoop(programs.shape, *(host_step(runner, lowered.buffer, m, data) for m in METHODS))
+    return loop.score(PROMPTS[0] * 2), data.stat().st_size, program_facts(lowered.buffer).planned_bytes

@@ -5,9 +5,11 @@ Runs without the QNN SDK: only compiling and running need libQnnHtp.so.
 
 from __future__ import annotations
 
+import subprocess
 from collections import defaultdict
 from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 
 import executorch.backends.qualcomm.python.PyQnnManagerAdaptor as PyQnnManager
 import torch
@@ -89,3 +91,13 @@ def all_op_wrappers(edge_program, op_package_infos, binding=None) -> list[OpRead
     with bound_visitors(binding) if binding is not None else nullcontext():
         return [readback(w) for w in QnnBackend._build_op_wrappers(edge_program, False, op_package_infos, False,
                                                                    HTP)]
+
+
+def fake_op_package_library(directory: Path, package: str, name: str = "libQnnFake.so") -> Path:
+    """Test double of a built op package library (the real one needs the QNN SDK to compile):
+    a shared library exporting ``<package>InterfaceProvider`` and nothing else."""
+    source = directory / f"{name}.cpp"
+    source.write_text(f'extern "C" int {package}InterfaceProvider(void*) {{ return 0; }}\n')
+    library = directory / name
+    subprocess.run(["g++", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    return library

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import torch
+from executorch.exir import EdgeCompileConfig, to_edge
 
 import qnn_custom_ops as qco
 
-from .conftest import DATA, OP_PACKAGES
+from tests.conftest import DATA, OP_PACKAGES
 
 LIBRARY = torch.library.Library("qco_test", "FRAGMENT")
 LIBRARY.define("kitchen_sink(Tensor x, Tensor? bias, int shift, bool flag, float[] scales, float alpha=0.5, "
@@ -79,3 +80,65 @@ def pt2e_quantize(model, samples, binding, quant_dtype="8a8w", overrides=None):
     for sample in samples:
         prepared(*sample)
     return convert_pt2e(prepared)
+
+
+class GatedMLP(torch.nn.Module):
+    def __init__(self, act: torch.nn.Module, hidden: int = 16, inner: int = 24):
+        super().__init__()
+        self.gate_proj = torch.nn.Linear(hidden, inner, bias=False)
+        self.up_proj = torch.nn.Linear(hidden, inner, bias=False)
+        self.down_proj = torch.nn.Linear(inner, hidden, bias=False)
+        self.act_fn = act
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(torch.nn.Module):
+    def __init__(self, act: torch.nn.Module = torch.nn.SiLU()):
+        super().__init__()
+        self.norm = torch.nn.RMSNorm(16, eps=1e-5)
+        self.mlp = GatedMLP(act)
+
+    def forward(self, x):
+        return x + self.mlp(self.norm(x))
+
+
+class SplitModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        low, high = SPLIT(self.linear(x))
+        return torch.relu(low), high * 4
+
+
+class TiedLm(torch.nn.Module):
+    """An embedding tied to the output projection (delegated) and a projection between them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(64, 32)
+        self.proj = torch.nn.Linear(32, 32, bias=False)
+        self.head = torch.nn.Linear(32, 64, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.proj(self.embed(tokens))))
+
+
+SINK = torch.ops.qco_test.kitchen_sink.default
+
+
+HALVES = torch.ops.qco_test.two_halves.default
+
+
+def edge_program(module: torch.nn.Module, *inputs: torch.Tensor):
+    exported = torch.export.export(module, inputs)
+    return to_edge(exported, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
+
+
+def bound_nodes(binding, program):
+    return [n for n in program.graph.nodes if binding.op_for(n) is not None]

@@ -1,5 +1,5 @@
 // Prints the ABI facts qco/qhpi_abi.h declares: sizes, field offsets, enum values, bit fields.
-// Built twice by tests/test_htp.py: with our header, and with QCO_REAL against the QNN SDK's
+// Built twice by tests/runtime/test_htp.py: with our header, and with QCO_REAL against the QNN SDK's
 // own headers (HTP/core/qhpi.h, QnnInterface.h, QnnOpPackage.h); the two outputs must be equal.
 #include <cstddef>
 #include <cstdio>

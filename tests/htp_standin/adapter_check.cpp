@@ -1,6 +1,6 @@
 // Runs an op's generated HTP implementation on stand-in tensors (see qco_standin.h), so the
 // adapter's dtype, encoding, layout and rank handling is tested without the QNN SDK.
-// Built by tests/test_htp_build.py with -DQCO_OP_SOURCE='"<package>/src/ops/ExampleCustomOp.cpp"'.
+// Built by tests/generator/test_htp_build.py with -DQCO_OP_SOURCE='"<package>/src/ops/ExampleCustomOp.cpp"'.
 //
 //   adapter_check encoding IN_SCALE IN_ZERO_POINT OUT_SCALE OUT_ZERO_POINT
 //       runs exampleCustomOpImpl on a uint8 (1,4,8,8) tensor holding 0..255 whose HTP

@@ -1,7 +1,7 @@
 """The LLM ops' backward formulas, written out (``backward(ctx, *grads)`` reading ``ctx.inputs``,
 as ``register_backward`` takes them): cheaper than the backward ``define_torch_ops`` would derive
 from the references, which runs the forward again, and checked against them by gradcheck in
-float64 (tests/test_autograd.py).
+float64 (tests/llm_ops/test_autograd.py).
 
 Each computes in the reference's precision (``real``: float32, float64 for float64) and returns
 each gradient in its input's dtype. The KV-cache ops have none (``NO_CACHE_GRADIENT``).

@@ -14,7 +14,7 @@
 //
 // Each function's accuracy is stated beside it as the largest error in ulp (units in the last
 // place of the float32 result) over the whole float range against double-precision libm,
-// measured by qnn-custom-ops' tests/test_qco_math.py over every 4093rd float32 and dense sweeps of each
+// measured by qnn-custom-ops' tests/kernels/test_qco_math.py over every 4093rd float32 and dense sweeps of each
 // function's working range, which also checks the Hexagon bits equal the host's.
 #ifndef QCO_MATH_H_
 #define QCO_MATH_H_
