@@ -21,7 +21,7 @@ from qnn_custom_ops.llm.text_generation import prompt_ids
 from qnn_custom_ops.lowering.program import lower_methods
 from qnn_custom_ops.lowering.weight_sharing import TensorBackedData
 from qnn_custom_ops.runtime import HostRunner
-from qnn_custom_ops.runtime.runners import ProgramError
+from qnn_custom_ops.runtime import ProgramError
 
 from tests.torch_ops import TiedLm
 

@@ -35,11 +35,11 @@ _LAZY = {
     "write_inputs": "raw_io",
     "DeviceRunner": "runners",
     "HostRunner": "runners",
-    "ProgramError": "runners",
-    "check_program": "runners",
+    "ProgramError": "program_checks",
+    "check_program": "program_checks",
     "RunnerError": "runners",
     "X86Runner": "runners",
-    "method_specs": "runners",
+    "method_specs": "program_checks",
 }
 
 __all__ = sorted(_LAZY)
