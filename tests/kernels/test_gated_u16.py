@@ -1,8 +1,8 @@
 """The 16-bit gated activations (SiluAndMul, GeluAndMul none/tanh) on codes: the integer scheme of
 kernels/llm/gated_codes.h (g from a table of 64 segments of degree-5 polynomials in block floating
 point, the exact product n |u| of the centered codes, one 64-bit product and rounding shift)
-against the exact act(v) b, and its HVX path bit-exact with the portable one at the edges of the
-scheme."""
+against the exact act(v) b, and its HVX path (kernels/llm/gated_hvx.h) bit-exact with the portable
+one at the edges of the scheme."""
 
 from __future__ import annotations
 
@@ -94,8 +94,8 @@ def test_the_u16_hvx_path_is_bit_exact_at_the_edges_of_its_scheme():
 #: off by one, the upper word's cap (rounding shifts under 32) too low, and the upper words of the
 #: products of n |u| >= 2^31 left uncorrected. (file under kernels/, original, changed)
 MUTATIONS = {
-    "rounding shift": ("llm/gated_codes.h", "Q6_V_vsplat_R(shift - 1)", "Q6_V_vsplat_R(shift)"),
-    "cap of the upper word": ("llm/gated_codes.h", "Q6_V_vsplat_R(1 << 16)", "Q6_V_vsplat_R(1 << 8)"),
+    "rounding shift": ("llm/gated_hvx.h", "Q6_V_vsplat_R(shift - 1)", "Q6_V_vsplat_R(shift)"),
+    "cap of the upper word": ("llm/gated_hvx.h", "Q6_V_vsplat_R(1 << 16)", "Q6_V_vsplat_R(1 << 8)"),
     "unsigned products": (
         "qco/hvx.h",
         "Q6_Vw_condacc_QVwVw(Q6_Q_vcmp_gt_VwVw(Q6_V_vzero(), b), Q6_V_hi_W(signed_product), a)",

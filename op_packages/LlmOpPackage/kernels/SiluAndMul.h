@@ -9,7 +9,7 @@
 
 #include "llm/llm_access.h"
 #include "llm/llm_math.h"
-#include "llm/gated_codes.h"
+#include "llm/gated.h"
 
 namespace LlmOpPackage {
 

@@ -1,12 +1,13 @@
 // The gated activations (SiluAndMul, GeluAndMul) on codes: y = act(a) * b with a, b codes of x
-// (one encoding) and y a code of the same dtype, in integers that the portable loops and the HVX
-// loops compute alike. 8-bit codes: act(a) in the output's units is a table of 256 values
-// (computed in float), its product with b - zero point requantized by a rounding shift.
+// (one encoding) and y a code of the same dtype, in integers that the portable loops here and the
+// HVX loops (gated_hvx.h) compute alike. 8-bit codes: act(a) in the output's units is a table of
+// 256 values (computed in float), its product with b - zero point requantized by a rounding shift.
 // 16-bit codes: a table of 65536 values has no HVX lookup (vlut16 reads 256 entries; VTCM
 // gathers are not for every target), so act(a) = v g(v) is computed from a table of 64
 // segments of g that vlut16 reads, and the rest in integer arithmetic (the scheme below).
 // Both depend on the activation and the encodings alone, so they are prepared once per encoding
-// (prepared_cache.h): a later call at the same encodings only reads them.
+// (prepared_cache.h): a later call at the same encodings only reads them. Which loops run, and the
+// caches of what they read: gated.h.
 #pragma once
 
 #include <cmath>
@@ -56,14 +57,11 @@ inline GateScale gate_scale(const qco::TensorView& y, const qco::TensorView& x) 
   return {ratio, shift, (1 << bits) - 1};
 }
 
-// The 8-bit scheme's integers: the rounding shift and act(a) of every code, as the loop reads them.
+// The 8-bit scheme's integers: the rounding shift and act(a) of every code, as the portable loop
+// reads them (the HVX loop's: Gate8Hvx, gated_hvx.h).
 struct Gate8 {
   GateScale scale;
-#if defined(__HVX__)
-  qco::hvx::Lut16 lut;
-#else
   int16_t values[256];  // |value| < 2^15 (gate_scale)
-#endif
 };
 
 // act(dequantize(code)) of every code in fixed point: times ratio 2^shift (a power of two: exact,
@@ -79,19 +77,10 @@ inline void gate_values(int16_t (&values)[256], Activation act, const qco::Tenso
 
 inline bool make_gate8(Gate8& gate, Activation act, const qco::TensorView& y, const qco::TensorView& x) {
   gate.scale = gate_scale(y, x);
-#if defined(__HVX__)
-  int16_t values[256];
-  gate_values(values, act, x, gate.scale);
-  gate.lut = qco::hvx::lut16(values);
-#else
   gate_values(gate.values, act, x, gate.scale);
-#endif
   return true;
 }
 
-inline PreparedCache<GateKey, Gate8, kGateSlots> gate8_cache;
-
-#if !defined(__HVX__)
 // y[r, i] = saturate(apply({1, shift}, value(x[r, i]) * (x[r, d + i] + offset)) - y.offset), the
 // values from a table of the 256 codes.
 inline void gated_u8(qco::TensorView& y, const qco::TensorView& x, const Gate8& gate) {
@@ -112,7 +101,6 @@ inline void gated_u8(qco::TensorView& y, const qco::TensorView& x, const Gate8& 
     }
   }
 }
-#endif
 
 // ---- 16-bit codes: g(v) from a table of 64 segments, in integers ----
 //
@@ -156,9 +144,6 @@ struct Gate16 {
   int32_t segment_bits;                      // k: 2^k codes of n per segment
   int32_t offset;                            // x.offset: c = a + offset
   int32_t shift;                             // of the rounding shift that requantizes the products
-#if defined(__HVX__)
-  qco::hvx::Lut32Of<kSegments / 16> luts[kTerms];  // c0 .. c5 | e as vlut16 reads them
-#endif
 };
 
 // g of one gate code: value 2^-drop in units of `unit`.
@@ -299,13 +284,8 @@ inline bool make_gate16(Gate16& gate, Activation act, const qco::TensorView& y, 
     if (j < kSegments - 1 && !beyond(j << k)) fit_segment(c, act, x.scale, j, k);
     store_segment(gate, c, j);
   }
-#if defined(__HVX__)
-  for (int32_t m = 0; m < kTerms; ++m) gate.luts[m] = qco::hvx::lut32<kSegments>(gate.coefficients + m * kSegments);
-#endif
   return true;
 }
-
-inline PreparedCache<GateKey, Gate16, kGateSlots> gate16_cache;
 
 // y = sign(c u) apply({1, shift}, (value n |u|) >> drop) - y.offset over the rows, each gate
 // code's (value, drop) from `term`.
@@ -330,7 +310,6 @@ void gated_u16_rows(qco::TensorView& y, const qco::TensorView& x, const Gate16& 
   }
 }
 
-#if !defined(__HVX__)
 // Every gate code's term (host only: 512 KB an encoding), prepared once per activation and
 // encodings as the Gate16 is: a prefill's call then reads each element's instead of evaluating
 // its polynomial (16a8w prefill on the host: the gate 0.15 -> 0.05 ms a call).
@@ -358,241 +337,6 @@ inline const Terms16* gate16_terms(const GateKey& key, const Gate16& gate, declt
     for (int32_t code = 0; code < 65536; ++code) table.terms[code] = gate16_term(gate, code);
     return true;
   });
-}
-#endif
-
-#if defined(__HVX__)
-// 8-bit codes on HVX, 128 per vector: the gate's values looked up with vlut16 from the same
-// table, times the up half's centered codes in 16x16 -> 32 bits, the rounding shift of apply().
-inline void gated_u8_hvx(qco::TensorView& y, const qco::TensorView& x, const Gate8& gate) {
-  const uint8_t* in = x.as<const uint8_t>();
-  uint8_t* out = y.as<uint8_t>();
-  const int64_t d = y.dims[y.rank - 1];
-  const int64_t rows = d == 0 ? 0 : y.numel() / d;
-  const qco::hvx::Lut16 lut = gate.lut;
-  const FixedMultiplier shift{1, gate.scale.shift};
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* gate = in + 2 * d * r;
-    for (int64_t c = 0; c < d; c += qco::hvx::kBytes) {
-      const HVX_VectorPair activated = qco::hvx::lookup(lut, qco::hvx::load_bytes(gate + c, d - c));
-      const HVX_VectorPair up = qco::hvx::centered_halves(qco::hvx::load_bytes(gate + d + c, d - c), x.offset);
-      qco::hvx::store_bytes(out + r * d + c, qco::hvx::requantize_products_u8(activated, up, shift, -y.offset), d - c);
-    }
-  }
-}
-
-// The tail polynomial (unit 2^e) and e of 128 gate codes (n0, n1: |a - zero point| of their two
-// vectors), four word vectors each in the layout of lookup_words: [0] and [2] the even and odd
-// elements of the first vector, [1] and [3] of the second. Horner's steps follow the lookups of
-// c5 .. c0 (fewer vectors live at once). vlut16 takes the shift resource as well as the permute
-// one (CVI_VP_VS), so the 48 lookups and every shift share one slot a packet: t is shifted once
-// per vector, its odd elements moved down by vshuffo (an ALU op).
-struct Tails16 {
-  HVX_Vector tail[4], exponent[4];
-};
-
-inline Tails16 tails_u16(const qco::hvx::Lut32Of<kSegments / 16>* luts, HVX_Vector n0, HVX_Vector n1, int32_t k) {
-  const HVX_Vector last = Q6_Vh_vsplat_R(kSegments - 1);
-  // byte 4j + m: the segment of element 2j of n0 (m = 0), of n1 (1), element 2j + 1 of n0 (2), of n1 (3)
-  const HVX_Vector segments = Q6_Vb_vshuffe_VbVb(Q6_Vuh_vmin_VuhVuh(Q6_Vuh_vlsr_VuhR(n1, k), last),
-                                                 Q6_Vuh_vmin_VuhVuh(Q6_Vuh_vlsr_VuhR(n0, k), last));
-  // t of every element in its own halfword; vmpye reads a word's low (even) halfword only. (At
-  // k = 0 the shift by 16 may leave n, but there c1..c5 are 0: t is unused.)
-  const HVX_Vector t0 = Q6_Vh_vasl_VhR(n0, 16 - k), t1 = Q6_Vh_vasl_VhR(n1, 16 - k);
-  const HVX_Vector t[4] = {t0, t1, Q6_Vh_vshuffo_VhVh(t0, t0), Q6_Vh_vshuffo_VhVh(t1, t1)};
-  Tails16 r;
-  const qco::hvx::Words4 highest = qco::hvx::lookup_words(luts[kDegree], segments);
-  for (int32_t g = 0; g < 4; ++g) {
-    r.exponent[g] = Q6_V_vand_VV(highest.v[g], Q6_V_vsplat_R((1 << kExponentBits) - 1));
-    r.tail[g] = Q6_Vw_vsub_VwVw(highest.v[g], r.exponent[g]);
-  }
-  for (int32_t m = kDegree - 1; m >= 0; --m) {
-    const qco::hvx::Words4 c = qco::hvx::lookup_words(luts[m], segments);
-    for (int32_t g = 0; g < 4; ++g) r.tail[g] = Q6_Vw_vadd_VwVw(c.v[g], Q6_Vw_vmpye_VwVuh(r.tail[g], t[g]));
-  }
-  return r;
-}
-
-// apply({1, shift}, (value * product) >> drop) on 32 lanes (gated_u16_rows' magnitude), value <
-// 2^30 and product < 2^32 unsigned: ((p >> a) + 1) >> 1 for a = shift + drop - 1 (floors of floors
-// by powers of two compose), each lane's a in [25, 93]. From a = 32 on, p >> a is the upper word
-// shifted by a - 32 (past 31 every upper word, under 2^30, gives 0): one per-lane shift, all there
-// is when the rounding shift is 33 or more (kLow false). Under 32, the upper word shifted left
-// joins the lower shifted right, the upper word first capped at 2^16: then p >> a >= 2^17
-// whether capped or not, a magnitude that saturates any 16-bit code, and the shift left fits.
-template <bool kLow>
-inline HVX_Vector gated_magnitude(HVX_Vector value, HVX_Vector product, HVX_Vector drop, int32_t shift) {
-  const HVX_VectorPair wide = qco::hvx::products_wide_unsigned(value, product);
-  const HVX_Vector a = Q6_Vw_vadd_VwVw(drop, Q6_V_vsplat_R(shift - 1));
-  const HVX_Vector thirty_two = Q6_V_vsplat_R(32);
-  HVX_Vector shifted =
-      Q6_Vw_vasr_VwVw(Q6_V_hi_W(wide), Q6_Vw_vmin_VwVw(Q6_Vw_vsub_VwVw(a, thirty_two), Q6_V_vsplat_R(31)));
-  if (kLow) {
-    const HVX_Vector capped = Q6_Vw_vmin_VwVw(Q6_V_hi_W(wide), Q6_V_vsplat_R(1 << 16));
-    const HVX_Vector joined = Q6_V_vor_VV(Q6_Vw_vasl_VwVw(capped, Q6_Vw_vsub_VwVw(thirty_two, a)),
-                                          Q6_Vw_vlsr_VwVw(Q6_V_lo_W(wide), a));
-    shifted = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VwVw(thirty_two, a), joined, shifted);
-  }
-  return Q6_Vw_vavg_VwVw_rnd(shifted, Q6_V_vzero());  // (shifted + 1) >> 1
-}
-
-// The magnitudes |y| of 32 elements (gated_u16_rows): `negative` where their gate code is below
-// the zero point, `product` = n |u|, the tail and e of their gate codes.
-template <bool kLow>
-inline HVX_Vector gated_u16_words(HVX_VectorPred negative, HVX_Vector product, HVX_Vector tail, HVX_Vector exponent,
-                                  const Gate16& gate) {
-  const HVX_Vector small = Q6_Vw_vasr_VwVw(tail, exponent);  // tail in units of `unit`
-  const HVX_Vector value = Q6_V_vmux_QVV(negative, tail, Q6_Vw_vsub_VwVw(Q6_V_vsplat_R(gate.unit), small));
-  const HVX_Vector drop = Q6_V_vmux_QVV(negative, exponent, Q6_V_vzero());
-  return gated_magnitude<kLow>(value, product, drop, gate.shift);
-}
-
-// 64 uint16 output codes from 64 gate and up codes, the gate codes' n = |a - zero point| and
-// their tails' groups `even` and `odd` (of Tails16). The gate codes' signs per word lane come from
-// their words (even: the low halfword, odd: the word below zero point 2^16, whatever the low
-// halfword); the magnitudes, saturated to 16 bits, are added to or taken from y's zero point
-// with unsigned saturation: what saturating +-magnitude + zero point to a code gives.
-template <bool kLow>
-inline HVX_Vector gated_u16_vector(HVX_Vector gate_codes, HVX_Vector up_codes, HVX_Vector n, const Tails16& tails,
-                                   int32_t even, int32_t odd, const Gate16& gate, HVX_Vector out_zero_point) {
-  const HVX_Vector zero_point = Q6_Vh_vsplat_R(-gate.offset);
-  const HVX_VectorPair products = Q6_Wuw_vmpy_VuhVuh(n, Q6_Vuh_vabsdiff_VuhVuh(up_codes, zero_point));
-  const HVX_VectorPred even_negative =
-      Q6_Q_vcmp_gt_VuwVuw(Q6_V_vsplat_R(-gate.offset), Q6_V_vand_VV(gate_codes, Q6_V_vsplat_R(0xFFFF)));
-  const HVX_VectorPred odd_negative = Q6_Q_vcmp_gt_VuwVuw(Q6_V_vsplat_R(static_cast<int32_t>(static_cast<uint32_t>(-gate.offset) << 16)), gate_codes);
-  const HVX_Vector even_magnitudes = gated_u16_words<kLow>(even_negative, Q6_V_lo_W(products), tails.tail[even],
-                                                           tails.exponent[even], gate);
-  const HVX_Vector odd_magnitudes =
-      gated_u16_words<kLow>(odd_negative, Q6_V_hi_W(products), tails.tail[odd], tails.exponent[odd], gate);
-  const HVX_Vector magnitudes = Q6_Vuh_vsat_VuwVuw(odd_magnitudes, even_magnitudes);
-  const HVX_VectorPred negative =
-      Q6_Q_xor_QQ(Q6_Q_vcmp_gt_VuhVuh(zero_point, gate_codes), Q6_Q_vcmp_gt_VuhVuh(zero_point, up_codes));
-  return Q6_V_vmux_QVV(negative, Q6_Vuh_vsub_VuhVuh_sat(out_zero_point, magnitudes),
-                       Q6_Vuh_vadd_VuhVuh_sat(out_zero_point, magnitudes));
-}
-
-// 128 elements of a row from their gate and up codes (two vectors each): two vectors of y.
-template <bool kLow>
-inline HVX_VectorPair gated_u16_block(const qco::hvx::Lut32Of<kSegments / 16>* luts, HVX_Vector gate0,
-                                      HVX_Vector gate1, HVX_Vector up0, HVX_Vector up1, const Gate16& gate,
-                                      HVX_Vector out_zero_point) {
-  const HVX_Vector zero_point = Q6_Vh_vsplat_R(-gate.offset);
-  const HVX_Vector n0 = Q6_Vuh_vabsdiff_VuhVuh(gate0, zero_point), n1 = Q6_Vuh_vabsdiff_VuhVuh(gate1, zero_point);
-  const Tails16 tails = tails_u16(luts, n0, n1, gate.segment_bits);
-  return Q6_W_vcombine_VV(gated_u16_vector<kLow>(gate1, up1, n1, tails, 1, 3, gate, out_zero_point),
-                          gated_u16_vector<kLow>(gate0, up0, n0, tails, 0, 2, gate, out_zero_point));
-}
-
-// 16-bit codes on HVX, 128 elements per step: whole steps with plain loads and stores, the last
-// of a row through load_bytes/store_bytes.
-template <bool kLow>
-void gated_u16_hvx_rows(qco::TensorView& y, const qco::TensorView& x, const Gate16& gate) {
-  constexpr int64_t kCodes = qco::hvx::kBytes / 2;  // uint16 codes per vector
-  const uint16_t* in = x.as<const uint16_t>();
-  uint16_t* out = y.as<uint16_t>();
-  const int64_t d = y.dims[y.rank - 1];
-  const int64_t rows = d == 0 ? 0 : y.numel() / d;
-  const qco::hvx::Lut32Of<kSegments / 16>* luts = gate.luts;
-  const HVX_Vector out_zero_point = Q6_Vh_vsplat_R(-y.offset);
-  // The `count` codes at `at` (zeros past them; none when count <= 0).
-  const auto load = [](const uint16_t* at, int64_t count) {
-    return count > 0 ? qco::hvx::load_bytes(at, 2 * count) : Q6_V_vzero();
-  };
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint16_t* gate_row = in + 2 * d * r;
-    const uint16_t* up_row = gate_row + d;
-    uint16_t* out_row = out + r * d;
-    int64_t i = 0;
-    for (; i + 2 * kCodes <= d; i += 2 * kCodes) {
-      const HVX_VectorPair codes = gated_u16_block<kLow>(
-          luts, qco::hvx::load(gate_row + i), qco::hvx::load(gate_row + i + kCodes), qco::hvx::load(up_row + i),
-          qco::hvx::load(up_row + i + kCodes), gate, out_zero_point);
-      qco::hvx::store(out_row + i, Q6_V_lo_W(codes));
-      qco::hvx::store(out_row + i + kCodes, Q6_V_hi_W(codes));
-    }
-    if (i == d) continue;
-    const int64_t left = d - i, second = left - kCodes;
-    const HVX_VectorPair codes =
-        gated_u16_block<kLow>(luts, load(gate_row + i, left), load(gate_row + i + kCodes, second),
-                              load(up_row + i, left), load(up_row + i + kCodes, second), gate, out_zero_point);
-    qco::hvx::store_bytes(out_row + i, Q6_V_lo_W(codes), 2 * (left < kCodes ? left : kCodes));
-    if (second > 0) qco::hvx::store_bytes(out_row + i + kCodes, Q6_V_hi_W(codes), 2 * second);
-  }
-}
-
-inline void gated_u16_hvx(qco::TensorView& y, const qco::TensorView& x, const Gate16& gate) {
-  if (gate.shift >= 33) {
-    gated_u16_hvx_rows<false>(y, x, gate);
-  } else {
-    gated_u16_hvx_rows<true>(y, x, gate);
-  }
-}
-#endif
-
-// The prepared integers of a gated activation at these encodings: a cache slot's, else made now
-// (kept in a slot, or in `spare` for this call when every slot is taken); nullptr when no memory
-// is left for them.
-inline const Gate16* gate16_for(const GateKey& key, const qco::TensorView& y, const qco::TensorView& x,
-                                decltype(gate16_cache)::Spare& spare) {
-  return gate16_cache.find_or_make(key, spare, [&](Gate16& g) { return make_gate16(g, key.act, y, x); });
-}
-
-inline const Gate8* gate8_for(const GateKey& key, const qco::TensorView& y, const qco::TensorView& x,
-                              decltype(gate8_cache)::Spare& spare) {
-  return gate8_cache.find_or_make(key, spare, [&](Gate8& g) { return make_gate8(g, key.act, y, x); });
-}
-
-inline bool runs_on_codes(const qco::TensorView& y, const qco::TensorView& x) {
-  return is_unsigned_code(x.dtype) && y.dtype == x.dtype;
-}
-
-// True when the gated op runs on codes (x and y of one unsigned fixed-point dtype; for 16-bit
-// codes, encodings inside make_gate16's domain); then runs it. (Only when no memory is left for
-// its prepared integers does a call take the float path instead.)
-inline bool run_gated_codes(qco::TensorView& y, const qco::TensorView& x, Activation act) {
-  if (!runs_on_codes(y, x)) return false;
-  const GateKey key{act, qco::detail::encodings(y, x)};
-  if (x.dtype == qco::DType::kUFixed16) {
-    decltype(gate16_cache)::Spare spare;
-    const Gate16* gate = gate16_for(key, y, x, spare);
-    if (gate == nullptr) return false;
-#if defined(__HVX__)
-    gated_u16_hvx(y, x, *gate);
-#else
-    decltype(terms16_cache)::Spare spare_terms;
-    gated_u16(y, x, *gate, gate16_terms(key, *gate, spare_terms));
-#endif
-    return true;
-  }
-  decltype(gate8_cache)::Spare spare;
-  const Gate8* gate = gate8_for(key, y, x, spare);
-  if (gate == nullptr) return false;
-#if defined(__HVX__)
-  gated_u8_hvx(y, x, *gate);
-#else
-  gated_u8(y, x, *gate);
-#endif
-  return true;
-}
-
-// What run_gated_codes prepares at these encodings, made ahead of the calls (the kernels'
-// <Op>Prepare: QHPI's precompute at graph load), so a call finds it in its cache slot.
-inline void prepare_gated_codes(const qco::TensorView& y, const qco::TensorView& x, Activation act) {
-  if (!runs_on_codes(y, x)) return;
-  const GateKey key{act, qco::detail::encodings(y, x)};
-  if (x.dtype == qco::DType::kUFixed16) {
-    decltype(gate16_cache)::Spare spare;
-    const Gate16* gate = gate16_for(key, y, x, spare);
-#if defined(__HVX__)
-    (void)gate;  // HVX reads the segments alone
-#else
-    decltype(terms16_cache)::Spare spare_terms;
-    if (gate != nullptr) gate16_terms(key, *gate, spare_terms);
-#endif
-    return;
-  }
-  decltype(gate8_cache)::Spare spare;
-  gate8_for(key, y, x, spare);
 }
 
 }  // namespace LlmOpPackage
