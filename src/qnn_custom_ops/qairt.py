@@ -19,7 +19,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from .errors import ReportedError
-from .progress import progress
+from .progress import Progress, silent
 
 #: QAIRT release -> the ``onnxruntime-qnn`` wheel that ships its x86 HTP backend.
 QAIRT_WHEELS = {"2.47": "2.3.0", "2.50.40": "2.6.0", "2.51": "2.7.0"}
@@ -51,10 +51,10 @@ def qairt_dir() -> Path:
     return base / "qnn_custom_ops" / "qairt"
 
 
-def qairt_backend(version: str) -> Path:
+def qairt_backend(version: str, progress: Progress = silent) -> Path:
     """The x86 ``libQnnHtp.so`` of QAIRT ``version``, from its pinned ``onnxruntime-qnn`` wheel
-    (downloaded with pip the first time: only the backend, ``libQnnSystem.so`` and the C++ runtime
-    they link are kept)."""
+    (downloaded with pip the first time, said to ``progress``: only the backend,
+    ``libQnnSystem.so`` and the C++ runtime they link are kept)."""
     if version not in QAIRT_WHEELS:
         raise QairtError(f"--qairt {version}: use one of {', '.join(QAIRT_WHEELS)}")
     entry = qairt_dir() / version

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -459,16 +460,23 @@ LONG_COMMANDS = [["build-host", "P"], ["cost", "P"], ["hexagon-check", "P"], ["h
 @pytest.mark.parametrize("command", LONG_COMMANDS, ids=lambda c: " ".join(c[:2]))
 def test_every_long_command_takes_progress_or_quiet_and_not_both(command, monkeypatch, capsys):
     """One way to ask for progress lines: ``--progress`` shows them when stderr is no terminal,
-    ``--quiet`` hides them on one, and the two together are refused."""
-    from qnn_custom_ops.cli.arguments import progress_shown
+    ``--quiet`` hides them on one, and the two together are refused. The command's one
+    ``Progress`` (``command_progress``) says them on stderr, after the seconds so far when timed."""
+    from qnn_custom_ops.cli.arguments import command_progress
 
     parser = cli.build_parser()
+
+    def said(argv: list[str], timed: bool = False) -> str:
+        command_progress(parser.parse_args(argv), timed)("a step")
+        return capsys.readouterr().err
+
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
-    assert not progress_shown(parser.parse_args(command))
-    assert progress_shown(parser.parse_args([*command, "--progress"]))
+    assert said(command) == ""
+    assert said([*command, "--progress"]) == "a step\n"
+    assert re.fullmatch(r"\[ *\d+\.\ds\] a step\n", said([*command, "--progress"], timed=True))
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    assert progress_shown(parser.parse_args(command))
-    assert not progress_shown(parser.parse_args([*command, "--quiet"]))
+    assert said(command) == "a step\n"
+    assert said([*command, "--quiet"]) == ""
     with pytest.raises(SystemExit) as refused:
         parser.parse_args([*command, "--progress", "--quiet"])
     assert refused.value.code == 2 and "not allowed with argument" in capsys.readouterr().err

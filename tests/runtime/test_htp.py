@@ -50,9 +50,9 @@ def test_every_shipped_package_is_bit_exact_in_every_qairt_with_one_build(name, 
     loaded: dict[str, str] = {}
     run_on_htp = htp.run_on_htp
 
-    def recording(library, package, cases, version):
+    def recording(library, package, cases, version, progress):
         loaded[version] = hashlib.sha256(Path(library).read_bytes()).hexdigest()
-        return run_on_htp(library, package, cases, version)
+        return run_on_htp(library, package, cases, version, progress)
 
     monkeypatch.setattr(htp, "run_on_htp", recording)
     assert main(["htp-check", str(OP_PACKAGES / name)]) == 0

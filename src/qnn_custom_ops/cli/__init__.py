@@ -11,10 +11,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..progress import show_progress
 from ..quiet import quiet_third_party
 from . import kernel_commands, llm_commands, opdef_commands, run_command
-from .arguments import progress_shown
 from .opdef_commands import add_generate_arguments
 from .process import run_handler, signals_end_the_command
 
@@ -32,7 +30,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # a command run again in another environment
     quiet_third_party(args.verbose)
-    show_progress(progress_shown(args))
     with signals_end_the_command():
         return run_handler(args.handler, args)
 

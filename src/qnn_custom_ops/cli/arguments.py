@@ -1,11 +1,15 @@
-"""Options several commands share: ``--bind``/``--import``, ``--progress``/``--quiet``, a number of seconds."""
+"""Options several commands share: ``--bind``/``--import``, ``--progress``/``--quiet`` (and the one
+``Progress`` they make), a number of seconds."""
 
 from __future__ import annotations
 
 import argparse
 import math
 import sys
+import time
 from collections.abc import Callable
+
+from ..progress import Progress, silent, to_stderr
 
 
 def add_binding_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,3 +56,19 @@ def progress_shown(args: argparse.Namespace) -> bool:
     """Progress lines on stderr: with ``--progress``, or when stderr is a terminal, never with
     ``--quiet`` (a command without the flags: when stderr is a terminal)."""
     return not getattr(args, "quiet", False) and (getattr(args, "progress", False) or sys.stderr.isatty())
+
+
+def command_progress(args: argparse.Namespace, timed: bool = False) -> Progress:
+    """The one ``Progress`` a command passes to what it calls: ``silent`` unless ``progress_shown``,
+    else each line on stderr; ``timed`` (the ``llm`` commands, whose steps run for minutes) puts
+    the seconds since this call before each line."""
+    if not progress_shown(args):
+        return silent
+    if not timed:
+        return to_stderr
+    started = time.monotonic()
+
+    def said_with_time(line: str) -> None:
+        to_stderr(f"[{time.monotonic() - started:6.1f}s] {line}")
+
+    return said_with_time

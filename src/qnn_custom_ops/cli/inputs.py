@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..opdef import OpDefWarning, OpPackage, load_package
+from ..progress import Progress
 
 if TYPE_CHECKING:
     from ..runtime.host_build import GeneratedPackage
@@ -76,9 +77,9 @@ def generated_package(package_dir: str) -> GeneratedPackage:
     return GeneratedPackage(Path(package_dir).resolve(), load_configs([str(c) for c in package_configs(package_dir)]))
 
 
-def host_library_of(package_dir: str, binds: Sequence[str], modules: Sequence[str]) -> Path:
-    """Build (cached) the host library of ``package_dir`` for ``QnnOp=ns::op`` bindings, after
-    importing the modules that register the ops."""
+def host_library_of(package_dir: str, binds: Sequence[str], modules: Sequence[str], progress: Progress) -> Path:
+    """Build (cached, a build said to ``progress``) the host library of ``package_dir`` for
+    ``QnnOp=ns::op`` bindings, after importing the modules that register the ops."""
     from ..runtime import build_host_library
     from ..torch_bridge import bind
     from ..torch_bridge.binding import MissingOutVariantWarning
@@ -95,4 +96,4 @@ def host_library_of(package_dir: str, binds: Sequence[str], modules: Sequence[st
     with warnings.catch_warnings():  # the build refuses a missing .out variant with the same fix
         warnings.simplefilter("ignore", MissingOutVariantWarning)
         binding = bind(package, mapping)
-    return build_host_library(package_dir, binding)
+    return build_host_library(package_dir, binding, progress=progress)

@@ -11,13 +11,13 @@ from ..errors import UsageError
 from ..opdef import Datatype, OpPackage
 from ..qairt import QAIRT_VERSIONS
 from ..runtime.cost import KernelCase
-from .arguments import add_binding_arguments, add_progress_flags, seconds_up_to
+from .arguments import add_binding_arguments, add_progress_flags, command_progress, seconds_up_to
 from .inputs import generated_package, host_library_of
 from .process import EXIT_MISMATCH, EXIT_OK
 
 
 def _cmd_build_host(args: argparse.Namespace) -> int:
-    print(host_library_of(args.package_dir, args.bind, args.imports))
+    print(host_library_of(args.package_dir, args.bind, args.imports, command_progress(args)))
     return EXIT_OK
 
 
@@ -50,14 +50,15 @@ def _cmd_cost(args: argparse.Namespace) -> int:
             f"{args.package_dir}: say what to measure with --shape OP:TENSOR=DIMS,... "
             "(every input and output of the op, e.g. --shape MyOp:x=1x4096,y=1x4096)"
         )
-    library = build_host_kernels(package)
+    progress = command_progress(args)
+    library = build_host_kernels(package, progress=progress)
     # always isolated (0.4 s): a kernel that crashes, exits or never returns is reported, not fatal
     measured = measure_package(library, package.name, cases, args.min_seconds, isolated=True, limit=args.time_limit)
     packets = [""] * len(cases)
     if args.hexagon:
         from ..runtime.hexagon import hexagon_packets
 
-        counted = hexagon_packets(package, cases, args.time_limit)
+        counted = hexagon_packets(package, cases, args.time_limit, progress)
         packets = [f"{call:>14}" for _, call in counted]  # the call's: what it prepares ahead is apart
     print(
         f"{package.name} on one core (cpu {measured.core}); copy bandwidth {measured.copy_bandwidth / 1e9:.2f} GB/s"
@@ -100,7 +101,8 @@ def _cmd_hexagon_check(args: argparse.Namespace) -> int:
     from ..runtime.hexagon import HEXAGON_CPU, QEMU_CPU, hexagon_check
 
     package = generated_package(args.package_dir)
-    results = hexagon_check(package, _check_cases(package.opdef, args.shape), args.time_limit)
+    cases = _check_cases(package.opdef, args.shape)
+    results = hexagon_check(package, cases, args.time_limit, command_progress(args))
     for result in results:
         print(result)
     checked = [r for r in results if not r.not_applicable]
@@ -125,7 +127,8 @@ def _cmd_htp_check(args: argparse.Namespace) -> int:
 
     package = generated_package(args.package_dir)
     versions = args.qairt or list(QAIRT_VERSIONS)
-    library, results = htp_check(package, _check_cases(package.opdef, args.shape), versions)
+    cases = _check_cases(package.opdef, args.shape)
+    library, results = htp_check(package, cases, versions, command_progress(args))
     for result in results:
         print(result)
     checked = [r for r in results if not r.not_applicable]

@@ -16,7 +16,6 @@ import os
 import re
 import statistics
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -24,8 +23,9 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from ..errors import UsageError
+from ..progress import Progress
 from ..quiet import native_noise_filtered, native_stdout_filtered
-from .arguments import add_progress_flags, progress_shown
+from .arguments import add_progress_flags, command_progress
 from .process import our_warnings_one_line
 
 EXIT_OK = 0
@@ -143,18 +143,6 @@ def _cmd_families(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _progress(args: argparse.Namespace):
-    """A printer of progress lines, or one that prints nothing."""
-    shown = progress_shown(args)
-    started = time.monotonic()
-
-    def say(line: str) -> None:
-        if shown:
-            print(f"[{time.monotonic() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
-
-    return say
-
-
 def _own_warnings_as_lines(verbose: bool = False) -> AbstractContextManager[None]:
     """``process.our_warnings_one_line`` as the llm commands use it: the route's warnings (a dtype
     cast, a module left native, a token the runner lacks, a quantization short of its target) each
@@ -201,15 +189,15 @@ def _check_utf8(option: str, text: str) -> None:
 _QAIRT_ATTEMPTS = 2
 
 
-def _lowered_on_simulator_libraries(args: argparse.Namespace) -> int:
+def _lowered_on_simulator_libraries(args: argparse.Namespace, progress: Progress) -> int:
     """``llm export --target qnn`` without a QNN SDK: the same command in a child process started
     with the simulator's environment (QAIRT's x86 libraries from PyPI, ExecuTorch's QNN adaptor
     over them; the loader reads ``LD_LIBRARY_PATH`` only at start); its exit status."""
     from ..runtime.isolation import run_command_reporting_crashes
     from ..runtime.simulator_sdk import SIMULATOR_QAIRT, simulator_environment
 
-    _progress(args)(f"no QNN SDK: lowering with QAIRT {SIMULATOR_QAIRT}'s x86 libraries (installed from PyPI once)")
-    environment = {**os.environ, **simulator_environment()}
+    progress(f"no QNN SDK: lowering with QAIRT {SIMULATOR_QAIRT}'s x86 libraries (installed from PyPI once)")
+    environment = {**os.environ, **simulator_environment(progress=progress)}
     command = [sys.executable, "-m", "qnn_custom_ops", *args.argv]
     what = f"llm export --target qnn on QAIRT {SIMULATOR_QAIRT}'s x86 libraries"
     said = functools.partial(print, file=sys.stderr, flush=True)
@@ -225,8 +213,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from ..llm.checkpoint import export_checkpoint
     from ..runtime.simulator_sdk import lowers_for_qnn_here
 
+    progress = command_progress(args, timed=True)
     if args.target == "qnn" and not lowers_for_qnn_here():
-        return _lowered_on_simulator_libraries(args)
+        return _lowered_on_simulator_libraries(args, progress)
     if not args.verbose:
         transformers.utils.logging.disable_progress_bar()  # "Loading weights": progress says it once
     with _own_warnings_as_lines(args.verbose), native_noise_filtered(args.verbose):
@@ -239,7 +228,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             calibration=_calibration_lines(args.calibration),
             target=args.target,
             soc=args.soc,
-            progress=_progress(args),
+            progress=progress,
             decoder_model_version=args.decoder_model_version,
             qat=args.qat,
             kv_bits=args.kv_bits,
@@ -292,7 +281,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from ..llm.export_targets import RUNS_ON
     from ..llm.text_generation import generate_text, load_export
 
-    say = _progress(args)
+    say = command_progress(args, timed=True)
     budget = _llm("memory_budget").MemoryBudget.of(args.max_memory)  # what is free before loading
     export = load_export(directory, verify=not args.no_verify, progress=say)
     if export.manifest.target == "host":
@@ -315,6 +304,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             sampling=sampling,
             warmup=args.warmup,
             repeat=args.repeat,
+            progress=say,
         )
     if args.json:
         print(_json_text(_generation_json(args, result)))
@@ -399,7 +389,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     if not args.verbose:
         transformers.utils.logging.disable_progress_bar()  # "Loading weights" of --against CHECKPOINT_DIR
-    say = _progress(args)
+    say = command_progress(args, timed=True)
     with _own_warnings_as_lines(args.verbose), native_noise_filtered(args.verbose):
         export = load_export(directory, verify=not args.no_verify, progress=say)
         result = evaluate(export, text, against, verify=not args.no_verify, progress=say)
@@ -432,10 +422,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
     if not args.verbose:
         transformers.utils.logging.disable_progress_bar()
+    say = command_progress(args, timed=True)
     with _own_warnings_as_lines(args.verbose), native_noise_filtered(args.verbose):
-        result = analyze_checkpoint(
-            Path(args.checkpoint), args.quant, calibration, text, args.prefill, args.ctx, _progress(args)
-        )
+        result = analyze_checkpoint(Path(args.checkpoint), args.quant, calibration, text, args.prefill, args.ctx, say)
     if args.json:
         print(_json_text(dataclasses.asdict(result)))
     else:

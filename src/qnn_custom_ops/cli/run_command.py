@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..quiet import native_noise_filtered
-from .arguments import add_binding_arguments, add_progress_flags
+from .arguments import add_binding_arguments, add_progress_flags, command_progress
 from .inputs import host_library_of
 from .process import EXIT_MISMATCH, EXIT_OK
 
@@ -65,17 +65,18 @@ def _load_pt(path: Path, spec: TensorSpec, what: str):
 def _runner(args: argparse.Namespace):
     from ..runtime import DeviceRunner, HostRunner, X86Runner
 
+    progress = command_progress(args)
     if args.target == "host":
         libraries = [Path(p) for p in args.library]
         if args.package:
-            libraries.append(host_library_of(args.package, args.bind, args.imports))
-        return HostRunner(libraries, isolated=args.isolated)
+            libraries.append(host_library_of(args.package, args.bind, args.imports, progress))
+        return HostRunner(libraries, isolated=args.isolated, progress=progress)
     if args.target == "x86":
         if args.build_folder:
             return X86Runner(Path(args.build_folder))
         from ..runtime.simulator import SimulatorRunner
 
-        return SimulatorRunner()
+        return SimulatorRunner(progress=progress)
     if not args.build_folder:
         raise UsageError(f"--target {args.target} needs --build-folder (your ExecuTorch build with the QNN backend)")
     if not args.device or not args.soc:

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..progress import silent
-from .checkpoint import LlmCheckpointError, Progress, calibration_prompts, static_programs
+from ..progress import Progress, silent
+from .checkpoint import LlmCheckpointError, calibration_prompts, static_programs
 from .evaluation import text_windows
 from .sensitivity import Sensitivity, analyze
 

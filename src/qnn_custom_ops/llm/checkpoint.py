@@ -16,7 +16,7 @@ import json
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -27,7 +27,7 @@ import torch
 from ..atomic_files import Contents
 from ..generated_code import generated_sources_dropped
 from ..llm_ops.swap import Swap
-from ..progress import silent
+from ..progress import Progress, silent
 from .checkpoint_reading import (
     LlmCheckpointError,
     OffloadedWeights,
@@ -77,9 +77,6 @@ DEFAULT_CALIBRATION = (
 )
 #: Tokens generated from each calibration prompt (their decode inputs are calibrated too).
 CALIBRATION_TOKENS = 16
-
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -501,7 +498,7 @@ def export_checkpoint(
         _check_shards(shards, target, checkpoint)
     check_replaceable(out_dir)  # before the long steps, and again when written
     budget = MemoryBudget.of(max_memory)  # what is free before this export takes any
-    spec = qnn_compile_spec(soc, quant) if target == "qnn" else None
+    spec = qnn_compile_spec(soc, quant, progress) if target == "qnn" else None
     check_context(checkpoint, ctx_len)
     by_layer = quant != "none" and qat is None and keep_8bit != "auto"
     with (

@@ -18,7 +18,7 @@ import json
 import math
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,11 +27,9 @@ import torch
 
 from ..errors import UsageError
 from ..llm_ops.swap import Swap, swap_modules
-from ..progress import silent
+from ..progress import Progress, silent
 from .config_checks import check_config, check_tokenizer_files, check_weights, first_line, weight_files
 from .hf import warn_float32_cast
-
-Progress = Callable[[str], None]
 
 
 class LlmCheckpointError(UsageError):

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from ..progress import silent, time_left
-from .checkpoint import LlmCheckpointError, Progress, load_checkpoint
+from ..progress import Progress, silent, time_left
+from .checkpoint import LlmCheckpointError, load_checkpoint
 from .export_files import MANIFEST
 from .export_targets import RUNS_ON
 from .runner_text import RunnerText
@@ -85,10 +85,11 @@ def _sqnr_db(reference: torch.Tensor, other: torch.Tensor) -> float:
 
 
 @contextmanager
-def export_scorer(export: LlmExport) -> Iterator[Scorer]:
+def export_scorer(export: LlmExport, progress: Progress = silent) -> Iterator[Scorer]:
     """The export's programs where its target runs here (``RUNS_ON``), in ``RunnerLoop``: each
-    window through the runner's prompt processor, the logits as reals."""
-    with export_loop(export) as loop:
+    window through the runner's prompt processor, the logits as reals (what they need built
+    first said to ``progress``)."""
+    with export_loop(export, progress) as loop:
         yield loop.score
 
 
@@ -109,7 +110,8 @@ def _export_reference(directory: Path, verify: bool, progress: Progress) -> _Ref
     other = load_export(directory, verify=verify, progress=progress)
     shape = other.manifest.shape
     kind = f"export, {other.manifest.quant}, {RUNS_ON[other.manifest.target].where}"
-    return _Reference(kind, shape.vocab, shape.ctx_len - shape.prefill_len, export_scorer(other), other.tokenizer)
+    scorer = export_scorer(other, progress)
+    return _Reference(kind, shape.vocab, shape.ctx_len - shape.prefill_len, scorer, other.tokenizer)
 
 
 def _checkpoint_reference(directory: Path, verify: bool, progress: Progress) -> _Reference:
@@ -177,7 +179,10 @@ def evaluate(
     where = RUNS_ON[manifest.target].where
     progress(f"eval: {len(ids)} tokens in {len(windows)} windows of up to {length} ({manifest.quant}, {where})")
     started = time.monotonic()
-    with export_scorer(export) as score, reference.scorer if reference else _no_reference() as score_reference:
+    with (
+        export_scorer(export, progress) as score,
+        reference.scorer if reference else _no_reference() as score_reference,
+    ):
         nll = reference_nll = 0.0
         agreeing, sqnr = 0, []
         said_at = first_done = started

@@ -18,6 +18,7 @@ from pathlib import Path
 from ..llm_ops.ops import PACKAGE_NAME, llm_binding, package_dir
 from ..lowering import OpPackageBuild, compile_spec, makefile_builds
 from ..lowering.compile_spec import Platform, Target, chipset
+from ..progress import Progress, silent
 from ..runtime import HostRunner
 from ..runtime.host_library import build_host_library
 from ..runtime.htp import build_qhpi_package
@@ -31,10 +32,11 @@ from .steps import Step, codes_step, host_step, simulator_step
 METHODS = ("prefill_forward", "kv_forward")
 
 
-def qnn_compile_spec(soc: str | None, quant: str) -> list:
+def qnn_compile_spec(soc: str | None, quant: str, progress: Progress = silent) -> list:
     """The QNN compile spec of the LlmOpPackage for ``soc`` (its HTP architecture); fp16 for a
     float export. With a QNN SDK, the package's Makefile builds; in the simulator's environment,
-    its QHPI build for x86 and its Hexagon build's path on the phone."""
+    its QHPI build for x86 (said to ``progress`` when it is built) and its Hexagon build's path on
+    the phone."""
     from executorch.backends.qualcomm.serialization.qc_schema import _soc_info_table
 
     if soc is None:
@@ -48,7 +50,7 @@ def qnn_compile_spec(soc: str | None, quant: str) -> list:
     arch = int(_soc_info_table[chipset(soc)].htp_info.htp_arch)
     if in_simulator_environment():
         device = makefile_builds(package_dir(), PACKAGE_NAME, arch, api="qhpi")[0]
-        x86 = build_qhpi_package(package_dir(), llm_binding().package)
+        x86 = build_qhpi_package(package_dir(), llm_binding().package, progress)
         builds = [device, OpPackageBuild(Target.CPU, Platform.X86_64, x86)]
     else:
         builds = makefile_builds(package_dir(), PACKAGE_NAME, arch)
@@ -67,17 +69,19 @@ class ExportedMethods:
 
 @dataclass(frozen=True)
 class RunsOn:
-    """Where a target's exports run here, said before they do, and their steps."""
+    """Where a target's exports run here, said before they do, and their steps (what they build
+    or install first said to the ``Progress`` given)."""
 
     where: str
-    steps: Callable[[ExportedMethods], AbstractContextManager[tuple[Step, Step]]]
+    steps: Callable[[ExportedMethods, Progress], AbstractContextManager[tuple[Step, Step]]]
 
 
 @contextmanager
-def _host_steps(methods: ExportedMethods) -> Iterator[tuple[Step, Step]]:
+def _host_steps(methods: ExportedMethods, progress: Progress) -> Iterator[tuple[Step, Step]]:
     """ExecuTorch's runtime here, with the LlmOpPackage's host library; both methods loaded
     ahead, so tokens/s count the calls."""
-    runner = HostRunner([build_host_library(package_dir(), llm_binding())])
+    library = build_host_library(package_dir(), llm_binding(), progress=progress)
+    runner = HostRunner([library], progress=progress)
     for method in METHODS:
         runner.load(methods.program, method, methods.data)
     prefill, decode = (host_step(runner, methods.program, method, methods.data) for method in METHODS)
@@ -85,10 +89,10 @@ def _host_steps(methods: ExportedMethods) -> Iterator[tuple[Step, Step]]:
 
 
 @contextmanager
-def _simulator_steps(methods: ExportedMethods) -> Iterator[tuple[Step, Step]]:
+def _simulator_steps(methods: ExportedMethods, progress: Progress) -> Iterator[tuple[Step, Step]]:
     """ExecuTorch's QNN backend on QAIRT's x86 HTP simulator, the program held by one child
     process; a quantized export's methods take and give codes, as on the phone."""
-    with SimulatorSession(methods.program) as session:
+    with SimulatorSession(methods.program, progress=progress) as session:
         steps = [simulator_step(session, method) for method in METHODS]
         if methods.encodings is not None:
             steps = [

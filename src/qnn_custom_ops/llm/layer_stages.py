@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..progress import time_left
+from ..progress import Progress, time_left
 from .checkpoint_reading import OffloadedWeights
 from .families import LlmExportError
 from .hf import LlmPrograms
@@ -38,7 +38,6 @@ from .quantization import DECODES_PER_CHUNK, context_tokens, convert_calibrated,
 from .runner_loop import LoggedCall, RunnerLoop, write_rows
 from .shapes import LlmShape
 
-Progress = Callable[[str], None]
 #: What the stage after a layer reads in calibration by layer: the float layer's outputs, or the
 #: quantized layer's (``calibrate_by_layer``'s ``inputs``).
 INPUTS = ("float", "quantized")

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
+from ..progress import Progress
 
 GIB = 2**30
 
@@ -75,7 +75,7 @@ class MemoryBudget:
         return f"--max-memory {amount}" if self.given else f"the {amount} free (MemAvailable; --max-memory sets it)"
 
 
-def fold_fits(float32_bytes: int, budget: MemoryBudget, progress: Callable[[str], None]) -> bool:
+def fold_fits(float32_bytes: int, budget: MemoryBudget, progress: Progress) -> bool:
     """Whether a quantized host program gets its weights (``float32_bytes`` once folded) folded
     into float32 (faster generation on the host, the same results): when the lowering's peak,
     ``FOLDED_PEAK_FACTOR`` times them, and the program's run fit the budget. Said either way."""

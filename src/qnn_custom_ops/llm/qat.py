@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ..errors import UsageError
+from ..progress import Progress, silent
 from .hf import LlmPrograms
 from .runner_loop import RunnerLoop
 
@@ -185,7 +186,7 @@ def train_qat(
     texts: Sequence[Sequence[int]],
     config: QatConfig,
     quantizer: Any,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress = silent,
 ) -> dict[int, torch.Tensor]:
     """The prefill program's weights trained quantization-aware for ``quant_dtype``, by the
     address of the weight each replaces (``use_weights`` gives them to other programs), on
@@ -204,10 +205,7 @@ def train_qat(
     windows = training_windows(texts if config.text is None else config.text, length, config.steps, config.seed)
     student = RunnerLoop(shape, _grad_step(prepared), _no_decode)
     frozen = freeze_activation_ranges(prepared, lambda: [student.score(w) for w in windows[:CALIBRATION_WINDOWS]])
-    if progress is not None:
-        progress(
-            f"QAT {quant_dtype}: {frozen} activation ranges set on {min(len(windows), CALIBRATION_WINDOWS)} windows"
-        )
+    progress(f"QAT {quant_dtype}: {frozen} activation ranges set on {min(len(windows), CALIBRATION_WINDOWS)} windows")
     teacher = RunnerLoop(shape, _grad_step(programs.prefill.module), _no_decode)
     trained = [p for p in weights.values() if p.is_floating_point()]
     optimizer = torch.optim.Adam(trained, lr=config.lr)
@@ -226,7 +224,7 @@ def train_qat(
         optimizer.step()
         schedule.step()
         elapsed = time.monotonic() - started
-        if progress is not None and (step + 1 == config.steps or elapsed - reported >= 10):
+        if step + 1 == config.steps or elapsed - reported >= 10:
             reported = elapsed
             progress(
                 f"QAT {quant_dtype}: step {step + 1} of {config.steps}, {config.loss} loss {float(loss.detach()):.4f} "

@@ -27,7 +27,7 @@ from ..lowering.codes_width import (
     stored_in_rows,
 )
 from ..lowering.weight_sharing import EqualTensors, TensorBackedData
-from ..progress import time_left
+from ..progress import Progress, silent, time_left
 from .generation import greedy_batch
 from .hf import LlmExportError, LlmPrograms
 from .parts import in_parts, resolve_kept
@@ -80,7 +80,7 @@ def quantize_llm(
     quant_dtype: str,
     prompts: Sequence[Sequence[int]],
     new_tokens: int,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress = silent,
     qat: int | QatConfig | None = None,
     kv_bits: int = 16,
     keep_8bit: Collection[str] = (),
@@ -136,13 +136,11 @@ def quantize_llm(
                 continued.append(_runner_calibration(programs.shape, prefill, decode, group[0], new_tokens))
             else:
                 greedy_batch(programs.shape, prefill, decode, group, new_tokens)
-            if progress is not None:
-                left = time_left(time.monotonic() - started, index + 1, len(groups))
-                progress(f"calibration: prompt {index + 1} of {len(groups)} observed{left}")
+            left = time_left(time.monotonic() - started, index + 1, len(groups))
+            progress(f"calibration: prompt {index + 1} of {len(groups)} observed{left}")
         if programs.shape.cache == "runner":
             _calibrate_context(programs.shape, prefill, decode, continued, progress)
-    if progress is not None:
-        progress(f"calibration: prefill observed on {prefill.calls} calls, decode on {decode.calls}")
+    progress(f"calibration: prefill observed on {prefill.calls} calls, decode on {decode.calls}")
     return convert_calibrated(prepared, programs.shape, kv_bits)
 
 
@@ -642,7 +640,7 @@ def _calibrate_context(
     prefill: Step,
     decode: Step,
     continued: Sequence[Sequence[int]],
-    progress: Callable[[str], None] | None,
+    progress: Progress,
 ) -> None:
     """Every call the runner makes within the context, whatever the prompts' lengths: the
     prompts and their generated tokens one after another, repeated to ``ctx_len - 1`` tokens,
@@ -652,11 +650,10 @@ def _calibrate_context(
     cache: its cache encodings clipped, and a prompt's second chunk scored -2 dB against float."""
     tokens = context_tokens(continued, shape.ctx_len - 1)
     RunnerLoop(shape, prefill, decode).walk(tokens, DECODES_PER_CHUNK)
-    if progress is not None:
-        progress(
-            f"calibration: the prompts and their continuations as one text of {len(tokens)} tokens, "
-            f"every prefill chunk to ctx_len {shape.ctx_len} and {DECODES_PER_CHUNK} decode calls after each"
-        )
+    progress(
+        f"calibration: the prompts and their continuations as one text of {len(tokens)} tokens, "
+        f"every prefill chunk to ctx_len {shape.ctx_len} and {DECODES_PER_CHUNK} decode calls after each"
+    )
 
 
 def _input_observer(module: torch.fx.GraphModule, node: torch.fx.Node) -> torch.fx.Node:

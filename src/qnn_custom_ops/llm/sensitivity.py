@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ..progress import silent, time_left
+from ..progress import Progress, silent, time_left
 from .hf import LlmPrograms
 from .parts import in_parts, keepable, kind_parts, part_of, parts_in
 from .quantization import llm_quantizer, quantized_prefill
@@ -29,7 +29,6 @@ from .steps import eager_step
 
 #: Windows of token ids (each starting as a prompt does) the programs take whole.
 Windows = Sequence[Sequence[int]]
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..progress import silent
-from .checkpoint import LlmManifest, Progress, require_choice
+from ..progress import Progress, silent
+from .checkpoint import LlmManifest, require_choice
 from .checkpoint_reading import LlmCheckpointError
 from .config_checks import first_line
 from .export_files import MANIFEST, PROGRAM, TOKENIZER, verify_files
@@ -120,12 +120,14 @@ def generate_text(
     sampling: Sampling | None = None,
     warmup: int = 0,
     repeat: int = 1,
+    progress: Progress = silent,
 ) -> TextGeneration:
     """Generation from ``text`` as the device runner does it (``RunnerLoop``), where the
     export's target runs here (``RUNS_ON``: a host export on the host, a QNN export on QAIRT's x86
     HTP simulator): greedy, or as ``sampling`` says (each run from the same seed, so every run
     makes the same tokens); ``on_text`` hears the first run's text as it grows, piece by piece.
-    ``warmup`` runs first untimed, then ``repeat`` timed runs: the speeds are their medians."""
+    ``warmup`` runs first untimed, then ``repeat`` timed runs: the speeds are their medians.
+    ``progress`` hears what is built or installed before the programs run (once per machine)."""
     if warmup < 0 or repeat < 1:
         raise LlmCheckpointError(f"warmup {warmup}, repeat {repeat}: give warmup >= 0 and repeat >= 1")
     sampling = sampling or Sampling()
@@ -133,7 +135,7 @@ def generate_text(
     ids = prompt_ids(tokenizer, manifest.decoder_model_version, text, chat)
     room = manifest.shape.ctx_len - len(ids)  # the runner's last decode is at ctx_len - 2 (RunnerLoop.generate)
     check_fits(manifest.shape, len(ids), min(max_new_tokens, max(room, 1)), "llm generate")
-    with export_loop(export) as loop:
+    with export_loop(export, progress) as loop:
         runs = [
             _generated(
                 loop, tokenizer, ids, max_new_tokens, room, manifest.eos_ids, on_text if run == 0 else None, sampling
@@ -153,15 +155,16 @@ def generate_text(
 
 
 @contextmanager
-def export_loop(export: LlmExport) -> Iterator[RunnerLoop]:
+def export_loop(export: LlmExport, progress: Progress = silent) -> Iterator[RunnerLoop]:
     """The export's two methods in ``RunnerLoop``, where its target runs here (``RUNS_ON``: the
-    host, or QAIRT's x86 HTP simulator for a QNN export), codes held as the runner holds them."""
+    host, or QAIRT's x86 HTP simulator for a QNN export), codes held as the runner holds them;
+    what they need built or installed first is said to ``progress``."""
     manifest = export.manifest
     encodings = None
     if manifest.encodings is not None:
         encodings = (manifest.encodings[METHODS[0]], manifest.encodings[METHODS[1]])
     methods = ExportedMethods(export.program, export.data, manifest.encodings)
-    with RUNS_ON[manifest.target].steps(methods) as (prefill, decode):
+    with RUNS_ON[manifest.target].steps(methods, progress) as (prefill, decode):
         yield RunnerLoop(manifest.shape, prefill, decode, encodings)
 
 

@@ -7,26 +7,24 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
 
-from ..progress import time_left
+from ..progress import Progress, silent, time_left
 
 
 class Stages:
-    """Says ``lowering: <stage> in N s[; <next>]`` as each stage of a lowering ends (nothing
-    without ``say``)."""
+    """Says ``lowering: <stage> in N s[; <next>]`` to ``say`` as each stage of a lowering ends."""
 
-    def __init__(self, say: Callable[[str], None] | None) -> None:
+    def __init__(self, say: Progress) -> None:
         self.say = say
         self.started = time.monotonic()
 
     def ended(self, stage: str, then: str = "") -> None:
         now = time.monotonic()
-        if self.say is not None:
-            self.say(f"lowering: {stage} in {now - self.started:.1f} s" + (f"; {then}" if then else ""))
+        self.say(f"lowering: {stage} in {now - self.started:.1f} s" + (f"; {then}" if then else ""))
         self.started = now
 
 
@@ -37,7 +35,7 @@ EVERY_SECONDS = 15.0
 class _Pace:
     """Partitions done out of the total, and when the last line was said."""
 
-    def __init__(self, say: Callable[[str], None]) -> None:
+    def __init__(self, say: Progress) -> None:
         self.say = say
         self.total = 0
         self.done = 0
@@ -65,11 +63,11 @@ def _build_pattern_graphs() -> None:
 
 
 @contextlib.contextmanager
-def partitions_reported(say: Callable[[str], None] | None) -> Iterator[None]:
+def partitions_reported(say: Progress) -> Iterator[None]:
     """Within the block, each partition XNNPACK compiles is counted, and ``say`` hears how many
     of how many are done and the time left at the pace so far, every ``EVERY_SECONDS``
-    (without ``say``, XNNPACK is left as it is)."""
-    if say is None:
+    (when nobody listens, ``silent``, XNNPACK is left as it is)."""
+    if say is silent:
         yield
         return
     pace = _Pace(say)

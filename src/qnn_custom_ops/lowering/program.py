@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -28,6 +28,7 @@ from executorch.exir.passes import MemoryPlanningPass
 from ..atomic_files import write_atomic
 from ..errors import ReportedError, UsageError
 from ..opdef import Datatype
+from ..progress import Progress, silent
 from ..torch_bridge import OpPackageBinding
 from ..torch_bridge.quantized import Encoding, encoding_of, is_dequantize
 from .block_linears import block_linears_as_convolutions
@@ -230,7 +231,7 @@ def lower_methods(
     fold_weights: bool = True,
     external_weights: bool = False,
     shards: int | None = 1,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress = silent,
 ) -> LoweredProgram:
     """``lower`` for a program of several methods (``{name: (model, example_inputs)}``), with
     ``constant_methods`` (metadata a device runner reads, e.g. ``get_n_layers``). With
@@ -296,7 +297,7 @@ def lower_methods(
 def _layer_shards(
     exported: Mapping[str, torch.export.ExportedProgram],
     shards: int | None,
-    progress: Callable[[str], None] | None,
+    progress: Progress,
 ) -> LayerShards | None:
     """The methods' layers in ``shards`` shards (None: as many as ``shards_within`` the weight
     budget), said; None for a program of one context."""
@@ -310,13 +311,12 @@ def _layer_shards(
     if shards is not None:
         check_shard_count(shards, layers)
     split = shards_within(layer_bytes) if shards is None else LayerShards.even(layers, shards)
-    if progress is not None:
-        budget = f"as many as keep each context's weights within {WEIGHT_BUDGET / 2**30:g} GiB"
-        progress(
-            f"lowering: {split.count} QNN context{'s' if split.count > 1 else ''} per method "
-            f"({'--shards' if shards is not None else budget}): layers {', '.join(map(str, split.sizes()))}, "
-            f"weights {', '.join(f'{b / 1e6:.1f}' for b in split.held(layer_bytes))} MB"
-        )
+    budget = f"as many as keep each context's weights within {WEIGHT_BUDGET / 2**30:g} GiB"
+    progress(
+        f"lowering: {split.count} QNN context{'s' if split.count > 1 else ''} per method "
+        f"({'--shards' if shards is not None else budget}): layers {', '.join(map(str, split.sizes()))}, "
+        f"weights {', '.join(f'{b / 1e6:.1f}' for b in split.held(layer_bytes))} MB"
+    )
     return split if split.count > 1 else None
 
 

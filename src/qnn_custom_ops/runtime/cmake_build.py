@@ -19,7 +19,7 @@ from filelock import FileLock
 
 from ..atomic_files import write_atomic
 from ..errors import ReportedError
-from ..progress import progress
+from ..progress import Progress
 
 
 class HostBuildError(ReportedError, RuntimeError):
@@ -86,6 +86,7 @@ def cached_build(
     options: Mapping[str, str],
     what: str,
     keyed: Path,
+    progress: Progress,
 ) -> Path:
     """``build_dir/library_name``, built from ``project`` (a CMake source directory, or the
     files of one, relative path -> text) unless a valid, current copy is there already.
@@ -97,12 +98,13 @@ def cached_build(
     result. Incremental: ``work_dir`` keeps the CMake build tree, so an edited kernel
     recompiles only what includes it. Atomic: the library is published into ``build_dir``
     by one rename, so nobody ever sees a half-written library; a broken entry is rebuilt.
+    A build (not a reuse) is said to ``progress`` as it starts.
     """
     library = build_dir / library_name
     if _is_current(library):
         return library
     try:
-        return _build_locked(project, build_dir, work_dir, library_name, options, what, keyed)
+        return _build_locked(project, build_dir, work_dir, library_name, options, what, keyed, progress)
     except OSError as exc:  # the compiler's failures are HostBuildError; this is the cache directory
         raise HostBuildError(unusable_cache(what, build_dir.parent, exc)) from exc
 
@@ -124,6 +126,7 @@ def _build_locked(
     options: Mapping[str, str],
     what: str,
     keyed: Path,
+    progress: Progress,
 ) -> Path:
     library = build_dir / library_name
     work_dir.mkdir(parents=True, exist_ok=True)

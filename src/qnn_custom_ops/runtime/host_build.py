@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..opdef import OpDefWarning, OpPackage, load_package
+from ..progress import Progress, silent
 from .cmake_build import HostBuildError, cache_root, cached_build, content_key, files_under, work_dir
 
 
@@ -49,9 +50,14 @@ class GeneratedPackage:
 
 
 def build_host_kernels(
-    package: str | Path | GeneratedPackage, *, sanitize: str = "", build_root: Path | None = None
+    package: str | Path | GeneratedPackage,
+    *,
+    sanitize: str = "",
+    build_root: Path | None = None,
+    progress: Progress = silent,
 ) -> Path:
-    """Compile the package's host/ project and return the shared library; reuse an identical build."""
+    """Compile the package's host/ project and return the shared library; reuse an identical build
+    (a build is said to ``progress``)."""
     package = GeneratedPackage.at(package)
     package_dir, name = package.directory, package.name
     options = {"QCO_SANITIZE": sanitize}
@@ -66,4 +72,5 @@ def build_host_kernels(
         options,
         f"host build of {name}",
         keyed=package_dir,
+        progress=progress,
     )

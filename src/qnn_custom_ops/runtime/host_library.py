@@ -12,6 +12,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from ..generator.executorch_library import c_abi_sources, render_executorch_library
+from ..progress import Progress, silent
 from ..torch_bridge import OpPackageBinding
 from .cmake_build import HostBuildError, cache_root, cached_build, content_key, files_under, work_dir
 from .loading import executorch_paths
@@ -27,9 +28,15 @@ def library_name(package_name: str) -> str:
 
 
 def build_host_library(
-    package_dir: str | Path, binding: OpPackageBinding, *, sanitize: str = "", build_root: Path | None = None
+    package_dir: str | Path,
+    binding: OpPackageBinding,
+    *,
+    sanitize: str = "",
+    build_root: Path | None = None,
+    progress: Progress = silent,
 ) -> Path:
-    """Build (or reuse) the host library of ``package_dir`` for the ops of ``binding``.
+    """Build (or reuse) the host library of ``package_dir`` for the ops of ``binding`` (a build
+    is said to ``progress``).
 
     The kernels register as ``<namespace>::<op>.out``, the namespace and name of each bound
     torch op; the library also exports the package's C ABI (``qco_<Pkg>_<Op>``).
@@ -56,5 +63,12 @@ def build_host_library(
     root = build_root or cache_root() / "executorch"
     work = work_dir(root, f"{name}-executorch", package_dir, options)  # never the C ABI build's tree
     return cached_build(
-        sources, root / f"{name}-{key}", work, library_name(name), options, f"host library of {name}", keyed=package_dir
+        sources,
+        root / f"{name}-{key}",
+        work,
+        library_name(name),
+        options,
+        f"host library of {name}",
+        keyed=package_dir,
+        progress=progress,
     )

@@ -34,7 +34,7 @@ from ..generator.qhpi import abi_header_context
 from ..generator.render import render_qhpi_sources, template_environment
 from ..opdef import OpPackage, TensorDef
 from ..opdef.datatypes import kernel_rows
-from ..progress import progress
+from ..progress import Progress, silent
 from ..qairt import LINK_QAIRT, QairtError, qairt_backend
 from .cmake_build import cache_root, content_key, files_under, unusable_cache
 from .cost import KernelCase
@@ -79,10 +79,11 @@ def _build(command: list[str], what: str, cwd: Path | None = None) -> None:
         raise HtpCheckError(f"{what} did not build:\n" + "\n".join(errors[:20]))
 
 
-def build_qhpi_package(package_dir: Path, package: OpPackage) -> Path:
+def build_qhpi_package(package_dir: Path, package: OpPackage, progress: Progress = silent) -> Path:
     """The package's QHPI flavour built for x86 with its own Makefile (g++ for ``X86_CXX``),
     linked against QAIRT ``LINK_QAIRT``'s backend: the one binary every version loads. A classic
-    package gets its QHPI sources rendered beside a copy of its kernels; cached by content."""
+    package gets its QHPI sources rendered beside a copy of its kernels; cached by content. The
+    build (and the backend's install, the first time) is said to ``progress``."""
     sources = render_qhpi_sources(package)
     kernels = files_under(package_dir / "kernels")
     extra = {str(f.path): hashlib.sha256(f.content).hexdigest() for f in sources}
@@ -90,7 +91,7 @@ def build_qhpi_package(package_dir: Path, package: OpPackage) -> Path:
     entry = cache_root() / "htp" / f"{package.name}-{key}"
     library = entry / "build" / "x86_64-linux-clang" / f"libQnn{package.name}.so"
     entry.parent.mkdir(parents=True, exist_ok=True)
-    link_with = qairt_backend(LINK_QAIRT)
+    link_with = qairt_backend(LINK_QAIRT, progress)
     try:
         with FileLock(str(entry) + ".lock"):
             if library.is_file():
@@ -187,10 +188,12 @@ def decode_results(data: bytes, cases: Sequence[KernelCase]) -> HtpRun:
     return HtpRun(build, outcomes)
 
 
-def run_on_htp(library: Path, package: OpPackage, cases: Sequence[KernelCase], version: str) -> HtpRun:
+def run_on_htp(
+    library: Path, package: OpPackage, cases: Sequence[KernelCase], version: str, progress: Progress = silent
+) -> HtpRun:
     """Run ``cases`` in QAIRT ``version``'s x86 HTP backend (a child process per version: a
-    backend is loaded once per process)."""
-    backend = qairt_backend(version)
+    backend is loaded once per process; its install, the first time, said to ``progress``)."""
+    backend = qairt_backend(version, progress)
     with tempfile.TemporaryDirectory(prefix="qco-htp-") as tmp:
         work = Path(tmp)
         (work / "cases").write_bytes(encode_cases(package, cases))
@@ -281,17 +284,21 @@ def _status(status: int) -> str:
 
 
 def htp_check(
-    package: str | Path | GeneratedPackage, cases: Sequence[KernelCase], versions: Sequence[str]
+    package: str | Path | GeneratedPackage,
+    cases: Sequence[KernelCase],
+    versions: Sequence[str],
+    progress: Progress = silent,
 ) -> tuple[Path, list[HtpResult]]:
     """Build the package once as QHPI for x86, run ``cases`` in each QAIRT version's HTP backend
-    and on the host; the library built and one result per version and case."""
+    and on the host; the library built and one result per version and case. The builds, the
+    backends' installs and each version's run are said to ``progress``."""
     package = GeneratedPackage.at(package)
-    library = build_qhpi_package(package.directory, package.opdef)
-    host_library = build_host_kernels(package)
+    library = build_qhpi_package(package.directory, package.opdef, progress)
+    host_library = build_host_kernels(package, progress=progress)
     host = call_isolated(host_results, host_library, package.name, cases, None, what="the host half of the HTP check")
     results = []
     for version in versions:
-        run = run_on_htp(library, package.opdef, cases, version)
+        run = run_on_htp(library, package.opdef, cases, version, progress=progress)
         progress(f"htp: {len(cases)} case(s) run in QAIRT {version} ({run.build})")
         for case, (step, said, outputs), (host_status, host_outputs) in zip(cases, run.outcomes, host):
             mismatch = ""

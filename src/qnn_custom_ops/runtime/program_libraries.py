@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..progress import Progress, silent
 from .loading import (
     MissingKernelError,
     load_host_library,
@@ -42,11 +43,13 @@ def check_program_kernels(pte: bytes, where: str = "program") -> None:
         )
 
 
-def load_program_libraries(program: bytes | str | Path, libraries: Sequence[str | Path] = ()) -> None:
+def load_program_libraries(
+    program: bytes | str | Path, libraries: Sequence[str | Path] = (), progress: Progress = silent
+) -> None:
     """Load what ``program`` (a .pte's bytes or path) calls: each op-package host library of
     ``libraries`` (``build_host_library``), then ExecuTorch's quantized kernels and the host speed
-    kernels (built once per machine) where it names them; ``MissingKernelError`` naming any
-    kernel still missing and the library it belongs to."""
+    kernels (built once per machine, said to ``progress``) where it names them;
+    ``MissingKernelError`` naming any kernel still missing and the library it belongs to."""
     pte = program if isinstance(program, bytes) else Path(program).read_bytes()
     for library in libraries:
         load_host_library(library)
@@ -54,5 +57,5 @@ def load_program_libraries(program: bytes | str | Path, libraries: Sequence[str 
     if any(op.startswith(QUANTIZED_NAMESPACE) for op in operators):
         load_quantized_kernels()
     if any(op.startswith(SPEED_NAMESPACE) for op in operators):
-        load_speed_kernels()
+        load_speed_kernels(progress)
     check_program_kernels(pte)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..errors import ReportedError
+from ..progress import Progress, silent
 from ..qnn_sdk import require_sdk
 from .isolation import call_isolated
 from .loading import (
@@ -59,10 +60,14 @@ class HostRunner:
     program is loaded from one loaded program (one data map; host-only methods share its planned
     buffers), XNNPACK packs each weight once for all of them, and the data file is mapped, not
     pinned: peak memory about the program's bytes, not once per method.
+
+    ``progress`` hears the builds a load needs first (the host speed kernels, the backend
+    options library: once per machine); an isolated child says nothing.
     """
 
     libraries: Sequence[Path] = ()
     isolated: bool = False
+    progress: Progress = field(default=silent, repr=False, compare=False)
     #: Methods loaded so far, by program, data file and name: a program is checked and loaded
     #: once, not on every call (a generation loop calls the same two methods hundreds of times).
     _loaded: dict[tuple[bytes, Path | None, str], Any] = field(default_factory=dict, repr=False, compare=False)
@@ -99,9 +104,9 @@ class HostRunner:
         method_specs(pte, method)  # a file the runtime cannot load is one error, before any library is loaded
         host_operators(pte, "program")
         check_data_file(pte, data)
-        load_program_libraries(pte, self.libraries)
+        load_program_libraries(pte, self.libraries, self.progress)
         trace_kernels(self.libraries)
-        share_packed_weights()
+        share_packed_weights(self.progress)
         with refused_as_program_error("program" if data is None else f"program with data file {data}"):
             with pages_not_pinned():
                 return self._program(pte, data).load_method(method)

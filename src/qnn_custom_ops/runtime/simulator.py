@@ -25,6 +25,7 @@ from typing import IO, Any
 import torch
 
 from ..errors import ReportedError
+from ..progress import Progress, silent
 from .simulator_sdk import SIMULATOR_QAIRT, simulator_environment
 
 Inference = Sequence[torch.Tensor]
@@ -59,11 +60,12 @@ def _receive(stream: IO[bytes]) -> Any | None:
 
 class SimulatorSession:
     """A program loaded once by ExecuTorch's runtime on QAIRT ``version``'s x86 HTP simulator, in
-    a child process; ``run`` calls one of its methods. Close it (or use ``with``) to end the child."""
+    a child process; ``run`` calls one of its methods. Close it (or use ``with``) to end the child.
+    ``progress`` hears the backend's install, the first time."""
 
-    def __init__(self, pte: bytes, version: str = SIMULATOR_QAIRT):
+    def __init__(self, pte: bytes, version: str = SIMULATOR_QAIRT, progress: Progress = silent):
         self.version = version
-        environment = {**os.environ, **simulator_environment(version)}
+        environment = {**os.environ, **simulator_environment(version, progress)}
         self._work = tempfile.TemporaryDirectory(prefix="qco-simulator-")
         work = Path(self._work.name)
         (work / "model.pte").write_bytes(pte)
@@ -113,13 +115,15 @@ class SimulatorSession:
 
 
 class SimulatorRunner:
-    """``HostRunner``'s ``run`` on the simulator: one session per program run."""
+    """``HostRunner``'s ``run`` on the simulator: one session per program run (``progress`` hears
+    the backend's install, the first time)."""
 
-    def __init__(self, version: str = SIMULATOR_QAIRT):
+    def __init__(self, version: str = SIMULATOR_QAIRT, progress: Progress = silent):
         self.version = version
+        self.progress = progress
 
     def run(self, pte: bytes, inferences: Sequence[Inference], method: str = "forward") -> list[list[torch.Tensor]]:
-        with SimulatorSession(pte, self.version) as session:
+        with SimulatorSession(pte, self.version, self.progress) as session:
             return [session.run(method, inference) for inference in inferences]
 
 

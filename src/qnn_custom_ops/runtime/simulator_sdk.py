@@ -24,6 +24,7 @@ from filelock import FileLock
 from ..errors import ReportedError
 from ..generator.qhpi import abi_header_context
 from ..generator.render import template_environment
+from ..progress import Progress, silent
 from ..qairt import QAIRT_VERSIONS, qairt_backend
 from ..qnn_sdk import sdk_root
 
@@ -39,10 +40,11 @@ class SimulatorError(ReportedError, RuntimeError):
     """The simulator's SDK root could not be assembled."""
 
 
-def simulator_sdk_root(version: str = SIMULATOR_QAIRT) -> Path:
+def simulator_sdk_root(version: str = SIMULATOR_QAIRT, progress: Progress = silent) -> Path:
     """``<qairt>/<version>/sdk``: the shim built (gcc, keyed by its source), the wheel's
-    ``libQnnSystem.so`` and C++ runtime linked in beside it; once per release."""
-    backend = qairt_backend(version)
+    ``libQnnSystem.so`` and C++ runtime linked in beside it; once per release (the backend's
+    install, the first time, said to ``progress``)."""
+    backend = qairt_backend(version, progress)
     release = backend.parent.parent
     root = release / "sdk"
     libraries = root / LIBRARY_DIR
@@ -73,9 +75,10 @@ def simulator_sdk_root(version: str = SIMULATOR_QAIRT) -> Path:
     return root
 
 
-def simulator_environment(version: str = SIMULATOR_QAIRT) -> dict[str, str]:
-    """The variables ExecuTorch's QNN backend needs from the start of a process to run here."""
-    root = simulator_sdk_root(version)
+def simulator_environment(version: str = SIMULATOR_QAIRT, progress: Progress = silent) -> dict[str, str]:
+    """The variables ExecuTorch's QNN backend needs from the start of a process to run here (the
+    SDK root assembled first if it is not, said to ``progress``)."""
+    root = simulator_sdk_root(version, progress)
     paths = [str(root / LIBRARY_DIR), *filter(None, [os.environ.get("LD_LIBRARY_PATH", "")])]
     return {"QNN_SDK_ROOT": str(root), "LD_LIBRARY_PATH": os.pathsep.join(paths), MARK: version}
 
@@ -90,12 +93,15 @@ def lowers_for_qnn_here() -> bool:
     return sdk_root() is not None or in_simulator_environment()
 
 
-def reexecute_in_simulator_environment(argv: Sequence[str], version: str = SIMULATOR_QAIRT) -> None:
+def reexecute_in_simulator_environment(
+    argv: Sequence[str], version: str = SIMULATOR_QAIRT, progress: Progress = silent
+) -> None:
     """Replace this process by ``argv`` (a Python command line) with the simulator's environment,
-    unless it already has it: the dynamic loader reads ``LD_LIBRARY_PATH`` only at start."""
+    unless it already has it: the dynamic loader reads ``LD_LIBRARY_PATH`` only at start. The
+    backend's install, the first time, is said to ``progress``."""
     if in_simulator_environment(version):
         return
-    environment: Mapping[str, str] = {**os.environ, **simulator_environment(version)}
+    environment: Mapping[str, str] = {**os.environ, **simulator_environment(version, progress)}
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, *argv], dict(environment))

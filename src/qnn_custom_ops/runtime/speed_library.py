@@ -9,6 +9,7 @@ from __future__ import annotations
 from importlib.metadata import version
 from pathlib import Path
 
+from ..progress import Progress, silent
 from .cmake_build import cache_root, cached_build, content_key, files_under, work_dir
 from .loading import executorch_paths, load_host_library
 
@@ -18,16 +19,26 @@ LIBRARY = "libqco_host_kernels.so"
 NAMESPACE = "qco_host::"
 
 
-def build_speed_library(build_root: Path | None = None) -> Path:
-    """Build (or reuse) the library, keyed by its sources, the executorch version and this CPU."""
+def build_speed_library(build_root: Path | None = None, progress: Progress = silent) -> Path:
+    """Build (or reuse) the library, keyed by its sources, the executorch version and this CPU (a
+    build is said to ``progress``)."""
     include, libexecutorch = executorch_paths()
     options = {"EXECUTORCH_INCLUDE": str(include), "EXECUTORCH_LIBRARY_DIR": str(libexecutorch.parent)}
     key = content_key(SOURCES, files_under(SOURCES), {**options, "executorch": version("executorch")})
     root = build_root or cache_root() / "executorch"
     work = work_dir(root, "qco_host", SOURCES, options)
-    return cached_build(SOURCES, root / f"qco_host-{key}", work, LIBRARY, options, "host speed kernels", keyed=SOURCES)
+    return cached_build(
+        SOURCES,
+        root / f"qco_host-{key}",
+        work,
+        LIBRARY,
+        options,
+        "host speed kernels",
+        keyed=SOURCES,
+        progress=progress,
+    )
 
 
-def load_speed_kernels() -> None:
-    """Build if needed and load the library (once per interpreter)."""
-    load_host_library(build_speed_library())
+def load_speed_kernels(progress: Progress = silent) -> None:
+    """Build if needed (said to ``progress``) and load the library (once per interpreter)."""
+    load_host_library(build_speed_library(progress=progress))

@@ -33,6 +33,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from ..errors import ReportedError
+from ..progress import Progress, silent
 from .cmake_build import cache_root, cached_build, content_key, files_under, work_dir
 from .loading import executorch_paths
 
@@ -47,43 +48,64 @@ class WeightsStoreError(ReportedError, RuntimeError):
     """The runtime refused to share a program's weights between its methods."""
 
 
-def build_options_library(build_root: Path | None = None) -> Path:
-    """Build (or reuse) the backend options library, keyed by its sources and the executorch version."""
+def build_options_library(build_root: Path | None = None, progress: Progress = silent) -> Path:
+    """Build (or reuse) the backend options library, keyed by its sources and the executorch
+    version (a build is said to ``progress``)."""
     include, libexecutorch = executorch_paths()
     options = {"EXECUTORCH_INCLUDE": str(include), "EXECUTORCH_LIBRARY_DIR": str(libexecutorch.parent)}
     key = content_key(SOURCES, files_under(SOURCES), {**options, "executorch": version("executorch")})
     root = build_root or cache_root() / "executorch"
     work = work_dir(root, "qco_backend_options", SOURCES, options)
     return cached_build(
-        SOURCES, root / f"qco_backend_options-{key}", work, LIBRARY, options, "backend options", keyed=SOURCES
+        SOURCES,
+        root / f"qco_backend_options-{key}",
+        work,
+        LIBRARY,
+        options,
+        "backend options",
+        keyed=SOURCES,
+        progress=progress,
     )
 
 
 @functools.cache
-def _options_library() -> ctypes.CDLL:
-    library = ctypes.CDLL(str(build_options_library()))
+def _options_library(path: Path) -> ctypes.CDLL:
+    """The built library at ``path``, loaded once."""
+    library = ctypes.CDLL(str(path))
     library.qco_set_bool_option.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int)
     library.qco_get_bool_option.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int))
     return library
 
 
-def packed_weights_shared() -> bool:
-    """Whether XNNPACK's weights cache is on in this process."""
+def packed_weights_shared(progress: Progress = silent) -> bool:
+    """Whether XNNPACK's weights cache is on in this process (the options library built first
+    if it is not, said to ``progress``)."""
+    return _cache_enabled(_options_library(build_options_library(progress=progress)))
+
+
+def _cache_enabled(library: ctypes.CDLL) -> bool:
     value = ctypes.c_int(-1)
-    status = _options_library().qco_get_bool_option(XNNPACK, WEIGHT_CACHE, ctypes.byref(value))
+    status = library.qco_get_bool_option(XNNPACK, WEIGHT_CACHE, ctypes.byref(value))
     return status == 0 and value.value == 1
 
 
-@functools.cache
-def share_packed_weights() -> None:
+def share_packed_weights(progress: Progress = silent) -> None:
     """Turn XNNPACK's weights cache on for this process, before a delegate is initialised: a
     weight packed for one method (or program) is the one every other method packing the same
-    bytes uses, instead of a copy per method. Once per process."""
+    bytes uses, instead of a copy per method. Once per process; the options library is built
+    first if it is not (said to ``progress``)."""
+    _weights_cache_on(build_options_library(progress=progress))
+
+
+@functools.cache
+def _weights_cache_on(path: Path) -> None:
+    """``share_packed_weights`` with the options library at ``path``: once per process."""
     from executorch.runtime import Runtime
 
     Runtime.get()  # the runtime's backends registered, XNNPACK among them
-    status = _options_library().qco_set_bool_option(XNNPACK, WEIGHT_CACHE, 1)
-    if status != 0 or not packed_weights_shared():
+    library = _options_library(path)
+    status = library.qco_set_bool_option(XNNPACK, WEIGHT_CACHE, 1)
+    if status != 0 or not _cache_enabled(library):
         raise WeightsStoreError(
             f"the ExecuTorch runtime refused XNNPACK's option {WEIGHT_CACHE.decode()} (error 0x{status:x}): "
             "reinstall executorch (pip install --force-reinstall executorch)"

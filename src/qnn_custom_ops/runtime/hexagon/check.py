@@ -14,6 +14,7 @@ import numpy as np
 from ...generator.abi import KernelDType, KernelStatus
 from ...generator.hexagon_driver import driver_ops
 from ...opdef.datatypes import kernel_rows
+from ...progress import Progress, silent
 from ..cost import KernelCase
 from ..host_build import GeneratedPackage, build_host_kernels
 from ..isolation import call_isolated, set_time_limit
@@ -163,25 +164,32 @@ def libm_hint(package_dir: Path, op: str) -> str:
 
 
 def hexagon_packets(
-    package: str | Path | GeneratedPackage, cases: Sequence[KernelCase], time_limit: float | None = None
+    package: str | Path | GeneratedPackage,
+    cases: Sequence[KernelCase],
+    time_limit: float | None = None,
+    progress: Progress = silent,
 ) -> list[tuple[int, int]]:
     """Executed packets on Hexagon (emulated) of each case: what its kernel prepares ahead (its
-    ``<Op>Prepare``; 0 without one), then its call."""
+    ``<Op>Prepare``; 0 without one), then its call. The build and each case are said to ``progress``."""
     package = GeneratedPackage.at(package)
     ops = driver_ops(package.ops, (case.op for case in cases))
-    run = run_on_hexagon(build_hexagon_driver(package, ops), cases, ops, time_limit)
+    run = run_on_hexagon(build_hexagon_driver(package, ops, progress), cases, ops, time_limit, progress)
     return list(zip(run.prepare_packets, run.packets))
 
 
 def hexagon_check(
-    package: str | Path | GeneratedPackage, cases: Sequence[KernelCase], time_limit: float | None = None
+    package: str | Path | GeneratedPackage,
+    cases: Sequence[KernelCase],
+    time_limit: float | None = None,
+    progress: Progress = silent,
 ) -> list[CheckResult]:
     """Run ``cases`` through the host build and under the emulator; one result per case.
-    ``time_limit``: seconds per case under the emulator (default: ``case_time_limit``)."""
+    ``time_limit``: seconds per case under the emulator (default: ``case_time_limit``). Both builds
+    and each case under the emulator are said to ``progress``."""
     package = GeneratedPackage.at(package)
     ops = driver_ops(package.ops, (case.op for case in cases))
-    run = run_on_hexagon(build_hexagon_driver(package, ops), cases, ops, time_limit)
-    library = build_host_kernels(package)
+    run = run_on_hexagon(build_hexagon_driver(package, ops, progress), cases, ops, time_limit, progress)
+    library = build_host_kernels(package, progress=progress)
     host = call_isolated(
         host_results, library, package.name, cases, time_limit, what="the host half of the Hexagon check"
     )

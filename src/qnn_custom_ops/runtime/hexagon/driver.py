@@ -17,7 +17,7 @@ from filelock import FileLock
 
 from ...generator.abi import KernelStatus
 from ...generator.hexagon_driver import driver_ops, render_driver
-from ...progress import progress
+from ...progress import Progress, silent
 from ..cmake_build import cache_root, content_key, files_under, unusable_cache
 from ..cost import KernelCase
 from ..host_build import GeneratedPackage
@@ -25,10 +25,12 @@ from ..kernel_abi import KernelTensor
 from .toolchain import HEXAGON_FLAGS, HexagonToolError, compile_for_hexagon
 
 
-def build_hexagon_driver(package: str | Path | GeneratedPackage, ops: Sequence[str] | None = None) -> Path:
+def build_hexagon_driver(
+    package: str | Path | GeneratedPackage, ops: Sequence[str] | None = None, progress: Progress = silent
+) -> Path:
     """The kernels of ``ops`` (default: the package's) and the case driver as one static Hexagon
     program; cached by the content of ``kernels/`` and ``host/``, the driver, the flags and the
-    compiler's version."""
+    compiler's version. A build is said to ``progress``."""
     package = GeneratedPackage.at(package)
     package_dir, name = package.directory, package.name
     ops = driver_ops(package.ops) if ops is None else ops
@@ -37,12 +39,12 @@ def build_hexagon_driver(package: str | Path | GeneratedPackage, ops: Sequence[s
     key = content_key(package_dir, files_under(package_dir / "kernels", package_dir / "host"), extra)
     entry = cache_root() / "hexagon" / f"{name}-{key}"
     try:
-        return _cached_driver(package_dir, driver, ops, entry)
+        return _cached_driver(package_dir, driver, ops, entry, progress)
     except OSError as exc:  # the compiler's failures are HexagonToolError; this is the cache directory
         raise HexagonToolError(unusable_cache(f"Hexagon build of {name}", entry.parent, exc)) from exc
 
 
-def _cached_driver(package_dir: Path, driver: str, ops: Sequence[str], entry: Path) -> Path:
+def _cached_driver(package_dir: Path, driver: str, ops: Sequence[str], entry: Path, progress: Progress) -> Path:
     """``entry/driver``, built from ``driver`` and the package's C ABI unless a whole copy is there."""
     program = entry / "driver"
     entry.parent.mkdir(parents=True, exist_ok=True)
@@ -60,7 +62,10 @@ def _cached_driver(package_dir: Path, driver: str, ops: Sequence[str], entry: Pa
                 *(package_dir / f"host/src/ops/{op}CApi.cpp" for op in ops),
             ]
             compile_for_hexagon(
-                sources, staging / "driver", includes=[package_dir / "kernels", package_dir / "host/src"]
+                sources,
+                staging / "driver",
+                includes=[package_dir / "kernels", package_dir / "host/src"],
+                progress=progress,
             )
             _hash_record(staging / "driver").write_text(_sha256(staging / "driver"))
             staging.rename(entry)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...progress import progress
+from ...progress import Progress, silent
 from ..cost import KernelCase
 from ..isolation import ending_with_parent, signal_name
 from .driver import decode_results, encode_cases
@@ -43,12 +43,16 @@ def case_time_limit(case: KernelCase) -> float:
 
 
 def run_on_hexagon(
-    program: Path, cases: Sequence[KernelCase], ops: Sequence[str], time_limit: float | None = None
+    program: Path,
+    cases: Sequence[KernelCase],
+    ops: Sequence[str],
+    time_limit: float | None = None,
+    progress: Progress = silent,
 ) -> HexagonRun:
     """Run the cases under qemu-hexagon, its log of every executed translation block counted as
     it streams (never stored), and count the packets executed between each call's begin and end
     marks. A case past its time limit (``case_time_limit``, or ``time_limit`` seconds) ends
-    the emulator; so does this process's end."""
+    the emulator; so does this process's end. Each case is said to ``progress`` as it ends."""
     limits = [time_limit or case_time_limit(case) for case in cases]
     with tempfile.TemporaryDirectory(prefix="qco-hexagon-") as tmp:
         work = Path(tmp)
@@ -56,7 +60,7 @@ def run_on_hexagon(
         command = [emulator(), "-cpu", QEMU_CPU, "-d", "in_asm,exec,nochain"]
         counter = PacketCounter()
         returncode, expired = _emulate(
-            [*command, str(program), str(work / "cases"), str(work / "results")], counter, limits
+            [*command, str(program), str(work / "cases"), str(work / "results")], counter, limits, progress
         )
         failure = _failure(returncode, expired, counter, cases, limits)
         if failure:
@@ -67,7 +71,9 @@ def run_on_hexagon(
         return HexagonRun(decoded, counter.packets, prepared)
 
 
-def _emulate(command: list[str], counter: PacketCounter, limits: Sequence[float]) -> tuple[int, bool]:
+def _emulate(
+    command: list[str], counter: PacketCounter, limits: Sequence[float], progress: Progress
+) -> tuple[int, bool]:
     """Run ``command``, its standard error (qemu's log, the program's and qemu's own lines) fed to
     ``counter`` line by line; killed when a case outlives its limit. (exit status, killed for time)."""
     try:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...errors import ReportedError
-from ...progress import progress
+from ...progress import Progress, silent
 
 #: The CPU the programs are built for: HTP v66 scalar core with 128-byte HVX (integer).
 HEXAGON_CPU = "hexagonv66+hvxv66+hvx_length128b"
@@ -54,9 +54,14 @@ def emulator() -> str:
 
 
 def compile_for_hexagon(
-    sources: Sequence[Path], output: Path, includes: Sequence[Path] = (), extra: Sequence[str] = ()
+    sources: Sequence[Path],
+    output: Path,
+    includes: Sequence[Path] = (),
+    extra: Sequence[str] = (),
+    progress: Progress = silent,
 ) -> None:
-    """Compile and link ``sources`` into a static Hexagon program (``-c`` in ``extra``: an object)."""
+    """Compile and link ``sources`` into a static Hexagon program (``-c`` in ``extra``: an object);
+    zig's one-time build of libc++ and musl for Hexagon is said to ``progress`` first."""
     command = [
         *hexagon_compiler(),
         *HEXAGON_FLAGS,
@@ -79,18 +84,19 @@ def compile_for_hexagon(
         raise HexagonToolError("Hexagon build failed:\n" + "\n".join(errors))
 
 
-def check_toolchain() -> str:
+def check_toolchain(progress: Progress = silent) -> str:
     """Build and run a tiny program for Hexagon, and a tiny shared library: both tools work, and
     zig's libc++ for Hexagon, static and position-independent, is built (the first time, some
-    CPU-minutes) before any check or ``make htp_v*`` needs it. Returns the program's output."""
+    CPU-minutes, said to ``progress``) before any check or ``make htp_v*`` needs it. Returns the
+    program's output."""
     with tempfile.TemporaryDirectory(prefix="qco-hexagon-toolchain-") as tmp:
         source = Path(tmp) / "hello.cpp"
         source.write_text(
             "#include <cstdio>\n#include <vector>\nint main() { std::vector<long> v(3, 1);\n"
             '  std::printf("hexagon ok: sizeof(long) %zu\\n", sizeof(v[0])); }\n'
         )
-        compile_for_hexagon([source], Path(tmp) / "hello")
-        compile_for_hexagon([source], Path(tmp) / "libhello.so", extra=["-shared", "-fPIC"])
+        compile_for_hexagon([source], Path(tmp) / "hello", progress=progress)
+        compile_for_hexagon([source], Path(tmp) / "libhello.so", extra=["-shared", "-fPIC"], progress=progress)
         result = subprocess.run(
             [emulator(), "-cpu", QEMU_CPU, str(Path(tmp) / "hello")], capture_output=True, text=True
         )
