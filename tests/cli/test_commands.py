@@ -479,4 +479,37 @@ def test_every_long_command_takes_progress_or_quiet_and_not_both(command, monkey
     assert said([*command, "--quiet"]) == ""
     with pytest.raises(SystemExit) as refused:
         parser.parse_args([*command, "--progress", "--quiet"])
-    assert refused.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "not allowed with argument" in err and err.count("\n") == 1, err
+
+
+#: Every parser given an option it does not take (after what it needs), and the name its line gives.
+BAD_OPTIONS = [
+    (cli.main, ["--no-such-option", "validate", "c.xml"], "qnn-custom-ops"),
+    (cli.main, ["validate", "c.xml", "--no-such-option"], "qnn-custom-ops validate"),
+    (cli.main, ["generate", "c.xml", "--no-such-option"], "qnn-custom-ops generate"),
+    (cli.main, ["opdef-from-torch", "m:op", "--package", "P", "--no-such-option"], "qnn-custom-ops opdef-from-torch"),
+    (cli.main, ["run", "m.pte", "--no-such-option"], "qnn-custom-ops run"),
+    (cli.main, ["build-host", "P", "--no-such-option"], "qnn-custom-ops build-host"),
+    (cli.main, ["cost", "P", "--no-such-option"], "qnn-custom-ops cost"),
+    (cli.main, ["hexagon-check", "P", "--no-such-option"], "qnn-custom-ops hexagon-check"),
+    (cli.main, ["htp-check", "P", "--no-such-option"], "qnn-custom-ops htp-check"),
+    (cli.main, ["llm", "--no-such-option", "families"], "qnn-custom-ops llm"),
+    (cli.main, ["llm", "families", "--no-such-option"], "qnn-custom-ops llm families"),
+    (cli.main, ["llm", "export", "C", "-o", "O", "--no-such-option"], "qnn-custom-ops llm export"),
+    (cli.main, ["llm", "generate", "O", "--prompt", "x", "--no-such-option"], "qnn-custom-ops llm generate"),
+    (cli.main, ["llm", "eval", "O", "--text", "t", "--no-such-option"], "qnn-custom-ops llm eval"),
+    (cli.main, ["llm", "analyze", "C", "--quant", "16a4w", "--no-such-option"], "qnn-custom-ops llm analyze"),
+    (cli.generate_op_package_main, ["c.xml", "--no-such-option"], "generate-op-package"),
+]
+
+
+@pytest.mark.parametrize("main, argv, name", BAD_OPTIONS, ids=[name for _, _, name in BAD_OPTIONS])
+def test_an_option_no_parser_takes_is_one_line_naming_the_command_and_exit_2(main, argv, name, capsys):
+    """argparse prints a usage block of several lines before its error: every parser says one
+    line instead (the ``llm`` commands' format), naming the command whose ``--help`` lists its
+    options, not the top-level parser argparse leaves an unknown option to."""
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    assert (refused.value.code, capsys.readouterr().err) == (
+        2, f"error: {name}: unrecognized arguments: --no-such-option; see {name} --help\n")

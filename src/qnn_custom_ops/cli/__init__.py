@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from ..quiet import quiet_third_party
 from . import kernel_commands, llm_commands, opdef_commands, run_command
 from .opdef_commands import add_generate_arguments
-from .process import run_handler, signals_end_the_command
+from .process import OneLineParser, run_handler, signals_end_the_command
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="qnn-custom-ops", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="qnn-custom-ops", description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="show third-party log lines and warnings too")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in (opdef_commands, run_command, kernel_commands, llm_commands):
@@ -35,9 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def generate_op_package_main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="generate-op-package", description="Generate an HTP op package from OpDef XML."
-    )
+    parser = OneLineParser(prog="generate-op-package", description="Generate an HTP op package from OpDef XML.")
     add_generate_arguments(parser)
     args = parser.parse_args(argv)
     return run_handler(args.handler, args)

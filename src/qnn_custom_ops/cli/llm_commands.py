@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import Any
 
 from ..errors import UsageError
 from ..progress import Progress
@@ -487,22 +487,13 @@ def _add_memory_flag(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """An ``llm`` action's parser whose mistakes are one line (argparse prints its usage first),
-    naming the command and where its options are listed; exit status 2, as argparse's."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"error: {self.prog}: {message}; see {self.prog} --help", file=sys.stderr)
-        sys.exit(2)
-
-
 def add_commands(commands) -> None:
     """``llm export`` and ``llm generate`` under the CLI's subcommands (building the parser
     imports nothing heavy: ``export_checkpoint`` checks ``--quant`` and ``--target``)."""
     llm = commands.add_parser(
         "llm", help="a Hugging Face checkpoint to the phone: list the families, export, generate, evaluate"
     )
-    actions = llm.add_subparsers(dest="llm_command", required=True, metavar="ACTION", parser_class=_OneLineParser)
+    actions = llm.add_subparsers(dest="llm_command", required=True, metavar="ACTION")
     families = actions.add_parser(
         "families", help="the model families exported, their runner versions, RoPE types, windows, what is refused"
     )

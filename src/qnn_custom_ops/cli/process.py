@@ -1,6 +1,6 @@
-"""How every command runs: exit codes, one line per error (no traceback unless QCO_DEBUG=1),
-our warnings as one line each, standard output's refusals named, and SIGTERM/SIGHUP ending the
-command through its ``finally`` blocks."""
+"""How every command runs: exit codes, one line per error (no traceback unless QCO_DEBUG=1;
+argparse's refusals too, ``OneLineParser``), our warnings as one line each, standard output's
+refusals named, and SIGTERM/SIGHUP ending the command through its ``finally`` blocks."""
 
 from __future__ import annotations
 
@@ -11,13 +11,33 @@ import signal
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, TextIO, cast
+from typing import Any, NoReturn, TextIO, cast
 
 from ..atomic_files import refusal_text
 from ..errors import ReportedError
 from ..opdef import OpDefError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_INVALID, EXIT_MISMATCH = 0, 1, 2, 3
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A parser whose mistakes are one line naming the command and where its options are listed
+    (argparse prints its usage first); exit status 2, as argparse's. Every parser of the CLI is
+    one: ``add_subparsers`` makes its subcommands' parsers of the class of the parser it is called
+    on (its ``parser_class``), so the top-level one is enough."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {self.prog}: {message}; see {self.prog} --help", file=sys.stderr)
+        sys.exit(EXIT_INVALID)
+
+    def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:
+        """``ArgumentParser.parse_known_args``, an argument no parser takes refused by the command
+        it was given to: argparse leaves it to the top-level parser, whose line names no command
+        and whose ``--help`` lists none of the command's options."""
+        parsed, unknown = super().parse_known_args(*args, **kwargs)
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return parsed, unknown
 
 
 @contextlib.contextmanager
