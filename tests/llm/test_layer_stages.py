@@ -151,7 +151,8 @@ def test_a_model_quantized_a_layer_at_a_time_is_the_whole_model_quantized_on_the
     model: ``benchmarks/bench_llm_accuracy.py --by-layer``.)"""
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
-    from qnn_custom_ops.llm.quantization import convert_calibrated, llm_quantizer
+    from qnn_custom_ops.llm.conversion import convert_calibrated
+    from qnn_custom_ops.llm.quantization import llm_quantizer
 
     checkpoint = save(tmp_path / "checkpoint", "qwen3")
     (tmp_path / "store").mkdir()
@@ -185,7 +186,7 @@ def test_a_host_program_that_keeps_its_codes_converts_each_weight_straight_into_
     whole weight in float32, and lowering copies none again (a linear layer's transposed); the
     programs compute what those converted wide and whole compute, bit for bit, eagerly and lowered
     as a program of codes, whose data file is no larger."""
-    from qnn_custom_ops.llm import quantization
+    from qnn_custom_ops.llm import conversion
     from qnn_custom_ops.lowering.codes_width import CodesInTheirWidth
 
     from tests.hf_models import constant_bytes, host_program
@@ -195,7 +196,7 @@ def test_a_host_program_that_keeps_its_codes_converts_each_weight_straight_into_
     _, _, _, programs, weights = programs_by_layer(checkpoint, tmp_path / "store", PREFILL, CTX, None, print)
     prompts, quiet = [[5, 9, 2, 6, 5, 3, 5, 8, 9, 7], [3, 2, 3, 8]], lambda line: None
     wide = quantize_by_layer(programs, weights, quant, prompts, 6, quiet)
-    monkeypatch.setattr(quantization, "_CHUNK_ELEMENTS", 3 * 64)  # 3 rows of 64 at a time; the tables' 32 rows 1 by 1
+    monkeypatch.setattr(conversion, "_CHUNK_ELEMENTS", 3 * 64)  # 3 rows of 64 at a time; the tables' 32 rows 1 by 1
     block_scales_held, parameters_kept = [], []
 
     def stored(module, node):  # how many weights' PT2E block scales the program holds, as each is stored
@@ -207,8 +208,8 @@ def test_a_host_program_that_keeps_its_codes_converts_each_weight_straight_into_
         left = {str(n.target) for n in module.graph.nodes if n.op == "get_attr"}
         parameters_kept.extend(name for name, ref in read.items() if name not in left and ref() is not None)
 
-    store = quantization.dequantize_parameters_stored
-    monkeypatch.setattr(quantization, "dequantize_parameters_stored", stored)
+    store = conversion.dequantize_parameters_stored
+    monkeypatch.setattr(conversion, "dequantize_parameters_stored", stored)
     narrow = quantize_by_layer(programs, weights, quant, prompts, 6, quiet, narrow=True)
     if quant == "16a4w_block":  # each weight's stored as soon as it is converted: one at a time, never a program's
         assert block_scales_held and max(block_scales_held) == 1, block_scales_held
@@ -376,7 +377,8 @@ def test_calibration_by_layer_can_give_each_layer_the_quantized_layers_outputs(t
     after sees other values, and the programs are a quantization of the model, not noise."""
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
-    from qnn_custom_ops.llm.quantization import convert_calibrated, llm_quantizer
+    from qnn_custom_ops.llm.conversion import convert_calibrated
+    from qnn_custom_ops.llm.quantization import llm_quantizer
 
     checkpoint = save(tmp_path / "checkpoint", "llama")
     (tmp_path / "store").mkdir()

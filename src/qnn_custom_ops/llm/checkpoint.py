@@ -481,8 +481,8 @@ def export_checkpoint(
     from ..llm_ops.ops import llm_binding
     from ..lowering.program import lower_methods
     from ..quantizer import QUANT_MODES
+    from .cache_encodings import check_kv_bits
     from .qat import check_qat
-    from .quantization import check_kv_bits
 
     require_choice("--quant", quant, ("none", *QUANT_MODES))
     require_choice("--target", target, TARGETS)

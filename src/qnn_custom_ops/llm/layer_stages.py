@@ -15,7 +15,7 @@ float layer's outputs (the prepared program's observers pass values on unchanged
 ``inputs="quantized"`` the quantized layer's (measured on the accuracy benchmark: float inputs as
 good or better in every mode but one, by 0.2 point; they are the default).
 
-Conversion then reads each weight from the store as it folds it into codes (``_WeightCodes``), so
+Conversion then reads each weight from the store as it folds it into codes (``conversion.WeightCodes``), so
 the float weights of the whole model are never held; nor are the two programs' codes of a weight.
 """
 
@@ -31,10 +31,11 @@ import torch
 
 from ..progress import Progress, time_left
 from .checkpoint_reading import OffloadedWeights
+from .conversion import convert_calibrated
 from .families import LlmExportError
 from .hf import LlmPrograms
 from .parts import layer_of
-from .quantization import DECODES_PER_CHUNK, context_tokens, convert_calibrated, kept_parts, llm_quantizer
+from .quantization import DECODES_PER_CHUNK, context_tokens, kept_parts, llm_quantizer
 from .runner_loop import LoggedCall, RunnerLoop, write_rows
 from .shapes import LlmShape
 

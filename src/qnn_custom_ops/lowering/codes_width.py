@@ -219,7 +219,7 @@ def stored_codes(codes: torch.Tensor, dequantizes: Sequence[torch.fx.Node]) -> S
     ``CodesInTheirWidth`` makes stores them, where every one of ``dequantizes`` (what reads them)
     can read them so: 4-bit codes two a byte, unless a gather reads them (it gathers codes;
     ``_gather_codes``), 16-bit codes in 16 bits, a linear layer's 8- and 16-bit codes transposed.
-    Made as each weight is folded (``quantization._WeightCodes``), so that neither a program's codes
+    Made as each weight is folded (``llm.conversion.WeightCodes``), so that neither a program's codes
     as computed nor a second copy of them is ever held."""
     shape = tuple(codes.shape)
     ranges = [_codes_range(d) for d in dequantizes]
