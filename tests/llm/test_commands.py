@@ -252,14 +252,14 @@ def test_llm_generate_refuses_options_that_cannot_work_in_one_line_before_loadin
 
 
 def test_the_clis_early_choices_are_the_librarys():
-    from qnn_custom_ops.cli import llm_commands
+    from qnn_custom_ops.cli.llm_commands import common, generate
     from qnn_custom_ops.llm.checkpoint import TARGETS
     from qnn_custom_ops.llm.text_generation import CHAT_TEMPLATES
     from qnn_custom_ops.quantizer import QUANT_MODES
 
-    assert llm_commands.QUANT_CHOICES == ("none", *QUANT_MODES)
-    assert llm_commands.TARGET_CHOICES == TARGETS
-    assert llm_commands.CHAT_CHOICES == CHAT_TEMPLATES
+    assert common.QUANT_CHOICES == ("none", *QUANT_MODES)
+    assert common.TARGET_CHOICES == TARGETS
+    assert generate.CHAT_CHOICES == CHAT_TEMPLATES
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -341,9 +341,9 @@ def test_a_library_warning_is_printed_when_it_is_raised_not_after_the_command(ca
     import warnings
 
     from qnn_custom_ops.llm.hf import LlmDtypeWarning
-    from qnn_custom_ops.cli.llm_commands import _own_warnings_as_lines
+    from qnn_custom_ops.cli.llm_commands.common import own_warnings_as_lines
 
-    with _own_warnings_as_lines():
+    with own_warnings_as_lines():
         print("loading", file=sys.stderr)
         warnings.warn(LlmDtypeWarning("ckpt: the weights are bfloat16; cast to float32 for the programs"))
         print("wrote out/model.pte", file=sys.stderr)
@@ -356,14 +356,14 @@ def test_every_warning_of_ours_is_one_line_and_a_third_partys_waits_for_verbose(
     warning of ours is (it used to be shown only with --verbose); torch's chatter is not."""
     import warnings
 
-    from qnn_custom_ops.cli.llm_commands import _own_warnings_as_lines
+    from qnn_custom_ops.cli.llm_commands.common import own_warnings_as_lines
     from qnn_custom_ops.llm.checkpoint import LlmQuantWarning
 
     shown_as_python_does: list[str] = []
     monkeypatch.setattr(warnings, "showwarning", lambda message, *args, **kwargs: shown_as_python_does.append(
         str(message)))
     for verbose in (False, True):
-        with _own_warnings_as_lines(verbose):
+        with own_warnings_as_lines(verbose):
             warnings.warn(LlmQuantWarning("--keep-8bit auto: below the target"))
             warnings.warn(f"a third party's notice, verbose={verbose}", UserWarning)
         assert capsys.readouterr().err.splitlines() == ["warning: --keep-8bit auto: below the target"]
@@ -419,10 +419,10 @@ def test_a_qnn_export_started_again_with_the_simulators_libraries_does_not_say_i
 
 
 def test_json_output_puts_id_lists_on_one_line_and_leaves_strings_as_they_are():
-    from qnn_custom_ops.cli.llm_commands import _json_text
+    from qnn_custom_ops.cli.llm_commands.common import json_text
 
     value = {"text": "[ 1, 2 ]\n[\n 3 ]", "ids": [1, 2, 3], "spread": {"runs": [1.5, float("inf")]}}
-    text = _json_text(value)
+    text = json_text(value)
     assert '  "ids": [1, 2, 3],' in text.splitlines()
     assert json.loads(text) == {**value, "spread": {"runs": [1.5, "inf"]}}  # JSON has no infinity
 
