@@ -16,7 +16,8 @@ import torch
 
 from qnn_custom_ops.cli import main
 from qnn_custom_ops.llm import RunnerLoop, eager_step, export_llm, greedy
-from qnn_custom_ops.llm.checkpoint import LlmManifest, calibration_prompts
+from qnn_custom_ops.llm.calibration_text import calibration_prompts
+from qnn_custom_ops.llm.manifest import LlmManifest
 from qnn_custom_ops.llm.text_generation import prompt_ids
 from qnn_custom_ops.llm.families import LlmExportError
 from qnn_custom_ops.llm.hf import LlmDtypeWarning

@@ -253,7 +253,7 @@ def test_llm_generate_refuses_options_that_cannot_work_in_one_line_before_loadin
 
 def test_the_clis_early_choices_are_the_librarys():
     from qnn_custom_ops.cli.llm_commands import common, generate
-    from qnn_custom_ops.llm.checkpoint import TARGETS
+    from qnn_custom_ops.llm.manifest import TARGETS
     from qnn_custom_ops.llm.text_generation import CHAT_TEMPLATES
     from qnn_custom_ops.quantizer import QUANT_MODES
 

@@ -72,7 +72,8 @@ def test_an_8bit_kv_export_says_so_to_the_runner_and_generates_from_copied_codes
     import qnn_custom_ops as qco
     from qnn_custom_ops.llm import host_step
     from qnn_custom_ops.llm_ops import llm_binding, package_dir
-    from qnn_custom_ops.llm.checkpoint import METHODS, LlmManifest, export_checkpoint
+    from qnn_custom_ops.llm.checkpoint import METHODS, export_checkpoint
+    from qnn_custom_ops.llm.manifest import LlmManifest
     from qnn_custom_ops.llm.text_generation import load_export
     from qnn_custom_ops.runtime import HostRunner
     from torch.fx import graph_module

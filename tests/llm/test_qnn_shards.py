@@ -138,7 +138,7 @@ def test_a_two_shard_qnn_export_has_two_contexts_per_method_and_generates_the_ho
         tmp_path_factory, capfd, monkeypatch):
     """A two-layer 16a8w model, one layer a context, the cut tensors passed as uint16 codes: on
     the x86 HTP simulator, the host program's tokens (what the one-shard QNN export gives too)."""
-    from qnn_custom_ops.llm.checkpoint import LlmManifest
+    from qnn_custom_ops.llm.manifest import LlmManifest
     from qnn_custom_ops.llm.text_generation import generate_text, load_export
     from qnn_custom_ops.runtime import method_specs
 

@@ -143,7 +143,7 @@ def test_an_unknown_decoder_model_version_is_one_line_before_anything_is_written
 def test_calibration_prompts_are_the_tokens_the_phone_is_given():
     """Each calibration line as the runner encodes a --prompt: its BOS at position 0 (where a
     model keeps its attention sink) and the version's template."""
-    from qnn_custom_ops.llm.checkpoint import calibration_prompts
+    from qnn_custom_ops.llm.calibration_text import calibration_prompts
     from qnn_custom_ops.llm.shapes import LlmShape
 
     tokenizer = tokenizer_with(SMOLLM2)

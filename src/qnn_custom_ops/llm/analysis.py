@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..progress import Progress, silent
-from .checkpoint import LlmCheckpointError, calibration_prompts, static_programs
+from .calibration_text import calibration_prompts
+from .checkpoint import LlmCheckpointError, static_programs
 from .evaluation import text_windows
 from .sensitivity import Sensitivity, analyze
 

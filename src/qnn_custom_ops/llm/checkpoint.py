@@ -5,20 +5,19 @@ the one ``.pte`` ExecuTorch's device runner runs, and from that back to text on 
 ``kv_forward``, the runner's metadata methods), for the host ``OUT_DIR/model.ptd`` (the
 program's weights, each once), ``OUT_DIR/tokenizer/`` (the checkpoint's tokenizer,
 ``tokenizer.json`` being what ``qnn_llama_runner --tokenizer_path`` reads) and
-``OUT_DIR/manifest.json`` (``LlmManifest``: the shapes, the runner's ``--decoder_model_version``,
+``OUT_DIR/manifest.json`` (``manifest.LlmManifest``: the shapes, the runner's ``--decoder_model_version``,
 a quantized program's encodings, the data file), all of them or none. ``text_generation``
 reads them back and runs them in ``RunnerLoop`` on the host.
 """
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from ..atomic_files import Contents
 from ..generated_code import generated_sources_dropped
 from ..llm_ops.swap import Swap
 from ..progress import Progress, silent
+from .calibration_text import CALIBRATION_TOKENS, calibration_prompts
 from .checkpoint_reading import (
     LlmCheckpointError,
     OffloadedWeights,
@@ -36,210 +36,20 @@ from .checkpoint_reading import (
     load_checkpoint,
 )
 from .config_checks import check_config, check_context
-from .export_files import (
-    MANIFEST,
-    PROGRAM,
-    PROGRAM_DATA,
-    TOKENIZER,
-    ExportFile,
-    check_replaceable,
-    relative_path,
-    write_export,
-)
+from .export_files import MANIFEST, PROGRAM, PROGRAM_DATA, TOKENIZER, check_replaceable, write_export
 from .export_targets import METHODS, qnn_compile_spec
-from .families import FAMILIES, RUNNER_VERSIONS, family_of, runner_version_of
+from .families import RUNNER_VERSIONS, family_of, runner_version_of
 from .hf import LlmPrograms, export_llm
-from .json_values import JsonValueError, integer, load_object, required, sequence, string
-from .manifest_json import (
-    LARGEST_SIZE,
-    MANIFEST_LIMIT,
-    checksum,
-    encodings_from_json,
-    encodings_to_json,
-    shape_from_json,
-)
+from .manifest import TARGETS, LlmManifest
 from .memory_budget import MemoryBudget, fold_fits
-from .runner_loop import MethodEncodings, method_encodings
+from .runner_loop import method_encodings
+from .runner_metadata import eos_ids, runner_metadata
 from .runner_text import RunnerText, warn_of_other_tokens
-from .shapes import LlmShape
-
-TARGETS = ("host", "qnn")
-#: Calibration text when the user gives none: varied English, one prompt a line.
-DEFAULT_CALIBRATION = (
-    "The quick brown fox jumps over the lazy dog near the river bank.",
-    "In 1969, astronauts landed on the Moon and walked on its dusty surface.",
-    "def add(a, b):\n    return a + b",
-    "Once upon a time, in a small village by the sea, there lived an old fisherman.",
-    "Water boils at 100 degrees Celsius at sea level; at altitude it boils sooner.",
-    "Please summarise the following paragraph in two sentences.",
-    "The stock market rose sharply on Tuesday after the central bank's announcement.",
-    "Photosynthesis turns light, water and carbon dioxide into sugar and oxygen.",
-)
-#: Tokens generated from each calibration prompt (their decode inputs are calibrated too).
-CALIBRATION_TOKENS = 16
-
-
-@dataclass(frozen=True)
-class LlmManifest:
-    """What ``llm export`` wrote, read back whole and checked once: every value typed and in
-    range (``manifest_json``) before anything is sized by it."""
-
-    model_type: str
-    decoder_model_version: str
-    quant: str
-    target: str
-    shape: LlmShape
-    eos_ids: tuple[int, ...]
-    #: Per method, its inputs' and outputs' encodings (a quantized program's; None for float).
-    encodings: dict[str, MethodEncodings] | None
-    #: The data file beside the program holding its weights (a host export's), None when the
-    #: .pte holds them (a QNN export's, or a host export written before the data file).
-    program_data: str | None = None
-    #: Every file of the export but the manifest, with its size and sha256 (``llm generate``
-    #: checks them); empty in a manifest written before exports listed their files.
-    files: tuple[ExportFile, ...] = ()
-
-    def __post_init__(self) -> None:
-        from ..quantizer import QUANT_MODES
-
-        for key, value, choices in (
-            ("model_type", self.model_type, tuple(FAMILIES)),
-            ("decoder_model_version", self.decoder_model_version, tuple(RUNNER_VERSIONS)),
-            ("quant", self.quant, ("none", *QUANT_MODES)),
-            ("target", self.target, TARGETS),
-        ):
-            if value not in choices:
-                raise JsonValueError(f"{key} is {value!r}, not one of {', '.join(choices)}")
-        if self.program_data is not None:
-            relative_path(self.program_data, "program_data")
-        listed = {file.path for file in self.files}
-        unlisted = [name for name in (PROGRAM, self.program_data) if self.files and name and name not in listed]
-        if unlisted:
-            raise JsonValueError(f"files does not list {unlisted[0]}")
-
-    def to_json(self) -> str:
-        body = {
-            **asdict(self),
-            "shape": asdict(self.shape),
-            "eos_ids": list(self.eos_ids),
-            "encodings": encodings_to_json(self.encodings),
-            "files": [file.to_json() for file in self.files],
-        }
-        return json.dumps({**body, "checksum": checksum(body)}, indent=2)
-
-    @staticmethod
-    def read(directory: Path, verify: bool = True) -> LlmManifest:
-        """The manifest of an export directory, or one error saying what to do; ``verify``: its
-        checksum too (an edit or a flipped bit in any value is refused)."""
-        path = directory / MANIFEST
-        if not path.is_file():
-            raise LlmCheckpointError(
-                f"{directory}: no {MANIFEST}; pass a directory written by qnn-custom-ops llm export"
-            )
-        try:
-            body = load_object(path, MANIFEST_LIMIT)
-            manifest = LlmManifest(
-                string(required(body, "model_type"), "model_type"),
-                string(required(body, "decoder_model_version"), "decoder_model_version"),
-                string(required(body, "quant"), "quant"),
-                string(required(body, "target"), "target"),
-                shape_from_json(required(body, "shape")),
-                tuple(integer(i, "eos_ids[]", 0, LARGEST_SIZE) for i in sequence(required(body, "eos_ids"), "eos_ids")),
-                encodings_from_json(required(body, "encodings"), METHODS),
-                None if body.get("program_data") is None else string(body["program_data"], "program_data"),
-                tuple(ExportFile.from_json(file) for file in sequence(body.get("files", []), "files")),
-            )
-        except JsonValueError as exc:
-            raise LlmCheckpointError(
-                f"{path}: not a manifest written by qnn-custom-ops llm export ({exc}); export again"
-            ) from None
-        if verify and ("checksum" not in body or not manifest.files):
-            raise LlmCheckpointError(
-                f"{path}: written before exports listed their files, so they cannot be checked; export again "
-                "(or pass --no-verify to use it as it is)"
-            )
-        if verify and body["checksum"] != checksum(body):
-            raise LlmCheckpointError(
-                f"{path}: its values were changed after llm export wrote them (its checksum differs); export "
-                "again (or pass --no-verify to use it as it is)"
-            )
-        return manifest
 
 
 def require_choice(name: str, value: str, choices: Sequence[str]) -> None:
     if value not in choices:
         raise LlmCheckpointError(f"{name} {value!r}: use one of {', '.join(choices)}")
-
-
-def _eos_ids(text: RunnerText) -> tuple[int, ...]:
-    """The tokens ``qnn_llama_runner`` stops on for the version and the ``tokenizer.json``
-    pushed beside it (``runner_text``): what ``llm generate`` stops on too, so host and phone
-    stop at the same token."""
-    return text.stop_ids()
-
-
-def calibration_prompts(
-    tokenizer: Any,
-    shape: LlmShape,
-    lines: Sequence[str] | None,
-    where: str = "calibration",
-    version: str | None = None,
-) -> list[list[int]]:
-    """Each non-empty line tokenized as the phone will be given it: with ``version``, as
-    ``qnn_llama_runner --decoder_model_version version --prompt LINE`` encodes it (its BOS, at
-    position 0 where a model keeps its attention sink, and the version's template), else by the
-    tokenizer alone; cut to what the programs take with room for the calibration tokens
-    (``ctx_len - len(prompt)`` at most, as the runner generates). However short the lines,
-    calibration covers every chunk and the whole context (``quantize_llm`` walks them as one
-    text repeated to the context's length)."""
-    texts = [line for line in (lines if lines is not None else DEFAULT_CALIBRATION) if line.strip()]
-    if not texts:
-        raise LlmCheckpointError(f"{where}: no text to calibrate on; give one prompt per line")
-    longest = min(shape.ctx_len - shape.prefill_len, shape.ctx_len - CALIBRATION_TOKENS)
-    if version is None:
-        return [tokenizer(text)["input_ids"][:longest] for text in texts]
-    runner = RunnerText.of(tokenizer, version)
-    return [runner.prompt_ids(text)[:longest] for text in texts]
-
-
-def _runner_metadata(
-    programs: LlmPrograms, model: Any, text: RunnerText, quant: str, kv_bits: int = 16
-) -> dict[str, Any]:
-    """The constant methods ExecuTorch's static llama writes (``static_llama.py:807-824``, with
-    ``get_sliding_window`` where a window mask is taken), with what the runners of ExecuTorch
-    1.x read (checked: release/1.0 to 1.4 and main of 2026-08-22): ``get_n_layers``, required
-    (``runner.cpp:234-237``), and ``get_sliding_window`` when present (``runner.cpp:274-279``);
-    runners before 1.4 (PR #19146) also read ``get_kv_io_bit_width`` (``qnn_llama_runner.cpp``
-    of release/1.3, lines 299-318: 8 when absent, 8 or 16 accepted, any other refused). Its
-    value is ExecuTorch's own (``static_llm_quant_recipe.py:32-43``, ``llm_wrappers.py:439-442``):
-    8 for 8a8w, 16 for the other quantized modes, 32 for float, which those runners refuse --
-    they hold masks and logits as uint16 codes and cannot run a float program (nor an 8a8w one,
-    whose mask and logits are uint8 here: it needs a 1.4 runner or later). BOS and EOS are the
-    runner's own (``runner_text``); it prepends one BOS (``get_n_bos``). ``kv_bits`` 8 (8-bit
-    caches under a 16-bit-activation mode, ``quantize_llm``'s) makes it 8, as ExecuTorch's
-    8-bit KV recipes write it."""
-    shape, config = programs.shape, model.config
-    bits = {"none": 32, "8a8w": 8}.get(quant, kv_bits)
-    metadata: dict[str, Any] = {
-        "get_ar_len": 1,
-        "get_bos_id": text.bos,
-        "get_eos_id": text.eos,
-        "get_dim": int(config.hidden_size),
-        "get_head_dim": shape.head_dim,
-        "get_max_batch_size": 1,
-        "get_max_seq_len": shape.ctx_len,
-        "get_max_context_len": shape.ctx_len,
-        "get_n_bos": 1,
-        "get_n_eos": 1,
-        "get_n_kv_heads": shape.kv_heads,
-        "get_n_layers": shape.layers,
-        "get_vocab_size": shape.vocab,
-        "get_use_kv_cache": True,
-        "get_kv_io_bit_width": bits,
-    }
-    if shape.window is not None:
-        metadata["get_sliding_window"] = shape.window
-    return metadata
 
 
 @dataclass(frozen=True)
@@ -418,10 +228,10 @@ def _programs_to_lower(
         quant,
         target,
         programs.shape,
-        _eos_ids(text),
+        eos_ids(text),
         encodings,
     )
-    metadata = _runner_metadata(programs, model, text, quant, kv_bits)
+    metadata = runner_metadata(programs, model, text, quant, kv_bits)
     return _ToLower(dict(zip(METHODS, zip(modules, inputs))), manifest, metadata, tokenizer, fold)
 
 

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from ..progress import Progress, silent
-from .checkpoint import LlmManifest, require_choice
+from .checkpoint import require_choice
 from .checkpoint_reading import LlmCheckpointError
 from .config_checks import first_line
 from .export_files import MANIFEST, PROGRAM, TOKENIZER, verify_files
 from .export_targets import METHODS, RUNS_ON, ExportedMethods
 from .json_values import JsonValueError
+from .manifest import LlmManifest
 from .manifest_json import check_against_program
 from .runner_loop import RunnerLoop, check_fits
 from .runner_text import RunnerText

@@ -27,7 +27,7 @@ def llm_module(name: str) -> ModuleType:
 
 
 #: ``--quant``'s names (float, and ``quantizer.QUANT_MODES``, which imports executorch; the
-#: tests hold the two equal) and ``--target``'s (``checkpoint.TARGETS``): checked at once.
+#: tests hold the two equal) and ``--target``'s (``manifest.TARGETS``): checked at once.
 QUANT_CHOICES = ("none", "8a8w", "16a8w", "16a16w", "16a4w", "16a4w_block")
 
 
