@@ -59,8 +59,10 @@ def hvx_changed_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Call
     only the Hexagon build compiles: the copy's host build would compile the shipped package's
     code, so the check's host half runs the shipped build (one per run, shared) instead of
     building the copy (LlmOpPackage: 10 CPU-seconds a copy)."""
+    from qnn_custom_ops.progress import silent
     from qnn_custom_ops.runtime import build_host_kernels
     from qnn_custom_ops.runtime.hexagon import check  # the module whose globals hexagon_check reads
+    from qnn_custom_ops.runtime.host_build import GeneratedPackage
 
     def changed(name: str, changes: list[KernelChange]) -> Path:
         package_dir = Path(shutil.copytree(OP_PACKAGES / name, tmp_path / name, ignore=shutil.ignore_patterns("build")))
@@ -71,9 +73,14 @@ def hvx_changed_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Call
             source.write_text(source.read_text().replace(original, new))
         shipped = build_host_kernels(OP_PACKAGES / name)
         copy = package_dir.resolve()
-        monkeypatch.setattr(
-            check, "build_host_kernels", lambda package: shipped if package == copy else build_host_kernels(package)
-        )
+
+        def host_build(package, progress=silent) -> Path:
+            """The shipped package's build for the copy, any other package built as it is."""
+            if GeneratedPackage.at(package).directory == copy:
+                return shipped
+            return build_host_kernels(package, progress=progress)
+
+        monkeypatch.setattr(check, "build_host_kernels", host_build)
         return package_dir
 
     return changed
