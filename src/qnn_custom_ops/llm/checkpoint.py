@@ -39,6 +39,7 @@ from .config_checks import check_config, check_context
 from .export_files import MANIFEST, PROGRAM, PROGRAM_DATA, TOKENIZER, check_replaceable, write_export
 from .export_targets import METHODS, qnn_compile_spec
 from .families import RUNNER_VERSIONS, family_of, runner_version_of
+from .graph_memory import graphs_collected_promptly
 from .hf import LlmPrograms, export_llm
 from .manifest import TARGETS, LlmManifest
 from .memory_budget import MemoryBudget, fold_fits
@@ -335,7 +336,10 @@ def export_checkpoint(
     delegated = target == "host" and quant == "none"  # a quantized host program runs on the portable kernels
     told = ", the time left told as XNNPACK compiles its partitions" if delegated else ""
     progress(f"lowering {' and '.join(METHODS)} for {target} (the longest step{told})")
-    with large_blocks_given_back() if by_layer and target == "host" else nullcontext():  # not QAIRT's compile
+    with (
+        large_blocks_given_back() if by_layer and target == "host" else nullcontext(),  # not QAIRT's compile
+        graphs_collected_promptly(),
+    ):
         lowered = lower_methods(
             staged.methods,
             llm_binding(),

@@ -218,6 +218,51 @@ def _check_choices(
         raise UsageError("target='qnn' needs compile_spec=qnn_custom_ops.compile_spec(soc, binding, builds)")
 
 
+def _exported(
+    methods: Mapping[str, tuple[torch.nn.Module, Sequence[torch.Tensor]]], target: str, fold_weights: bool
+) -> dict[str, torch.export.ExportedProgram]:
+    """Each method exported (``torch.export``) as ``target`` lowers it: for QNN its block linears as
+    convolutions (``_for_qnn``), on the host without ``fold_weights`` its codes in their own width
+    (``_codes_narrowed``). The rewritten copies are not kept: their programs hold all they need."""
+    if target == "qnn":
+        methods = {name: (_for_qnn(m), inputs) for name, (m, inputs) in methods.items()}
+    elif not fold_weights:
+        narrowed = CodesInTheirWidth()
+        methods = {name: (_codes_narrowed(m, narrowed), inputs) for name, (m, inputs) in methods.items()}
+    return {name: torch.export.export(m, tuple(inputs)) for name, (m, inputs) in methods.items()}
+
+
+def _edge_for_host(
+    exported: dict[str, torch.export.ExportedProgram],
+    binding: OpPackageBinding,
+    emulate: str,
+    fold_weights: bool,
+    external_weights: bool,
+    constant_methods: dict[str, Any],
+    progress: Progress,
+) -> tuple[Any, list[EmulatedOp]]:
+    """The host's edge programs of ``exported`` (``lower_methods``' arguments) and the ops they emulate."""
+    partitioners = {}
+    emulated: list[EmulatedOp] = []
+    for name, program in exported.items():
+        partitioners[name], ops = _prepare_host(program, binding, emulate)
+        emulated += ops
+        if external_weights:
+            tag_weights_external(program)
+    with weights_held_once(), partitions_reported(progress):
+        edge = to_edge_transform_and_lower(
+            exported,
+            transform_passes={n: _host_passes(p, fold_weights) for n, p in exported.items()},
+            partitioner=partitioners,
+            constant_methods=constant_methods,
+            compile_config=EdgeCompileConfig(_check_ir_validity=False),
+        )
+    share_equal_constants(edge.exported_program(name) for name in exported)
+    if external_weights:
+        name_constants_apart({name: edge.exported_program(name) for name in exported})
+    return edge, emulated
+
+
 def lower_methods(
     methods: Mapping[str, tuple[torch.nn.Module, Sequence[torch.Tensor]]],
     binding: OpPackageBinding,
@@ -250,38 +295,20 @@ def lower_methods(
     ``shards.WEIGHT_BUDGET`` (``shards_within``), said to ``progress``."""
     _check_choices(target, emulate, compile_spec, codes_io, external_weights, shards)
     stages = Stages(progress)
-    if target == "qnn":
-        methods = {name: (_for_qnn(m), inputs) for name, (m, inputs) in methods.items()}
-    elif not fold_weights:
-        narrowed = CodesInTheirWidth()
-        methods = {name: (_codes_narrowed(m, narrowed), inputs) for name, (m, inputs) in methods.items()}
-    exported = {name: torch.export.export(m, tuple(inputs)) for name, (m, inputs) in methods.items()}
+    exported = _exported(methods, target, fold_weights)
     stages.ended(f"{' and '.join(exported)} exported")
     encodings = {name: output_encodings(program) for name, program in exported.items()}
     emulated: list[EmulatedOp] = []
     if target == "host":
-        partitioners = {}
-        for name, program in exported.items():
-            partitioners[name], ops = _prepare_host(program, binding, emulate)
-            emulated += ops
-            if external_weights:
-                tag_weights_external(program)
-        with weights_held_once(), partitions_reported(progress):
-            edge = to_edge_transform_and_lower(
-                exported,
-                transform_passes={n: _host_passes(p, fold_weights) for n, p in exported.items()},
-                partitioner=partitioners,
-                constant_methods=dict(constant_methods or {}),
-                compile_config=EdgeCompileConfig(_check_ir_validity=False),
-            )
-        share_equal_constants(edge.exported_program(name) for name in exported)
-        if external_weights:
-            name_constants_apart({name: edge.exported_program(name) for name in exported})
+        edge, emulated = _edge_for_host(
+            exported, binding, emulate, fold_weights, external_weights, dict(constant_methods or {}), progress
+        )
     else:
         assert compile_spec is not None  # refused above
         io = {name: quantized_io(program) if codes_io else None for name, program in exported.items()}
         layer_shards = _layer_shards(exported, shards, progress)
         edge = _lower_qnn(exported, binding, compile_spec, dict(constant_methods or {}), io, layer_shards)
+    del exported  # the ATen programs, graphs as large as the edge ones: not held while the program is emitted
     config = ExecutorchBackendConfig(
         memory_planning_pass=MemoryPlanningPass(alloc_graph_output=plan_outputs),
         passes=[DelegatesTracedOnCodes(), BuildQuantIo()] if codes_io else [],
