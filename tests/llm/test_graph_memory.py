@@ -1,5 +1,6 @@
 """An export's lowering collects the graphs it discards as it goes (issue 42): the objects alive
-when it starts are left out of Python's collections within, and taken in again after."""
+when it starts are left out of Python's collections within, and taken in again after; an export
+keeps no stack trace on its graphs' nodes."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import gc
 import weakref
 
 import pytest
+import torch
 
-from qnn_custom_ops.llm.graph_memory import graphs_collected_promptly
+from qnn_custom_ops.llm.graph_memory import graphs_collected_promptly, stack_traces_not_recorded
 
 
 class _Node:
@@ -42,3 +44,15 @@ def test_collections_are_back_after_a_failure() -> None:
     with pytest.raises(RuntimeError), graphs_collected_promptly():
         raise RuntimeError("lowering failed")
     assert gc.get_freeze_count() == frozen
+
+
+def _traced_nodes() -> list[torch.fx.Node]:
+    program = torch.export.export(torch.nn.Linear(4, 2), (torch.zeros(1, 4),))
+    return [n for n in program.graph.nodes if n.op == "call_function"]
+
+
+def test_no_stack_trace_on_nodes_traced_within() -> None:
+    assert all(n.meta.get("stack_trace") for n in _traced_nodes())
+    with stack_traces_not_recorded():
+        assert not any(n.meta.get("stack_trace") for n in _traced_nodes())
+    assert all(n.meta.get("stack_trace") for n in _traced_nodes())
