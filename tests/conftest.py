@@ -86,6 +86,23 @@ def hvx_changed_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Call
     return changed
 
 
+def example_package_with_kernel(root: Path, kernel: str) -> Path:
+    """A copy of the shipped ExampleOpPackage in ``root`` (without its build) whose kernel header
+    is ``kernel``: the package the tests of a misbehaving kernel build."""
+    package_dir = root / "ExampleOpPackage"
+    shutil.copytree(OP_PACKAGES / "ExampleOpPackage", package_dir, ignore=shutil.ignore_patterns("build"))
+    (package_dir / "kernels/ExampleCustomOp.h").write_text(kernel)
+    return package_dir
+
+
+def assert_hexagon_bit_exact(package: str, cases: list) -> None:
+    """Every case of the shipped ``package`` computes the host build's bits under qemu-hexagon."""
+    from qnn_custom_ops.runtime.hexagon import hexagon_check
+
+    failed = [str(r) for r in hexagon_check(OP_PACKAGES / package, cases) if not r.passed]
+    assert not failed, "\n".join(failed)
+
+
 def sqnr_db(reference, approximation) -> float:
     """10 log10 of the reference's power over the error's, in dB (inf when equal)."""
     import torch

@@ -15,7 +15,7 @@ from qnn_custom_ops.runtime import KernelDType, KernelLibrary, KernelTensor, bui
 from qnn_custom_ops.runtime.cost import KernelCase
 from qnn_custom_ops.runtime.hexagon import hexagon_check
 
-from tests.conftest import OP_PACKAGES
+from tests.conftest import OP_PACKAGES, assert_hexagon_bit_exact
 
 U16, U32 = KernelDType.UFixed16, KernelDType.UInt32
 #: act name: (QNN op, params)
@@ -85,9 +85,7 @@ def edge_cases(shapes=((3, 200), (2, 769), (2, 64), (1, 1))) -> list[KernelCase]
 
 @pytest.mark.slow
 def test_the_u16_hvx_path_is_bit_exact_at_the_edges_of_its_scheme():
-    results = hexagon_check(OP_PACKAGES / "LlmOpPackage", edge_cases())
-    failed = [str(r) for r in results if not r.passed]
-    assert not failed, "\n".join(failed)
+    assert_hexagon_bit_exact("LlmOpPackage", edge_cases())
 
 
 #: Changes to the HVX code the 16-bit path runs, each caught by the edge cases: the rounding shift

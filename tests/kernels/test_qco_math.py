@@ -17,7 +17,7 @@ from qnn_custom_ops.runtime.hexagon import FP_CONTRACT, QEMU_CPU, compile_for_he
 
 from tests.conftest import OP_PACKAGES
 
-KERNELS = OP_PACKAGES / "ExampleOpPackage/kernels"  # its qco/math.h is the generator's (generator/test_writer.py checks)
+KERNELS = OP_PACKAGES / "ExampleOpPackage/kernels"  # its qco/math.h: the generator's (test_writer checks)
 FUNCTIONS = ("exp", "log", "tanh", "sigmoid", "erf", "rsqrt", "pow")
 
 #: Reads n, x[n], y[n] (float32); writes each function of x (pow: of x and y), n results each.

@@ -11,9 +11,8 @@ import pytest
 
 from qnn_custom_ops.runtime import KernelLibrary, build_host_kernels
 from qnn_custom_ops.runtime.cost import KernelCase
-from qnn_custom_ops.runtime.hexagon import hexagon_check
 
-from tests.conftest import OP_PACKAGES
+from tests.conftest import OP_PACKAGES, assert_hexagon_bit_exact
 from tests.kernels.rope_cases import STYLES, U8, U16, rope_case
 
 #: (x dims, table dims): halves of 32, 33 (a tail), 65 and 130 (a whole HVX step and a tail),
@@ -46,9 +45,7 @@ def edge_cases() -> list[KernelCase]:
 
 @pytest.mark.slow
 def test_the_u16_rope_hvx_path_is_bit_exact_at_the_edges_of_its_scheme():
-    results = hexagon_check(OP_PACKAGES / "LlmOpPackage", edge_cases())
-    failed = [str(r) for r in results if not r.passed]
-    assert not failed, "\n".join(failed)
+    assert_hexagon_bit_exact("LlmOpPackage", edge_cases())
 
 
 @pytest.mark.slow

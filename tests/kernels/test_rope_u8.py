@@ -9,9 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qnn_custom_ops.runtime.hexagon import hexagon_check
 
-from tests.conftest import OP_PACKAGES
+from tests.conftest import assert_hexagon_bit_exact
 from tests.kernels.rope_cases import LOST_CARRY, S8, STYLES, U8, assert_changes_are_caught, lost_carry_cases, rope_case
 
 #: (x dims, table dims): decode rows of 64, 32, 16, 8 and 2 sharing one table row (a vector holds
@@ -57,9 +56,7 @@ def edge_cases(seed: int = 8) -> list:
 
 @pytest.mark.slow
 def test_the_u8_rope_hvx_path_is_bit_exact_at_the_edges_of_its_scheme():
-    results = hexagon_check(OP_PACKAGES / "LlmOpPackage", edge_cases())
-    failed = [str(r) for r in results if not r.passed]
-    assert not failed, "\n".join(failed)
+    assert_hexagon_bit_exact("LlmOpPackage", edge_cases())
 
 
 @pytest.mark.slow

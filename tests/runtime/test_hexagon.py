@@ -23,7 +23,8 @@ from qnn_custom_ops.generator import generate
 from qnn_custom_ops.runtime.dtype_cases import dtype_cases
 from qnn_custom_ops.runtime.hexagon import hexagon_check
 
-from tests.conftest import DATA, FIXTURE_CONFIGS, OP_PACKAGES, STANDIN, doc_block, opdef_xml, shared_build
+from tests.conftest import (
+    DATA, FIXTURE_CONFIGS, OP_PACKAGES, STANDIN, doc_block, example_package_with_kernel, opdef_xml, shared_build)
 from tests.processes import children, running
 
 HEXAGON_CXX = STANDIN / "hexagon-clang++"
@@ -311,10 +312,7 @@ inline qco::Status ExampleCustomOp(qco::TensorView& output, const qco::TensorVie
 @pytest.fixture(scope="module")
 def endless_package(tmp_path_factory):
     """ExampleOpPackage whose kernel loops forever."""
-    package_dir = tmp_path_factory.mktemp("endless") / "ExampleOpPackage"
-    shutil.copytree(OP_PACKAGES / "ExampleOpPackage", package_dir, ignore=shutil.ignore_patterns("build"))
-    (package_dir / "kernels/ExampleCustomOp.h").write_text(ENDLESS_KERNEL)
-    return package_dir
+    return example_package_with_kernel(tmp_path_factory.mktemp("endless"), ENDLESS_KERNEL)
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from qnn_custom_ops.cli import main
 from qnn_custom_ops.runtime import HostRunner, KernelCrashError, KernelDType, KernelError, KernelLibrary, KernelTensor
 from qnn_custom_ops.runtime import RunnerError, build_host_kernels
 
-from tests.conftest import OP_PACKAGES
+from tests.conftest import OP_PACKAGES, example_package_with_kernel
 from tests.processes import children, running
 from tests.torch_ops import EXAMPLE_PACKAGE, MUL3
 
@@ -53,10 +53,7 @@ inline qco::Status ExampleCustomOp(qco::TensorView& output, const qco::TensorVie
 
 @pytest.fixture(scope="module")
 def faulty_package(tmp_path_factory):
-    package_dir = tmp_path_factory.mktemp("faulty") / "ExampleOpPackage"
-    shutil.copytree(OP_PACKAGES / "ExampleOpPackage", package_dir, ignore=shutil.ignore_patterns("build"))
-    (package_dir / "kernels/ExampleCustomOp.h").write_text(FAULTY_KERNEL)
-    return package_dir
+    return example_package_with_kernel(tmp_path_factory.mktemp("faulty"), FAULTY_KERNEL)
 
 
 @pytest.fixture(scope="module")
