@@ -82,3 +82,23 @@ def test_the_docs_torch_first_route_gives_its_op_the_out_variant(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", MissingOutVariantWarning)
         qco.bind(package, {"Swish": swish})
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    """The cells of each row of the markdown tables in ``text``, headers and rules left out."""
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in text.splitlines()]
+    return [row for row in rows if len(row) > 1 and not set(row[0]) <= {"-"}]
+
+
+def test_the_readme_size_figures_are_the_benchmark_rows_of_docs():
+    """The README's sizes (peak RSS, programs' bytes, their ratio) are ``bench_llm_sizes``' rows as
+    docs/benchmarks.md records them, so the front door cannot drift from what was measured."""
+    readme = (REPO / "README.md").read_text().split("**Sizes.**")[1].split("##")[0]
+    rows = _table_rows((REPO / "docs" / "benchmarks.md").read_text())
+    measured = {(row[0], row[1]): row for row in rows if len(row) == 11}
+    shown = [row for row in _table_rows(readme) if row[0] != "model"]
+    assert shown, "the README's **Sizes.** table has no rows"
+    for model, quant, peak, programs, ratio, _ in shown:
+        bench = measured[(model.split()[0], quant)]
+        assert (peak, programs) == (bench[7], bench[9]), f"README's {model} {quant} row differs from docs/benchmarks.md"
+        assert float(ratio.rstrip("x")) == pytest.approx(float(peak.split()[0]) / float(programs.split()[0]), abs=0.01)
