@@ -85,16 +85,20 @@ def test_the_docs_torch_first_route_gives_its_op_the_out_variant(tmp_path):
 
 
 def _table_rows(text: str) -> list[list[str]]:
-    """The cells of each row of the markdown tables in ``text``, headers and rules left out."""
+    """The cells of each row of the markdown tables in ``text``, their header rules left out."""
     rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in text.splitlines()]
     return [row for row in rows if len(row) > 1 and not set(row[0]) <= {"-"}]
 
 
 def test_the_readme_size_figures_are_the_benchmark_rows_of_docs():
-    """The README's sizes (peak RSS, programs' bytes, their ratio) are ``bench_llm_sizes``' rows as
-    docs/benchmarks.md records them, so the front door cannot drift from what was measured."""
+    """The README's sizes (peak RSS, programs' bytes, their ratio; ``llm generate``'s peak) are
+    ``bench_llm_sizes``' as docs/benchmarks.md records them, so the front door cannot drift from
+    what was measured."""
     readme = (REPO / "README.md").read_text().split("**Sizes.**")[1].split("##")[0]
-    rows = _table_rows((REPO / "docs" / "benchmarks.md").read_text())
+    docs = (REPO / "docs" / "benchmarks.md").read_text()
+    ((ratio, peak),) = re.findall(r"peaks at ([\d.]+x) its files \(([\d.]+ GiB)\)", readme)
+    assert f"{peak}, {ratio}" in docs, "README's llm generate figure is not docs/benchmarks.md's"
+    rows = _table_rows(docs)
     measured = {(row[0], row[1]): row for row in rows if len(row) == 11}
     shown = [row for row in _table_rows(readme) if row[0] != "model"]
     assert shown, "the README's **Sizes.** table has no rows"
