@@ -1,6 +1,7 @@
 """An export's lowering collects the graphs it discards as it goes (issue 42): the objects alive
 when it starts are left out of Python's collections within, and taken in again after; an export
-keeps no stack trace on its graphs' nodes."""
+keeps no stack trace on its graphs' nodes, and a node records the node it came from but not that
+node's ancestors."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ import weakref
 import pytest
 import torch
 
-from qnn_custom_ops.llm.graph_memory import graphs_collected_promptly, stack_traces_not_recorded
+from executorch.exir import to_edge
+
+from qnn_custom_ops.llm.graph_memory import (
+    graphs_collected_promptly,
+    provenance_kept_shallow,
+    stack_traces_not_recorded,
+)
 
 
 class _Node:
@@ -56,3 +63,23 @@ def test_no_stack_trace_on_nodes_traced_within() -> None:
     with stack_traces_not_recorded():
         assert not any(n.meta.get("stack_trace") for n in _traced_nodes())
     assert all(n.meta.get("stack_trace") for n in _traced_nodes())
+
+
+def _depth(sources: list) -> int:
+    """How many generations of ancestors a node's ``from_node`` records."""
+    return 1 + max(_depth(s.from_node) for s in sources) if sources else 0
+
+
+def _edge_provenance() -> list[tuple[int, str]]:
+    """Each edge node's provenance: its depth and the ATen node it was made from."""
+    program = torch.export.export(torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.SiLU()), (torch.zeros(1, 4),))
+    nodes = [n for n in to_edge(program).exported_program().graph.nodes if n.op == "call_function"]
+    return [(_depth(n.meta["from_node"]), n.meta["from_node"][-1].name) for n in nodes]
+
+
+def test_an_edge_node_records_its_aten_node_and_no_older_ancestor_within() -> None:
+    assert min(depth for depth, _ in _edge_provenance()) > 1
+    with provenance_kept_shallow():
+        within = _edge_provenance()
+    assert {depth for depth, _ in within} == {1}
+    assert {name for _, name in within} == {name for _, name in _edge_provenance()} == {"linear", "silu"}
