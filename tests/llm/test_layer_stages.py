@@ -4,6 +4,7 @@ while holding one layer's float weights at a time."""
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -173,6 +174,10 @@ def test_a_model_quantized_a_layer_at_a_time_is_the_whole_model_quantized_on_the
         scores = [RunnerLoop(whole.shape, *(eager_step(m) for m in programs)).score(text) for programs in (got, want)]
         assert torch.equal(*scores), quant
         assert sqnr_db(whole_float(whole, text), scores[0]) > 10, quant  # a quantization, not noise
+        converted = [weakref.ref(program) for program in want]
+        del want, prepared
+        gc.collect()
+        assert not any(ref() for ref in converted), quant  # no cache of torch's or torchao's keeps them
 
 
 @pytest.mark.slow

@@ -116,14 +116,18 @@ class _RangesReadOnce:
 
 
 def _forget_prepared_modules() -> None:
-    """Empty torchao's cache of each module's device (``torchao.utils._assert_and_get_unique_device``,
-    a ``functools.cache`` that prepare and convert call with the module): it kept every prepared
-    program alive after conversion, and with it each weight observer's ranges (at 16a4w_block, a
-    minimum and a maximum per block of 32 weights, per program: 0.5 bytes a weight, 3.5 GB for an
-    8B model) through lowering."""
+    """Empty the two caches of each module's device that prepare and convert call with the module,
+    both unbounded ``functools.cache``s: torchao's (``torchao.utils._assert_and_get_unique_device``)
+    and torch's (``torch.ao.quantization.fx.utils.assert_and_get_unique_device``, which torchao's
+    prepare reaches through torch's ``_insert_obs_or_fq``). They kept every prepared program alive
+    after conversion: each weight observer's ranges (at 16a4w_block, a minimum and a maximum per
+    block of 32 weights, per program: 0.5 bytes a weight, 3.5 GB for an 8B model), and the
+    converted graphs (converted in place) through lowering."""
+    from torch.ao.quantization.fx import utils as torch_utils
     from torchao import utils
 
     utils._assert_and_get_unique_device.cache_clear()
+    torch_utils.assert_and_get_unique_device.cache_clear()
 
 
 def convert_with_codes(prepared: torch.fx.GraphModule, codes: WeightCodes) -> torch.fx.GraphModule:
