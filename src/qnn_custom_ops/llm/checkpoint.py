@@ -353,6 +353,7 @@ def export_checkpoint(
             fold_weights=staged.fold,
             external_weights=target == "host",
             shards=shards if target == "qnn" else 1,
+            release_modules=True,  # the converted graphs, a third of the nodes alive at the peak
             progress=progress,
         )
     progress(f"lowered in {time.monotonic() - started:.1f} s")

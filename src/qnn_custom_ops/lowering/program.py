@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -229,7 +229,20 @@ def _exported(
     elif not fold_weights:
         narrowed = CodesInTheirWidth()
         methods = {name: (_codes_narrowed(m, narrowed), inputs) for name, (m, inputs) in methods.items()}
-    return {name: torch.export.export(m, tuple(inputs)) for name, (m, inputs) in methods.items()}
+    return {name: _sources_named(torch.export.export(m, tuple(inputs))) for name, (m, inputs) in methods.items()}
+
+
+def _sources_named(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """``program`` with each node's ``source_fn_stack`` naming its sources. Traced from a
+    GraphModule, a node's entry can hold the traced module's own node where a name belongs, and
+    every graph lowering makes from the program copies it: the traced graph, and the module owning
+    it, stayed alive through lowering though nothing reads them after ``torch.export``."""
+    for node in program.graph.nodes:
+        if stack := node.meta.get("source_fn_stack"):
+            node.meta["source_fn_stack"] = [
+                (source.name if isinstance(source, torch.fx.Node) else source, fn) for source, fn in stack
+            ]
+    return program
 
 
 def _edge_for_host(
@@ -276,6 +289,7 @@ def lower_methods(
     fold_weights: bool = True,
     external_weights: bool = False,
     shards: int | None = 1,
+    release_modules: bool = False,
     progress: Progress = silent,
 ) -> LoweredProgram:
     """``lower`` for a program of several methods (``{name: (model, example_inputs)}``), with
@@ -292,10 +306,16 @@ def lower_methods(
     hears each stage as it ends and, on the host, the partitions XNNPACK has compiled. ``shards``
     (QNN only): each method's decoder layers in that many QNN contexts of consecutive layers
     (``shards.LayerShards``); None: as many as keep each context's weights within
-    ``shards.WEIGHT_BUDGET`` (``shards_within``), said to ``progress``."""
+    ``shards.WEIGHT_BUDGET`` (``shards_within``), said to ``progress``. ``release_modules=True``:
+    the caller gives the modules up, and ``methods`` (a dict) is emptied once they are exported, so
+    the graphs nothing reads again are not held through the rest of lowering, where an export peaks."""
     _check_choices(target, emulate, compile_spec, codes_io, external_weights, shards)
+    if release_modules and not isinstance(methods, MutableMapping):
+        raise UsageError("release_modules=True empties methods once exported: pass them as a dict")
     stages = Stages(progress)
     exported = _exported(methods, target, fold_weights)
+    if release_modules and isinstance(methods, MutableMapping):  # a Mapping is refused above
+        methods.clear()
     stages.ended(f"{' and '.join(exported)} exported")
     encodings = {name: output_encodings(program) for name, program in exported.items()}
     emulated: list[EmulatedOp] = []
