@@ -66,7 +66,7 @@ def provenance_kept_shallow() -> Iterator[None]:
     """Within the block, a node made from another records the node it came from (its
     ``from_node``), not that node's own record, which torch otherwise deep-copies into the new one:
     each retrace of an export's edge passes adds a level to every node's copy (about 2.6 KB a node
-    at the end of a Llama's lowering, on some 40,000 nodes alive together at a 3B's peak). What
+    at the end of a Llama's lowering, on the 41,000 nodes alive together at a 3B's peak). What
     reads provenance in an export -- ``torch.export``'s own renaming -- reads only the node it came
     from."""
     record = NodeSource.__init__
