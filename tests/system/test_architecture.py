@@ -23,7 +23,7 @@ SOURCE = REPO / "src" / "qnn_custom_ops"
 # DESIGN.md's picture, top to bottom: a module may import its own layer or the ones above.
 LAYERS = {
     "opdef": 0, "errors": 0, "lazy": 0, "qnn_sdk": 0, "qairt": 0, "quiet": 0, "atomic_files": 0, "progress": 0,
-    "generated_code": 0,
+    "generated_code": 0, "heap": 0,
     "generator": 1, "torch_bridge": 1,
     "quantizer": 2, "lowering": 2,
     "runtime": 3,

@@ -6,7 +6,6 @@ lowered: the graphs ExecuTorch's edge passes and emitter replace, freed late
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 from collections.abc import Iterator
 from typing import Any
@@ -14,13 +13,7 @@ from typing import Any
 import torch.fx
 from torch.fx.traceback import NodeSource
 
-
-def _heap_trimmed() -> None:
-    """glibc's free heap pages given back to the system (``malloc_trim``); nothing to do without glibc."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+from ..heap import heap_trimmed
 
 
 @contextlib.contextmanager
@@ -38,7 +31,7 @@ def graphs_collected_promptly() -> Iterator[None]:
     edge passes of a 0.5b-shaped Llama of 8 layers, 30,000 nodes were alive, about 11,000 of them
     garbage). Frozen, those 0.6 M are neither counted nor looked at."""
     gc.collect()
-    _heap_trimmed()
+    heap_trimmed()
     gc.freeze()
     try:
         yield

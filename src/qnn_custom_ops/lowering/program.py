@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from executorch.exir.passes import MemoryPlanningPass
 
 from ..atomic_files import write_atomic
 from ..errors import ReportedError, UsageError
+from ..heap import heap_trimmed
 from ..opdef import Datatype
 from ..progress import Progress, silent
 from ..torch_bridge import OpPackageBinding
@@ -335,6 +337,8 @@ def lower_methods(
         external_constants=weights_tag if external_weights else False,
     )
     stages.ended("edge dialect, passes and delegation", then="emitting the program")
+    gc.collect()  # the graphs the edge passes replaced, their pages then given back: emission, where
+    heap_trimmed()  # an export peaks, starts 52 MB lower at 3B (2.47 -> 2.42 GiB)
     with constants_kept_as_views() if external_weights else contextlib.nullcontext():
         manager = edge.to_executorch(config)
     stages.ended("program emitted")
