@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import gc
 
 
 def heap_trimmed() -> None:
@@ -12,3 +13,10 @@ def heap_trimmed() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+def garbage_given_back() -> None:
+    """Python's unreachable cycles (a dropped graph and its nodes) collected, then the heap trimmed:
+    a stage that drops graphs starts the next from what is alive, not from what was."""
+    gc.collect()
+    heap_trimmed()

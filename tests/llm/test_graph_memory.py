@@ -11,8 +11,9 @@ import weakref
 import pytest
 import torch
 
-from executorch.exir import to_edge
+from executorch.exir import EdgeProgramManager, to_edge
 
+from qnn_custom_ops.llm.checkpoint import export_checkpoint
 from qnn_custom_ops.llm.graph_memory import (
     graphs_collected_promptly,
     provenance_kept_shallow,
@@ -83,3 +84,28 @@ def test_an_edge_node_records_its_aten_node_and_no_older_ancestor_within() -> No
         within = _edge_provenance()
     assert {depth for depth, _ in within} == {1}
     assert {name for _, name in within} == {name for _, name in _edge_provenance()} == {"linear", "silu"}
+
+
+@pytest.mark.slow  # a quantized export of the tiny checkpoint (seconds)
+def test_an_export_emits_its_program_with_its_converted_graphs_collected(checkpoint, tmp_path, monkeypatch):
+    """The converted programs ``llm export`` hands to lowering are freed before emission, where an
+    export peaks: Python's collections skip what was alive when they were frozen, so they are
+    frozen before the export makes any graph."""
+    import qnn_custom_ops.lowering.program as lowering
+
+    lower, emit = lowering.lower_methods, EdgeProgramManager.to_executorch
+    converted: list[weakref.ref] = []
+    alive_at_emission: list[list[bool]] = []
+
+    def lower_methods(methods, *args, **kwargs):
+        converted.extend(weakref.ref(module) for module, _ in methods.values())
+        return lower(methods, *args, **kwargs)
+
+    def to_executorch(self, *args, **kwargs):
+        alive_at_emission.append([module() is not None for module in converted])
+        return emit(self, *args, **kwargs)
+
+    monkeypatch.setattr(lowering, "lower_methods", lower_methods)
+    monkeypatch.setattr(EdgeProgramManager, "to_executorch", to_executorch)
+    export_checkpoint(checkpoint, tmp_path / "export", prefill_len=8, ctx_len=64, quant="16a4w")
+    assert alive_at_emission == [[False, False]]

@@ -256,6 +256,7 @@ def _folded_weights_fit(programs: LlmPrograms, progress: Progress, budget: Memor
 
 
 @generated_sources_dropped()  # a few hundred recompiles' sources: 10 % of a 3B program of codes
+@graphs_collected_promptly()  # the graphs each stage drops, freed as it goes (the imports frozen)
 @stack_traces_not_recorded()  # a trace on every node of every graph, read by nothing of an export
 @provenance_kept_shallow()  # every node's ancestors copied into it at each retrace: 0.04 GiB of a 3B's peak
 def export_checkpoint(
@@ -338,10 +339,7 @@ def export_checkpoint(
     delegated = target == "host" and quant == "none"  # a quantized host program runs on the portable kernels
     told = ", the time left told as XNNPACK compiles its partitions" if delegated else ""
     progress(f"lowering {' and '.join(METHODS)} for {target} (the longest step{told})")
-    with (
-        large_blocks_given_back() if by_layer and target == "host" else nullcontext(),  # not QAIRT's compile
-        graphs_collected_promptly(),
-    ):
+    with large_blocks_given_back() if by_layer and target == "host" else nullcontext():  # not QAIRT's compile
         lowered = lower_methods(
             staged.methods,
             llm_binding(),

@@ -13,14 +13,16 @@ from typing import Any
 import torch.fx
 from torch.fx.traceback import NodeSource
 
-from ..heap import heap_trimmed
+from ..heap import garbage_given_back
 
 
 @contextlib.contextmanager
 def graphs_collected_promptly() -> Iterator[None]:
-    """Within the block, the objects alive when it starts (the imported modules, the converted
-    programs) are left out of Python's collections (``gc.freeze``); what calibration and conversion
-    left is collected first and its heap pages given back; everything is collected as before after.
+    """Within the block, the objects alive when it starts (the imported modules) are left out of
+    Python's collections (``gc.freeze``); everything is collected as before after. Start it before
+    any model or graph exists: an object alive at the start and dropped within is kept to the end
+    (a cycle is freed only by a collection that looks at it, and none looks at a frozen object),
+    which held a 3B export's converted graphs through its lowering.
 
     ExecuTorch's edge passes and emission retrace each method many times, each retrace leaving the
     graph it replaced behind, and a graph is a cycle (its nodes and it refer to each other) that
@@ -30,8 +32,7 @@ def graphs_collected_promptly() -> Iterator[None]:
     lowering starts: the graphs of several stages piled up before any was freed (at the end of the
     edge passes of a 0.5b-shaped Llama of 8 layers, 30,000 nodes were alive, about 11,000 of them
     garbage). Frozen, those 0.6 M are neither counted nor looked at."""
-    gc.collect()
-    heap_trimmed()
+    garbage_given_back()
     gc.freeze()
     try:
         yield
