@@ -145,6 +145,38 @@ def test_calibrating_a_stage_at_a_time_observes_what_running_the_whole_programs_
 
 
 @pytest.mark.slow
+def test_each_stage_gives_back_the_float_weights_it_read_when_it_ends_a_tied_table_too(tmp_path):
+    """Calibration holds one stage's float weights at a time: none read by a stage is alive when the
+    stage ends, gemma's tied table (read by the gather, then again by the ``lm_head``) included."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    from qnn_custom_ops.llm.quantization import llm_quantizer
+
+    checkpoint = save(tmp_path / "checkpoint", "gemma")
+    (tmp_path / "store").mkdir()
+    _, _, _, programs, weights = programs_by_layer(checkpoint, tmp_path / "store", PREFILL, CTX, None, print)
+    prepared = [prepare_pt2e(p.exported.module(), llm_quantizer("16a8w")) for p in (programs.prefill, programs.decode)]
+    read, alive_at_end = [], []
+    read_weight = weights.read
+
+    def recorded(name, rows=None):
+        tensor = read_weight(name, rows)
+        read.append((name, StorageWeakRef(tensor.untyped_storage())))
+        return tensor
+
+    def stage_ended(line):
+        alive_at_end.append([name for name, storage in read if not storage.expired()])
+        read.clear()
+
+    weights.read = recorded
+    calibrate_by_layer(prepared, programs.shape, calibration_calls(programs.shape, [[3, 1, 4, 1, 5]], 4), weights,
+                       stage_ended)
+    assert len(alive_at_end) == programs.shape.layers + 2
+    assert alive_at_end == [[]] * len(alive_at_end)
+
+
+@pytest.mark.slow
 def test_a_model_quantized_a_layer_at_a_time_is_the_whole_model_quantized_on_the_same_calls(tmp_path):
     """Conversion reads each weight from the store as it makes its codes: the programs compute what
     the whole model's, calibrated on the same calls and converted alike, compute, bit for bit.

@@ -258,9 +258,9 @@ def calibrate_by_layer(
         observers = [(p, *o) for p in programs for o in p.weight_observers(stage)]
         names = {name for p in programs for name in p.weights(stage)} | {name for _, _, name in observers}
         loaded = {name: weights.read(name) for name in sorted(names) if name in weights}
-        for name, tensor in loaded.items():
-            for program in programs:
-                put_tensor(program.module, name, tensor)
+        for name in loaded:  # no loop variable: it held the stage's last weight (a 3B's float32 table,
+            for program in programs:  # 1.47 GiB) while the next stage read its own, the calibration's peak
+                put_tensor(program.module, name, loaded[name])
         for program, observer, name in observers:  # each weight observed once, not once a call
             observer(loaded[name] if name in loaded else program.interpreter.fetch_attr(name))
             observer.forward = _passed_on
