@@ -1,4 +1,5 @@
-"""The C heap under Python's objects: what glibc keeps of the memory freed, given back."""
+"""Memory freed but still held, given back: Python's unreachable cycles, and the C heap under
+Python's objects (what glibc keeps of the memory freed)."""
 
 from __future__ import annotations
 
